@@ -1,0 +1,38 @@
+# partita: `make demo` and `make test` work on a fresh machine with Python 3.11 and gcc.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo bench lint system clean
+
+install: $(STAMP)
+
+# System packages: a C compiler with OpenMP (generated code is C). Installed when missing.
+system:
+	@command -v gcc >/dev/null 2>&1 || { \
+	  echo "installing gcc"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq gcc libgomp1; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq gcc libgomp1; fi; }
+
+$(STAMP): pyproject.toml | system
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m ruff check src tests bench
+	$(PY) -m pytest
+
+demo: $(STAMP)
+	$(VENV)/bin/partita space matmul m=256 n=256 k=32 --samples 100
+
+bench: $(STAMP)
+	$(PY) bench/space_bench.py --write BENCHMARKS.md
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

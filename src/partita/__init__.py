@@ -1,0 +1,15 @@
+"""partita: fast code for data-parallel kernels, found by searching spaces of partially
+specified implementations."""
+
+from partita.api import kernel, space
+from partita.ir.builder import KernelBuilder
+from partita.ir.kernel import Kernel
+from partita.ir.types import DType, KernelError
+from partita.space.candidate import Candidate, DeadEnd, Decision, Space
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Candidate", "DType", "DeadEnd", "Decision", "Kernel", "KernelBuilder", "KernelError",
+    "Space", "kernel", "space",
+]

@@ -1,0 +1,129 @@
+"""The command line: ``partita COMMAND KERNEL key=value... [options] [--json]``."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from typing import Any
+
+import click
+
+from partita.api import kernel as library_kernel
+from partita.api import space as make_space
+from partita.codegen.looptree import loop_tree, render
+from partita.ir.types import KernelError
+from partita.kernels import get_spec, list_kernels
+from partita.space.candidate import Candidate, DeadEnd
+from partita.space.decl import SpaceError
+from partita.space.estimate import random_descent, space_stats
+from partita.targets import TARGETS
+
+
+def _params(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"expected key=value, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.group()
+@click.version_option(package_name="partita")
+def main() -> None:
+    """partita: fast kernels found by searching partially specified implementations."""
+
+
+@main.command("kernels")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def kernels_cmd(as_json: bool) -> None:
+    """List the library kernels and their parameters."""
+    specs = list_kernels()
+    if as_json:
+        click.echo(json.dumps({s.name: {"doc": s.doc, "params": {
+            p.name: p.default for p in s.params}} for s in specs}, indent=2))
+        return
+    for s in specs:
+        params = " ".join(f"{p.name}={p.default}" for p in s.params)
+        click.echo(f"{s.name:<16} {s.doc}\n{'':<16} {params}")
+
+
+@main.command("space")
+@click.argument("kernel")
+@click.argument("params", nargs=-1)
+@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@click.option("--samples", type=click.IntRange(1), default=200, show_default=True,
+              help="Random descents for the estimates.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--method", type=click.Choice(["knuth", "chen"]), default="knuth",
+              show_default=True, help="Size estimator.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, seed: int,
+              method: str, as_json: bool) -> None:
+    """Estimate the size of KERNEL's decision space and show one random implementation."""
+    try:
+        k = library_kernel(kernel, **_params(params))
+        space = make_space(k, target)
+        root = space.root()
+    except (KernelError, SpaceError) as exc:
+        _fail(str(exc))
+        return
+    if isinstance(root, DeadEnd):
+        _fail(f"the space of {kernel} has no implementation: {root.reason}")
+        return
+    rng = random.Random(seed)
+    stats = space_stats(root, samples, rng, method=method)
+    example = _example(root, random.Random(seed))
+    result: dict[str, Any] = {
+        "kernel": kernel, "params": get_spec(kernel).resolve(_params(params)),
+        "target": target, "size_estimate": stats.size_estimate,
+        "size_ci": list(stats.size_ci), "mean_depth": stats.mean_depth,
+        "dead_end_rate": stats.dead_end_rate, "descents_per_s": stats.descents_per_s,
+        "samples": samples, "method": method, "open_choices_at_root": len(root.open_slots()),
+    }
+    if example is not None:
+        result["example_decisions"] = [d.to_json() for d in example.decisions]
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    _print_space(result, example)
+
+
+def _example(root: Candidate, rng: random.Random, tries: int = 200) -> Candidate | None:
+    for _ in range(tries):
+        leaf, _, _ = random_descent(root, rng)
+        if isinstance(leaf, Candidate):
+            return leaf
+    return None
+
+
+def _print_space(r: dict[str, Any], example: Candidate | None) -> None:
+    lo, hi = r["size_ci"]
+    params = " ".join(f"{k}={v}" for k, v in r["params"].items())
+    click.echo(f"Decision space of {r['kernel']} ({params}) on the {r['target']} target")
+    click.echo(f"  open choices at the root   {r['open_choices_at_root']}")
+    click.echo(f"  implementations (estimate) {r['size_estimate']:.3g}   "
+               f"95% interval [{lo:.3g}, {hi:.3g}]  ({r['method']}, {r['samples']} samples)")
+    click.echo(f"  decisions per descent      {r['mean_depth']:.1f}")
+    click.echo(f"  dead ends                  {100 * r['dead_end_rate']:.1f}% of random descents")
+    click.echo(f"  random descents per second {r['descents_per_s']:.1f}")
+    if example is None:
+        click.echo("\nNo random descent reached an implementation.")
+        return
+    click.echo("\nOne random implementation, as a loop nest:")
+    for line in render(loop_tree(example), "  "):
+        click.echo(line)
+    fixed = [d for d in example.decisions if d.choice in ("size", "mem_space", "layout")]
+    if fixed:
+        click.echo("\nwith " + ", ".join(str(d) for d in fixed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""Invariants of a kernel definition, checked when a kernel is built.
+
+Each check raises :class:`KernelError` with a message that names the offending object and the
+values involved, so that a user who mistyped a dimension or a shape sees what to fix.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from partita.ir.operands import Access, Affine, Const, Index, Instruction, Reduce, Scalar, Value
+from partita.ir.types import DType, KernelError
+
+if TYPE_CHECKING:
+    from partita.ir.kernel import Kernel
+
+ROLES = ("in", "out", "inout", "temp")
+ARITY = {
+    "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "fma": 3, "neg": 1,
+    "mov": 1, "cast": 1, "load": 0, "store": 1,
+}
+
+
+def check_kernel(k: Kernel) -> None:
+    check_names(k)
+    check_sizes(k)
+    check_arrays(k)
+    check_logical_dims(k)
+    for inst in k.instructions:
+        check_instruction(k, inst)
+    check_acyclic(k)
+
+
+def check_names(k: Kernel) -> None:
+    seen: dict[str, str] = {}
+    groups = [
+        ("size", [s.name for s in k.sizes]),
+        ("scalar", [s.name for s in k.scalars]),
+        ("array", [a.name for a in k.arrays]),
+        ("logical dimension", [d.name for d in k.logical_dims]),
+        ("instruction", [i.name for i in k.instructions]),
+    ]
+    for what, names in groups:
+        for name in names:
+            if not isinstance(name, str) or not name or not name.replace("_", "a").isalnum():
+                raise KernelError(f"{what} name {name!r} must be a non-empty identifier")
+            if name in seen:
+                raise KernelError(f"name {name!r} is used by a {seen[name]} and a {what}")
+            seen[name] = what
+
+
+def check_sizes(k: Kernel) -> None:
+    for s in k.sizes:
+        if s.value is not None and (not isinstance(s.value, int) or s.value <= 0):
+            raise KernelError(f"size {s.name!r} must be a positive integer, got {s.value!r}")
+
+
+def _check_size_ref(k: Kernel, size: object, owner: str) -> None:
+    if isinstance(size, bool) or not isinstance(size, int | str):
+        raise KernelError(f"{owner}: size {size!r} must be an integer or a size name")
+    if isinstance(size, int) and size <= 0:
+        raise KernelError(f"{owner}: size must be positive, got {size}")
+    if isinstance(size, str) and size not in k.size_values:
+        known = ", ".join(sorted(k.size_values)) or "none"
+        raise KernelError(f"{owner}: unknown size {size!r} (known sizes: {known})")
+
+
+def check_arrays(k: Kernel) -> None:
+    for a in k.arrays:
+        owner = f"array {a.name!r}"
+        if not isinstance(a.dtype, DType):
+            raise KernelError(f"{owner}: dtype must be a DType, got {a.dtype!r}")
+        if a.role not in ROLES:
+            raise KernelError(f"{owner}: role {a.role!r} is not one of {', '.join(ROLES)}")
+        for s in a.shape:
+            _check_size_ref(k, s, owner)
+        if sorted(a.order) != list(range(len(a.shape))):
+            raise KernelError(
+                f"{owner}: layout order {a.order} is not a permutation of its "
+                f"{len(a.shape)} axes"
+            )
+        if not isinstance(a.elem_stride, int) or a.elem_stride < 1:
+            raise KernelError(f"{owner}: element stride must be >= 1, got {a.elem_stride!r}")
+
+
+def check_logical_dims(k: Kernel) -> None:
+    for ld in k.logical_dims:
+        owner = f"dimension {ld.name!r}"
+        _check_size_ref(k, ld.size, owner)
+        for level, sizes in enumerate(ld.tile_sizes, start=1):
+            if not sizes or any(not isinstance(s, int) or s <= 0 for s in sizes):
+                raise KernelError(
+                    f"{owner}: tile level {level} needs positive integer sizes, got {sizes!r}"
+                )
+        if not k.strip_factors(ld.name):
+            raise KernelError(
+                f"{owner}: no allowed strip-mining factor for size {ld.size} "
+                f"(tiles {[list(t) for t in ld.tile_sizes]}, cap {ld.max_factor})"
+            )
+
+
+def check_instruction(k: Kernel, inst: Instruction) -> None:
+    owner = f"instruction {inst.name!r}"
+    if inst.op not in ARITY:
+        raise KernelError(f"{owner}: unknown operation {inst.op!r}")
+    if len(inst.operands) != ARITY[inst.op]:
+        raise KernelError(
+            f"{owner}: {inst.op} takes {ARITY[inst.op]} operands, got {len(inst.operands)}"
+        )
+    if len(set(inst.dims)) != len(inst.dims):
+        raise KernelError(f"{owner}: repeated dimension in {inst.dims}")
+    for d in inst.dims:
+        if d not in k._logical:
+            known = ", ".join(sorted(k._logical)) or "none"
+            raise KernelError(f"{owner}: unknown dimension {d!r} (known: {known})")
+    for op in inst.operands:
+        check_operand(k, inst, op)
+        check_operand_dtype(k, inst, op)
+    if inst.is_memory:
+        if inst.access is None:
+            raise KernelError(f"{owner}: a {inst.op} needs an array access")
+        check_access(k, inst, inst.access)
+    elif inst.access is not None:
+        raise KernelError(f"{owner}: only load and store access arrays")
+
+
+def check_operand(k: Kernel, inst: Instruction, op: object) -> None:
+    owner = f"instruction {inst.name!r}"
+    if isinstance(op, Value | Reduce):
+        producer = op.inst if isinstance(op, Value) else op.init
+        if producer not in k._insts:
+            raise KernelError(f"{owner}: operand refers to unknown instruction {producer!r}")
+        if producer == inst.name:
+            raise KernelError(f"{owner}: reads its own value; use a Reduce operand")
+        source = k.inst(producer)
+        for src, dst in op.mapping:
+            check_mapping(k, owner, source, inst, src, dst)
+        if isinstance(op, Reduce):
+            for d in op.dims:
+                if d not in inst.dims:
+                    raise KernelError(
+                        f"{owner}: reduction dimension {d!r} is not in its iteration space "
+                        f"{inst.dims}"
+                    )
+    elif isinstance(op, Index):
+        if op.dim not in inst.dims:
+            raise KernelError(f"{owner}: index of {op.dim!r}, which it does not iterate")
+    elif isinstance(op, Scalar):
+        if op.name not in {s.name for s in k.scalars}:
+            raise KernelError(f"{owner}: unknown scalar parameter {op.name!r}")
+    elif not isinstance(op, Const):
+        raise KernelError(f"{owner}: invalid operand {op!r}")
+
+
+def check_mapping(
+    k: Kernel, owner: str, source: Instruction, inst: Instruction, src: str, dst: str
+) -> None:
+    if src not in source.dims:
+        raise KernelError(
+            f"{owner}: maps dimension {src!r}, which producer {source.name!r} does not iterate"
+        )
+    if dst not in inst.dims:
+        raise KernelError(f"{owner}: maps onto dimension {dst!r}, which it does not iterate")
+    a, b = k.logical(src), k.logical(dst)
+    if a.size != b.size or a.tile_sizes != b.tile_sizes or a.max_factor != b.max_factor:
+        raise KernelError(
+            f"{owner}: mapped dimensions {src!r} (size {a.size}, tiles "
+            f"{[list(t) for t in a.tile_sizes]}) and {dst!r} (size {b.size}, tiles "
+            f"{[list(t) for t in b.tile_sizes]}) must have the same size and tiling"
+        )
+
+
+def operand_dtype(k: Kernel, op: object) -> DType:
+    if isinstance(op, Value):
+        return k.inst(op.inst).dtype
+    if isinstance(op, Reduce):
+        return k.inst(op.init).dtype
+    if isinstance(op, Const):
+        return op.dtype
+    if isinstance(op, Scalar):
+        return next(s.dtype for s in k.scalars if s.name == op.name)
+    return DType.INT32  # Index
+
+
+def check_operand_dtype(k: Kernel, inst: Instruction, op: object) -> None:
+    if inst.op == "cast":
+        return
+    got = operand_dtype(k, op)
+    if got != inst.dtype:
+        raise KernelError(
+            f"instruction {inst.name!r}: operand {op!r} has dtype {got.value}, the "
+            f"instruction computes {inst.dtype.value} (insert a cast)"
+        )
+
+
+def check_access(k: Kernel, inst: Instruction, access: Access) -> None:
+    owner = f"instruction {inst.name!r}"
+    array = k.array(access.array)
+    if array.dtype != inst.dtype:
+        raise KernelError(
+            f"{owner}: array {array.name!r} holds {array.dtype.value}, the {inst.op} is "
+            f"{inst.dtype.value}"
+        )
+    if inst.op == "store" and array.role == "in":
+        raise KernelError(f"{owner}: stores into input array {array.name!r}")
+    if len(access.index) != len(array.shape):
+        raise KernelError(
+            f"{owner}: array {array.name!r} has {len(array.shape)} axes, the access gives "
+            f"{len(access.index)} indices"
+        )
+    for axis, (ix, extent) in enumerate(zip(access.index, array.shape, strict=True)):
+        for d, _ in ix.terms:
+            if d not in inst.dims:
+                raise KernelError(
+                    f"{owner}: index {ix} of {array.name!r} uses dimension {d!r}, which the "
+                    f"instruction does not iterate ({', '.join(inst.dims)})"
+                )
+        check_in_bounds(k, owner, array.name, axis, ix, extent)
+
+
+def check_in_bounds(k: Kernel, owner: str, array: str, axis: int, ix: Affine, extent) -> None:
+    """The index must stay in [0, extent) for every point of the iteration space."""
+    sizes = [k.static_size(k.logical(d).size) for d, _ in ix.terms]
+    limit = k.static_size(extent)
+    if all(s is not None for s in sizes) and limit is not None:
+        lo = ix.const + sum(min(0, c * (s - 1)) for (_, c), s in zip(ix.terms, sizes, strict=True))
+        hi = ix.const + sum(max(0, c * (s - 1)) for (_, c), s in zip(ix.terms, sizes, strict=True))
+        if lo < 0 or hi >= limit:
+            raise KernelError(
+                f"{owner}: index {ix} of array {array!r} axis {axis} ranges over [{lo}, {hi}], "
+                f"outside [0, {limit - 1}]"
+            )
+        return
+    # With a dynamic size, only the identity access of a dimension of that very size is proven.
+    if not (ix.const == 0 and len(ix.terms) == 1 and ix.terms[0][1] == 1
+            and k.logical(ix.terms[0][0]).size == extent):
+        raise KernelError(
+            f"{owner}: cannot prove index {ix} of array {array!r} axis {axis} stays within "
+            f"dynamic extent {extent!r}"
+        )
+
+
+def check_acyclic(k: Kernel) -> None:
+    """Values must flow from producers to consumers without a cycle."""
+    graph = {
+        i.name: [o.inst if isinstance(o, Value) else o.init for o in i.values()]
+        for i in k.instructions
+    }
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        if state.get(node) == 2:
+            return
+        if state.get(node) == 1:
+            cycle = " -> ".join([*path[path.index(node):], node])
+            raise KernelError(f"dependency cycle between instructions: {cycle}")
+        state[node] = 1
+        for nxt in graph.get(node, []):
+            visit(nxt, [*path, node])
+        state[node] = 2
+
+    for name in graph:
+        visit(name, [])

@@ -1,0 +1,120 @@
+"""Operands and array accesses of instructions (see :mod:`partita.ir.kernel`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from partita.ir.types import DType, KernelError
+
+# --------------------------------------------------------------------------- operands
+
+
+@dataclass(frozen=True)
+class Affine:
+    """``const + sum(coeff * index(logical_dim))``: an index into one array axis."""
+
+    const: int = 0
+    terms: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(x: Any) -> Affine:
+        if isinstance(x, Affine):
+            return x
+        if hasattr(x, "name") and hasattr(x, "tile_sizes"):  # a LogicalDim
+            return Affine(0, ((x.name, 1),))
+        if isinstance(x, str):
+            return Affine(0, ((x, 1),))
+        if isinstance(x, int):
+            return Affine(x, ())
+        raise KernelError(f"cannot use {x!r} as an array index")
+
+    def __add__(self, other: Any) -> Affine:
+        o = Affine.of(other)
+        coeffs: dict[str, int] = dict(self.terms)
+        for d, c in o.terms:
+            coeffs[d] = coeffs.get(d, 0) + c
+        return Affine(self.const + o.const, tuple((d, c) for d, c in coeffs.items() if c))
+
+    __radd__ = __add__
+
+    def __mul__(self, k: int) -> Affine:
+        return Affine(self.const * k, tuple((d, c * k) for d, c in self.terms))
+
+    __rmul__ = __mul__
+
+    def __str__(self) -> str:
+        parts = [d if c == 1 else f"{c}*{d}" for d, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+@dataclass(frozen=True)
+class Access:
+    """The element ``array[index[0], index[1], ...]`` of a load or store."""
+
+    array: str
+    index: tuple[Affine, ...]
+
+    def logical_dims(self) -> set[str]:
+        return {d for ix in self.index for d, _ in ix.terms}
+
+
+@dataclass(frozen=True)
+class Value:
+    """The value of instruction ``inst``; ``mapping`` pairs producer and consumer dimensions."""
+
+    inst: str
+    mapping: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """The instruction's own value at the previous iteration of ``dims``, first ``init``."""
+
+    init: str
+    dims: tuple[str, ...]
+    mapping: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float | int
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar parameter of the kernel."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Index:
+    """The index along a logical dimension of the instruction's iteration space."""
+
+    dim: str
+
+
+Operand = Value | Reduce | Const | Scalar | Index
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One instruction and its iteration space (a tuple of logical dimension names)."""
+
+    name: str
+    op: str
+    operands: tuple[Operand, ...]
+    dims: tuple[str, ...]
+    dtype: DType
+    access: Access | None = None
+
+    @property
+    def is_memory(self) -> bool:
+        return self.op in ("load", "store")
+
+    def values(self) -> list[Value | Reduce]:
+        return [o for o in self.operands if isinstance(o, Value | Reduce)]

@@ -1,0 +1,141 @@
+"""Linear algebra kernels, written the way users write their own.
+
+Every nest of instructions gets its own logical dimensions, mapped point-to-point to those of
+the next nest (000 §4.2.2): that is what lets decisions fuse the nests, keep an accumulator
+tile in registers between them, or pack operands through temporaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from partita.ir.builder import KernelBuilder
+from partita.ir.kernel import Kernel
+from partita.kernels.registry import KernelSpec, ParamSpec, register
+
+POW2 = (1, 2, 4, 8, 16, 32, 64)
+VECTOR_TILES = (1, 4, 8, 16, 32, 64)
+ROW_TILES = (1, 2, 3, 4, 6, 8)
+
+
+def axpy(n: int, dtype: str = "float32") -> Kernel:
+    """``y = alpha * x + y``."""
+    b = KernelBuilder("axpy", dtype)
+    size = b.size("n", n)
+    alpha = b.scalar("alpha")
+    x = b.array("x", None, [size])
+    y = b.array("y", None, [size], role="inout")
+    i = b.dim("i", size, tiles=[(1, 2, 4, 8, 16, 32, 64, 128), VECTOR_TILES])
+    xv = b.load(x, [i], name="ld_x")
+    yv = b.load(y, [i], name="ld_y")
+    r = b.fma(alpha, xv, yv, dims=[i], name="axpy")
+    b.store(y, [i], r, name="st_y")
+    return b.build()
+
+
+def matmul(m: int, n: int, k: int, transpose_a: int = 0, transpose_b: int = 0,
+           stride_a: int = 1, dtype: str = "float32") -> Kernel:
+    """``C = A @ B``; A is stored transposed (column-major) with ``transpose_a``, and its
+    consecutive elements are ``stride_a`` apart."""
+    b = KernelBuilder("matmul", dtype)
+    m_, n_, k_ = b.size("m", m), b.size("n", n), b.size("k", k)
+    A = b.array("A", None, [m_, k_], layout="col" if transpose_a else "row",
+                elem_stride=stride_a)
+    B = b.array("B", None, [k_, n_], layout="col" if transpose_b else "row")
+    C = b.array("C", None, [m_, n_], role="out")
+    _matmul_body(b, A, B, C, m_, n_, k_, batch=None)
+    return b.build()
+
+
+def batched_matmul(b: int, m: int, n: int, k: int, reuse_b: int = 0,
+                   dtype: str = "float32") -> Kernel:
+    """``C[p] = A[p] @ B[p]`` for every batch index ``p``; one ``B`` for all with ``reuse_b``."""
+    kb = KernelBuilder("batched_matmul", dtype)
+    b_, m_, n_, k_ = kb.size("b", b), kb.size("m", m), kb.size("n", n), kb.size("k", k)
+    A = kb.array("A", None, [b_, m_, k_])
+    B = kb.array("B", None, [k_, n_] if reuse_b else [b_, k_, n_])
+    C = kb.array("C", None, [b_, m_, n_], role="out")
+    _matmul_body(kb, A, B, C, m_, n_, k_, batch=(b_, bool(reuse_b)))
+    return kb.build()
+
+
+def _matmul_body(b: KernelBuilder, A, B, C, m, n, k, batch) -> None:
+    """Five nests: load A, load B, initialise, accumulate, store."""
+    i = b.dim("i", m, tiles=[POW2, ROW_TILES])
+    j = b.dim("j", n, tiles=[POW2, VECTOR_TILES])
+    kk = b.dim("r", k, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)])
+    nests = ("a", "b", "init", "st")
+    dims = {"a": (b.mapped_dim(i, "i_a"), None, b.mapped_dim(kk, "r_a")),
+            "b": (None, b.mapped_dim(j, "j_b"), b.mapped_dim(kk, "r_b"))}
+    dims |= {name: (b.mapped_dim(i, f"i_{name}"), b.mapped_dim(j, f"j_{name}"), None)
+             for name in nests[2:]}
+    pb = {}
+    if batch is not None:
+        p = b.dim("p", batch[0], tiles=[(1, 2, 4, 8)])
+        pb = {name: b.mapped_dim(p, f"p_{name}") for name in nests}
+    ia, ka = dims["a"][0], dims["a"][2]
+    kb_, jb = dims["b"][2], dims["b"][1]
+    bat = (lambda name: [pb[name]]) if batch else (lambda name: [])
+    ld_a = b.load(A, [*bat("a"), ia, ka], name="ld_a")
+    b_batch = [] if batch is None or batch[1] else bat("b")
+    ld_b = b.load(B, [*b_batch, kb_, jb], dims=[*bat("b"), kb_, jb], name="ld_b")
+    ii, ji = dims["init"][0], dims["init"][1]
+    init = b.mov(0.0, dims=[*bat("init"), ii, ji], name="init")
+    pmap = (lambda name: {pb[name]: p}) if batch else (lambda name: {})
+    a_val = b.value(ld_a, {ia: i, ka: kk, **pmap("a")})
+    b_val = b.value(ld_b, {kb_: kk, jb: j, **pmap("b")})
+    acc = b.fma(a_val, b_val, b.reduce(init, [kk], {ii: i, ji: j, **pmap("init")}),
+                dims=[*([p] if batch else []), i, j, kk], name="acc")
+    is_, js = dims["st"][0], dims["st"][1]
+    st_map = {i: is_, j: js, **({p: pb["st"]} if batch else {})}
+    b.store(C, [*bat("st"), is_, js], b.value(acc, st_map), name="st_c")
+
+
+# -- references ----------------------------------------------------------------------------
+
+
+def _axpy_ref(alpha: Any, x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    return {"y": alpha * x + y}
+
+
+def _matmul_ref(A: np.ndarray, B: np.ndarray) -> dict[str, np.ndarray]:
+    return {"C": np.matmul(A, B)}
+
+
+SIZE, FLAG = "size", "flag"
+DTYPE = ParamSpec("dtype", "dtype", "float32", "element type")
+
+register(KernelSpec(
+    "axpy", "y = alpha * x + y",
+    (ParamSpec("n", SIZE, 1 << 26, "vector length"), DTYPE),
+    axpy, _axpy_ref,
+    flops=lambda n, dtype: 2 * n,
+    bytes=lambda n, dtype: 3 * n * np.dtype(dtype).itemsize,
+    outputs=("y",),
+))
+
+register(KernelSpec(
+    "matmul", "C = A @ B (A optionally transposed and strided, B optionally transposed)",
+    (ParamSpec("m", SIZE, 1024), ParamSpec("n", SIZE, 1024), ParamSpec("k", SIZE, 1024),
+     ParamSpec("transpose_a", FLAG, 0, "A stored column-major"),
+     ParamSpec("transpose_b", FLAG, 0, "B stored column-major"),
+     ParamSpec("stride_a", "stride", 1, "element stride of A"), DTYPE),
+    matmul, _matmul_ref,
+    flops=lambda m, n, k, **_: 2 * m * n * k,
+    bytes=lambda m, n, k, dtype, **_: (m * k + k * n + m * n) * np.dtype(dtype).itemsize,
+    outputs=("C",),
+))
+
+register(KernelSpec(
+    "batched_matmul", "C[p] = A[p] @ B[p] (or one B for all with reuse_b=1)",
+    (ParamSpec("b", SIZE, 512), ParamSpec("m", SIZE, 32), ParamSpec("n", SIZE, 32),
+     ParamSpec("k", SIZE, 64), ParamSpec("reuse_b", FLAG, 0, "same B for every product"),
+     DTYPE),
+    batched_matmul, _matmul_ref,
+    flops=lambda b, m, n, k, **_: 2 * b * m * n * k,
+    bytes=lambda b, m, n, k, reuse_b, dtype: (
+        b * m * k + (1 if reuse_b else b) * k * n + b * m * n) * np.dtype(dtype).itemsize,
+    outputs=("C",),
+))

@@ -1,0 +1,90 @@
+"""Registry of library kernels, shared by the Python API and the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from partita.ir.kernel import Kernel
+from partita.ir.types import KernelError
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """A parameter of a library kernel: ``kind`` is ``size``, ``flag`` or ``dtype``."""
+
+    name: str
+    kind: str
+    default: Any
+    doc: str = ""
+
+    def parse(self, kernel: str, raw: Any) -> Any:
+        """Convert a value (from Python or a ``key=value`` string) or raise KernelError."""
+        if self.kind == "dtype":
+            value = str(raw)
+            if value not in ("float32", "float64"):
+                raise KernelError(f"kernel {kernel!r}: {self.name} must be float32 or float64, "
+                                  f"got {raw!r}")
+            return value
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            raise KernelError(f"kernel {kernel!r}: {self.name} must be an integer, "
+                              f"got {raw!r}") from None
+        if isinstance(raw, float) and raw != value:
+            raise KernelError(f"kernel {kernel!r}: {self.name} must be an integer, got {raw!r}")
+        if self.kind == "flag" and value not in (0, 1):
+            raise KernelError(f"kernel {kernel!r}: {self.name} is a flag (0 or 1), got {raw!r}")
+        if self.kind == "size" and value < 1:
+            raise KernelError(f"kernel {kernel!r}: size {self.name} must be >= 1, got {raw!r}")
+        if self.kind == "stride" and value < 1:
+            raise KernelError(f"kernel {kernel!r}: {self.name} must be >= 1, got {raw!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A library kernel: how to build it, and what it computes (numpy reference)."""
+
+    name: str
+    doc: str
+    params: tuple[ParamSpec, ...]
+    build: Callable[..., Kernel]
+    reference: Callable[..., dict[str, Any]]
+    flops: Callable[..., int]
+    bytes: Callable[..., int]
+    outputs: tuple[str, ...] = field(default=())
+
+    def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Defaults completed and values checked; unknown parameters are errors."""
+        known = {p.name: p for p in self.params}
+        for key in given:
+            if key not in known:
+                raise KernelError(f"kernel {self.name!r} has no parameter {key!r} "
+                                  f"(parameters: {', '.join(known)})")
+        return {p.name: p.parse(self.name, given.get(p.name, p.default)) for p in self.params}
+
+
+_REGISTRY: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def list_kernels() -> list[KernelSpec]:
+    return list(_REGISTRY.values())
+
+
+def get_spec(name: str) -> KernelSpec:
+    if name not in _REGISTRY:
+        raise KernelError(f"unknown kernel {name!r} (kernels: {', '.join(sorted(_REGISTRY))})")
+    return _REGISTRY[name]
+
+
+def kernel(name: str, **params: Any) -> Kernel:
+    """The library kernel ``name`` built for ``params`` (defaults for the others)."""
+    spec = get_spec(name)
+    return spec.build(**spec.resolve(params))

@@ -1,0 +1,200 @@
+"""Counters: sums and products of values over objects whose conditions hold.
+
+A counter instance is kept as an interval ``[lo, hi]`` in two slots of the decision vector.
+``lo`` sums (or multiplies) the smallest possible value of every term whose conditions are
+certainly true; ``hi`` the largest possible value of every term whose conditions may hold.
+Both are exact once every involved choice is fixed. Bounding a counter propagates back to its
+terms: a value that alone would push the counter out of its bound is removed, and a condition
+whose term would do so with any value is forced false.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from partita.space.compiler import CompiledSpace, CounterInstance
+
+INF = 1 << 60
+"""Upper end of a half counter (only its lower bound is kept)."""
+
+
+def counter_compare_state(lo: int, hi: int, op: str, bound: Any) -> int:
+    """1 if ``counter op bound`` holds for every value in [lo, hi], -1 if for none, else 0."""
+    if op == "<=":
+        return 1 if hi <= bound else (-1 if lo > bound else 0)
+    if op == "<":
+        return 1 if hi < bound else (-1 if lo >= bound else 0)
+    if op == ">=":
+        return 1 if lo >= bound else (-1 if hi < bound else 0)
+    if op == ">":
+        return 1 if lo > bound else (-1 if hi <= bound else 0)
+    if op == "==":
+        if lo == hi == bound:
+            return 1
+        return -1 if not lo <= bound <= hi else 0
+    if op == "in":
+        inside = [v for v in bound if lo <= v <= hi]
+        if lo == hi:
+            return 1 if lo in bound else -1
+        return 0 if inside else -1
+    raise ValueError(f"unknown comparison {op!r}")
+
+
+def _term_status(vec: list[int], conds: tuple[tuple[int, int], ...],
+                 quot: tuple[int, ...] | None, merged_bit: int) -> tuple[bool, bool]:
+    """(certainly counted, possibly counted) for a term."""
+    certain, possible = True, True
+    for slot, mask in conds:
+        d = vec[slot]
+        if d & ~mask:
+            certain = False
+        if not d & mask:
+            return False, False
+    if quot:
+        for s in quot:
+            d = vec[s]
+            if d & merged_bit:
+                certain = False
+                if d == merged_bit:
+                    return False, False
+    return certain, possible
+
+
+def _term_range(sp: CompiledSpace, vec: list[int], value: Any) -> tuple[int, int]:
+    if type(value) is tuple:
+        universe = sp.universe_of_slot[value[0]]
+        d = vec[value[0]]
+        vals = [universe[i] for i in range(len(universe)) if d >> i & 1]
+        if not vals:
+            return 0, 0
+        return min(vals), max(vals)
+    return value, value
+
+
+def merged_bit(sp: CompiledSpace, c: CounterInstance) -> int:
+    decl = sp.sdef.counters[c.name]
+    if decl.quotient is None:
+        return 0
+    q = sp.sdef.quotients[decl.quotient]
+    return 1 << sp.sdef.enums[q.choice].values.index(q.value)
+
+
+def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
+    """Recompute the interval of counter ``ci``; True when it changed."""
+    c = sp.counters[ci]
+    is_mul = c.kind == "mul"
+    lo = hi = 1 if is_mul else 0
+    mbit = merged_bit(sp, c)
+    for conds, value, quot, _ in c.terms:
+        certain, possible = _term_status(vec, conds, quot, mbit)
+        if not possible:
+            continue
+        vmin, vmax = _term_range(sp, vec, value)
+        if is_mul:
+            if certain:
+                lo *= vmin
+            hi *= max(vmax, 1)
+        else:
+            if certain:
+                lo += vmin
+            hi += max(vmax, 0)
+    if c.half:
+        hi = INF
+    s = c.lo_slot
+    if vec[s] == lo and vec[s + 1] == hi:
+        return False
+    vec[s] = lo
+    vec[s + 1] = hi
+    return True
+
+
+def enforce_counter_bound(sp: CompiledSpace, vec: list[int], R: Callable, ci: int,
+                          op: str, bound: Any, kid: int) -> None:
+    """Remove term values and conditions that would put counter ``ci`` out of its bound."""
+    c = sp.counters[ci]
+    if op == "in":
+        _enforce_range(sp, vec, R, c, min(bound), max(bound), kid, exact=set(bound))
+    elif op in ("<=", "<"):
+        _enforce_range(sp, vec, R, c, None, bound if op == "<=" else bound - 1, kid)
+    elif op in (">=", ">"):
+        _enforce_range(sp, vec, R, c, bound if op == ">=" else bound + 1, None, kid)
+    elif op == "==":
+        _enforce_range(sp, vec, R, c, bound, bound, kid, exact={bound})
+
+
+def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterInstance,
+                   low: int | None, high: int | None, kid: int,
+                   exact: set[int] | None = None) -> None:
+    is_mul = c.kind == "mul"
+    mbit = merged_bit(sp, c)
+    statuses = []
+    for conds, value, quot, _ in c.terms:
+        certain, possible = _term_status(vec, conds, quot, mbit)
+        vmin, vmax = _term_range(sp, vec, value) if possible else (0, 0)
+        statuses.append((certain, possible, vmin, vmax))
+    lo, hi = vec[c.lo_slot], vec[c.lo_slot + 1]
+    for (conds, value, quot, _), (certain, possible, vmin, vmax) in zip(
+            c.terms, statuses, strict=True):
+        if not possible:
+            continue
+        if is_mul:
+            others_lo = lo // vmin if certain and vmin else lo
+            others_hi = hi // max(vmax, 1) if not c.half else hi
+        else:
+            others_lo = lo - vmin if certain else lo
+            others_hi = hi - max(vmax, 0) if not c.half else hi
+
+        def fits(v: int, olo: int = others_lo, ohi: int = others_hi) -> bool:
+            tlo = olo * v if is_mul else olo + v
+            thi = ohi * v if is_mul else ohi + v
+            if high is not None and tlo > high:
+                return False
+            if low is not None and not c.half and thi < low:
+                return False
+            total = olo * v if is_mul else olo + v
+            return exact is None or olo != ohi or total in exact
+
+        if type(value) is tuple:
+            universe = sp.universe_of_slot[value[0]]
+            d = vec[value[0]]
+            keep = sum(1 << i for i in range(len(universe)) if d >> i & 1 and fits(universe[i]))
+            if certain:
+                R(value[0], keep, kid)
+            elif not keep:
+                _force_false(vec, R, conds, quot, kid)
+        elif not fits(value):
+            if certain:
+                R(conds[0][0] if conds else sp.absent_slot, 0, kid)
+            else:
+                _force_false(vec, R, conds, quot, kid)
+        # A term that must count to reach the lower bound is forced on.
+        if low is not None and not c.half and not certain:
+            without = others_hi
+            if (without < low) and not quot:
+                _force_true(vec, R, conds, kid)
+
+
+def _force_false(vec: list[int], R: Callable, conds: tuple[tuple[int, int], ...],
+                 quot: tuple[int, ...] | None, kid: int) -> None:
+    """Make a conjunction false when all but one of its conditions are certainly true."""
+    if quot:
+        return
+    open_conds = [(s, m) for s, m in conds if vec[s] & ~m]
+    if len(open_conds) == 1:
+        s, m = open_conds[0]
+        R(s, ~m, kid)
+    elif not open_conds and conds:
+        R(conds[0][0], 0, kid)
+
+
+def _force_true(vec: list[int], R: Callable, conds: tuple[tuple[int, int], ...],
+                kid: int) -> None:
+    for s, m in conds:
+        R(s, m, kid)
+
+
+def product(values: list[int]) -> int:
+    return math.prod(values)

@@ -1,0 +1,289 @@
+"""Declarations of a decision space, in the spirit of source 000 Chapter 3.
+
+A :class:`SpaceDef` lists, independently of any kernel:
+
+- **sets** of backbone objects (``Statements``, ``Dims``, parametric ``AccessedArrays(inst)``);
+- **choices**: enums over tuples of distinct objects (with per-value requirements, symmetric
+  and antisymmetric pairs stored once), integers (a universe per object), and counters (sum or
+  product of a value when conditions hold, kept as an interval ``[lo, hi]``);
+- **constraints**: ``forall vars: cond_1 or ... or cond_n`` where each condition mentions at
+  most two choices, or one choice and a constant;
+- **quotients**: one representative per class of an equivalence (merged dimensions);
+- **triggers**: lowerings that only add objects to the backbone when a condition holds.
+
+A space is compiled once per kernel by :mod:`partita.space.compiler` into propagators. Objects
+are referred to by name; every callable receives the kernel first, then the objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from partita.ir.kernel import Kernel
+
+
+class SpaceError(ValueError):
+    """A decision space declaration is inconsistent (unknown set, choice or value)."""
+
+
+@dataclass(frozen=True)
+class SetDecl:
+    """A set of backbone objects; ``param`` names the set of the parameter of a parametric set."""
+
+    name: str
+    items: Callable[..., Sequence[str]]
+    param: str | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Var:
+    """A quantified variable over a set; ``of`` binds the parameter of a parametric set."""
+
+    name: str
+    set: str
+    of: str | None = None
+
+
+@dataclass(frozen=True)
+class EnumDecl:
+    """``choice enum name(params)``. ``requires[v]`` is a static predicate for value ``v``.
+
+    ``antisymmetric`` pairs values that swap when the two arguments swap (BEFORE <-> AFTER);
+    values not listed map to themselves. ``symmetric`` choices have the same value both ways.
+    """
+
+    name: str
+    params: tuple[str, ...]
+    values: tuple[str, ...]
+    requires: tuple[tuple[str, Callable[..., bool]], ...] = ()
+    antisymmetric: tuple[tuple[str, str], ...] | None = None
+    symmetric: bool = False
+    doc: str = ""
+
+    @property
+    def is_pair(self) -> bool:
+        return self.antisymmetric is not None or self.symmetric
+
+    def swapped(self, value: str) -> str:
+        for a, b in self.antisymmetric or ():
+            if value == a:
+                return b
+            if value == b:
+                return a
+        return value
+
+
+@dataclass(frozen=True)
+class IntegerDecl:
+    """``choice integer name(params)`` whose values are ``universe(kernel, *objs)``."""
+
+    name: str
+    params: tuple[str, ...]
+    universe: Callable[..., Sequence[int]]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Is:
+    """The choice instance ``choice(args)`` takes one of ``values``."""
+
+    choice: str
+    args: tuple[str, ...]
+    values: frozenset[Any]
+
+
+@dataclass(frozen=True)
+class Related:
+    """``(choice_a(args_a), choice_b(args_b))`` is in a relation over values.
+
+    ``relation`` is ``"eq"``, ``"ne"``, or a callable on two values; equality over two enums
+    compares value names.
+    """
+
+    choice_a: str
+    args_a: tuple[str, ...]
+    choice_b: str
+    args_b: tuple[str, ...]
+    relation: str | Callable[[Any, Any], bool] = "eq"
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``choice(args) op bound``: an integer choice or a counter against a constant expression.
+
+    ``bound`` is an int or ``f(kernel, *objs_of_bound_args)``. ``op`` is one of
+    ``<=, >=, ==, <, >`` or ``in`` (``bound`` then gives a collection of allowed values).
+    """
+
+    choice: str
+    args: tuple[str, ...]
+    op: str
+    bound: Any
+    bound_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Static:
+    """A property of the objects alone, known when the space is compiled (at most 2 args)."""
+
+    predicate: Callable[..., bool]
+    args: tuple[str, ...]
+    label: str = ""
+
+
+Condition = Is | Related | Compare | Static
+
+
+@dataclass(frozen=True)
+class Require:
+    """``require forall vars: any_of[0] or any_of[1] or ...``."""
+
+    name: str
+    forall: tuple[Var, ...]
+    any_of: tuple[Condition, ...]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class CounterDecl:
+    """``choice counter name(params) = sum|mul over var of value when all(when)``.
+
+    ``value`` is an int, a callable ``f(kernel, obj)``, or the name of an integer choice
+    applied to the quantified object; ``default`` (int or callable) is the value of objects
+    without an instance of that choice. ``half`` counters keep only a lower bound.
+    ``quotient`` counts a term only once per class of the named quotient.
+    """
+
+    name: str
+    params: tuple[str, ...]
+    kind: str
+    over: Var
+    param_vars: tuple[str, ...] = ()
+    value: Any = 1
+    when: tuple[Is, ...] = ()
+    half: bool = False
+    quotient: str | None = None
+    default: Any = 1
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class QuotientDecl:
+    """One representative per class of ``set`` under the choice value ``choice == value``.
+
+    The representative of a class is its first member in set order. ``x`` is certainly a
+    representative when no earlier member can be merged with it, possibly one when no earlier
+    member is certainly merged with it.
+    """
+
+    name: str
+    set: str
+    choice: str
+    value: str
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class TriggerDecl:
+    """When every condition of ``when`` holds for some objects, apply ``lower``.
+
+    ``lower(kernel, *objs) -> Kernel`` may only add objects. Fired triggers are applied in a
+    canonical order from the original backbone, so they commute.
+    """
+
+    name: str
+    forall: tuple[Var, ...]
+    when: tuple[Is | Static, ...]
+    lower: Callable[..., Kernel]
+    doc: str = ""
+
+
+@dataclass
+class SpaceDef:
+    """A kernel-independent decision space. Build it with the methods below, then compile."""
+
+    name: str
+    sets: dict[str, SetDecl] = field(default_factory=dict)
+    enums: dict[str, EnumDecl] = field(default_factory=dict)
+    integers: dict[str, IntegerDecl] = field(default_factory=dict)
+    counters: dict[str, CounterDecl] = field(default_factory=dict)
+    quotients: dict[str, QuotientDecl] = field(default_factory=dict)
+    constraints: list[Require] = field(default_factory=list)
+    triggers: list[TriggerDecl] = field(default_factory=list)
+    choice_order: tuple[str, ...] = ()
+
+    def set(self, name: str, items: Callable[..., Sequence[str]], *, param: str | None = None,
+            doc: str = "") -> str:
+        if param is not None and param not in self.sets:
+            raise SpaceError(f"set {name!r}: unknown parameter set {param!r}")
+        self.sets[name] = SetDecl(name, items, param, doc)
+        return name
+
+    def enum(self, name: str, params: Sequence[str], values: Sequence[str], *,
+             requires: dict[str, Callable[..., bool]] | None = None,
+             antisymmetric: dict[str, str] | None = None, symmetric: bool = False,
+             doc: str = "") -> str:
+        self._check_params(name, params)
+        if (antisymmetric is not None or symmetric) and len(params) != 2:
+            raise SpaceError(f"choice {name!r}: only pairs can be (anti)symmetric")
+        for v in (requires or {}):
+            if v not in values:
+                raise SpaceError(f"choice {name!r}: requirement on unknown value {v!r}")
+        anti = None if antisymmetric is None else tuple(antisymmetric.items())
+        self.enums[name] = EnumDecl(name, tuple(params), tuple(values),
+                                    tuple((requires or {}).items()), anti, symmetric, doc)
+        return name
+
+    def integer(self, name: str, params: Sequence[str], universe: Callable[..., Sequence[int]],
+                *, doc: str = "") -> str:
+        self._check_params(name, params)
+        self.integers[name] = IntegerDecl(name, tuple(params), universe, doc)
+        return name
+
+    def counter(self, name: str, params: Sequence[Var | str], kind: str, over: Var, *,
+                value: Any = 1, when: Sequence[Is] = (), half: bool = False,
+                quotient: str | None = None, default: Any = 1, doc: str = "") -> str:
+        """Params are Vars (or set names, then the variable has the set's name)."""
+        pvars = [p if isinstance(p, Var) else Var(p, p) for p in params]
+        self._check_params(name, [p.set for p in pvars])
+        if kind not in ("sum", "mul"):
+            raise SpaceError(f"counter {name!r}: kind must be 'sum' or 'mul', got {kind!r}")
+        self.counters[name] = CounterDecl(name, tuple(p.set for p in pvars), kind, over,
+                                          tuple(p.name for p in pvars), value, tuple(when),
+                                          half, quotient, default, doc)
+        return name
+
+    def quotient(self, name: str, set_name: str, choice: str, value: str, *,
+                 doc: str = "") -> str:
+        self.quotients[name] = QuotientDecl(name, set_name, choice, value, doc)
+        return name
+
+    def require(self, name: str, forall: Sequence[Var], *any_of: Condition,
+                doc: str = "") -> None:
+        self.constraints.append(Require(name, tuple(forall), tuple(any_of), doc))
+
+    def trigger(self, name: str, forall: Sequence[Var], when: Sequence[Is | Static],
+                lower: Callable[..., Kernel], *, doc: str = "") -> None:
+        self.triggers.append(TriggerDecl(name, tuple(forall), tuple(when), lower, doc))
+
+    def _check_params(self, name: str, params: Sequence[str]) -> None:
+        for p in params:
+            if p not in self.sets:
+                raise SpaceError(f"choice {name!r}: unknown set {p!r}")
+        if name in self.enums or name in self.integers or name in self.counters:
+            raise SpaceError(f"choice {name!r} is declared twice")
+
+    def kind_of(self, choice: str) -> str:
+        for kind, table in (("enum", self.enums), ("integer", self.integers),
+                            ("counter", self.counters)):
+            if choice in table:
+                return kind
+        raise SpaceError(f"space {self.name!r} has no choice {choice!r}")
+
+
+def values(*names: Any) -> frozenset[Any]:
+    """Shorthand for the value set of an :class:`Is` condition."""
+    return frozenset(names)

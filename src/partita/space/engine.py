@@ -1,0 +1,85 @@
+"""Propagation to a fixpoint over the decision vector (000 Algorithm 1).
+
+A worklist holds the slots whose domain shrank. Popping a slot runs every generated occurrence
+function of the choice stored there (both orientations for a pair), recomputes the counters
+that depend on it, and runs the occurrences of a counter whose interval moved. ``R`` restricts
+a slot to a mask and queues it when it shrank; an empty domain raises :class:`DeadEndSignal`,
+which the candidate layer turns into a :class:`~partita.space.candidate.DeadEnd` value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from partita.space.compiler import ABSENT, CompiledSpace, DeadEndSignal
+from partita.space.counters import recompute
+
+
+def make_restrict(vec: list[int], queue: list[int], pending: set[int]) -> Callable:
+    def restrict(slot: int, mask: int, kid: int) -> None:
+        old = vec[slot]
+        new = old & mask
+        if new != old:
+            if not new:
+                raise DeadEndSignal(slot, kid)
+            vec[slot] = new
+            if slot not in pending:
+                pending.add(slot)
+                queue.append(slot)
+
+    return restrict
+
+
+def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
+              fired: set[tuple[int, tuple[int, ...]]]) -> None:
+    """Run propagators until no domain changes. Raises DeadEndSignal on an empty domain."""
+    queue = list(dict.fromkeys(changed))
+    pending = set(queue)
+    R = make_restrict(vec, queue, pending)
+    n_choice = sp.n_choice_slots
+    choice_of = sp.choice_of_slot
+    instances = sp.instances
+    occ = sp.occurrences
+    tocc = sp.trigger_occurrences
+    cocc = sp.counter_occurrences
+    pair = sp.pair_choice
+    deps = sp.counter_deps
+    counters = sp.counters
+    base = sp.absent_slot + 1
+    while queue:
+        slot = queue.pop()
+        pending.discard(slot)
+        if slot < n_choice:
+            choice = choice_of[slot]
+            ids = instances[slot].ids
+            both = pair.get(choice, False)
+            for fn in occ.get(choice, ()):
+                fn(vec, R, fired, *ids)
+                if both:
+                    fn(vec, R, fired, ids[1], ids[0])
+            for fn in tocc.get(choice, ()):
+                fn(vec, R, fired, *ids)
+                if both:
+                    fn(vec, R, fired, ids[1], ids[0])
+            for ci in deps[slot]:
+                if recompute(sp, vec, ci):
+                    lo = counters[ci].lo_slot
+                    if lo not in pending:
+                        pending.add(lo)
+                        queue.append(lo)
+        elif slot >= base:
+            c = counters[(slot - base) // 2]
+            for fn in cocc.get(c.name, ()):
+                fn(vec, R, fired, *c.ids)
+
+
+def initial_vector(sp: CompiledSpace) -> list[int]:
+    """Full domains (less unmet requirements), counters computed, before propagation."""
+    vec = [*sp.init_domains, ABSENT] + [0] * (2 * len(sp.counters))
+    for ci in range(len(sp.counters)):
+        recompute(sp, vec, ci)
+    return vec
+
+
+def all_slots(sp: CompiledSpace) -> list[int]:
+    return list(range(sp.n_choice_slots)) + [c.lo_slot for c in sp.counters]

@@ -1,0 +1,299 @@
+"""Statistical estimates of the size and shape of a decision space, by random descents.
+
+The *descent tree* of a space has the root candidate as its root; the children of a candidate
+are :meth:`Candidate.children` of its first open slot (one per remaining value, dead ends
+included). Its leaves are implementations (no open slot) or :class:`DeadEnd` values. Leaves
+are distinct partial assignments, so the number of implementation leaves is the number of
+implementations of the space.
+
+A *uniform random descent* starts at the root and, while the candidate has an open slot, takes
+the first open slot ``s``, picks one of its ``b_s`` remaining values uniformly and restricts the
+slot to it. It reaches a leaf ``L`` with probability ``prod_s 1 / b_s`` along the path.
+
+- Knuth's estimator: ``X = prod_s b_s`` if ``L`` is an implementation, else ``0``. Then
+  ``E[X] = sum_L P(L) * X(L) = #implementations`` (unbiased).
+- Chen's heuristic sampling (stratified Knuth) walks the tree level by level and merges the
+  nodes of one stratum into one representative carrying the sum of their weights; it is also
+  unbiased and has lower variance when nodes of a stratum have similar subtrees.
+
+Every function draws its randomness from the ``rng`` it is given: the same seed gives the same
+results. Confidence intervals are 95% normal intervals of the mean of i.i.d. samples.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+from partita.space.candidate import Candidate, DeadEnd
+
+Z95 = 1.959963984540054
+"""Two-sided 95% quantile of the standard normal distribution."""
+
+DEFAULT_MAX_STRATA = 64
+"""Default bound on the number of strata Chen's method keeps per level."""
+
+Node = Candidate | DeadEnd
+
+
+@dataclass
+class Estimate:
+    """A mean of ``samples`` i.i.d. samples with its 95% confidence interval.
+
+    ``ci = mean ± 1.96 * sd / sqrt(samples)`` (``sd`` with Bessel's correction), clipped at 0
+    below since every estimated quantity is a count. With a single sample the interval is
+    ``(0, inf)``.
+    """
+
+    value: float
+    ci_low: float
+    ci_high: float
+    samples: int
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return (self.ci_low, self.ci_high)
+
+    def contains(self, x: float) -> bool:
+        return self.ci_low <= x <= self.ci_high
+
+
+@dataclass
+class SpaceStats:
+    """Summary of a space from one batch of uniform random descents.
+
+    ``size_estimate`` and ``size_ci`` estimate the number of implementations (Knuth's estimator
+    on the batch, or Chen's method on its own samples); ``mean_depth`` is the mean number of
+    choices made per descent; ``dead_end_rate`` (with its Wilson interval ``dead_end_ci``) is
+    the fraction of descents ending in a dead end; ``descents_per_s`` counts complete descents
+    per second of descent time.
+    """
+
+    size_estimate: float
+    size_ci: tuple[float, float]
+    mean_depth: float
+    dead_end_rate: float
+    dead_end_ci: tuple[float, float]
+    descents_per_s: float
+    samples: int
+    method: str = "knuth"
+
+
+def mean_estimate(xs: list[float]) -> Estimate:
+    """The mean of ``xs`` with the interval ``mean ± 1.96 * sd / sqrt(N)``, clipped at 0."""
+    n = len(xs)
+    if n == 0:
+        raise ValueError("an estimate needs at least one sample")
+    mean = math.fsum(xs) / n
+    if n == 1:
+        return Estimate(mean, 0.0, math.inf, 1)
+    var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
+    half = Z95 * math.sqrt(var / n)
+    return Estimate(mean, max(0.0, mean - half), mean + half, n)
+
+
+def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``k / n``.
+
+    ``(p + z²/2n ± z * sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)`` with ``p = k / n``.
+    """
+    if n <= 0:
+        raise ValueError("a proportion needs at least one trial")
+    p = k / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if k == 0 else max(0.0, center - half)
+    hi = 1.0 if k == n else min(1.0, center + half)  # exact bounds, free of rounding
+    return (lo, hi)
+
+
+def _bits(d: int) -> list[int]:
+    """Indices of the set bits of ``d``, lowest first."""
+    out = []
+    while d:
+        low = d & -d
+        out.append(low.bit_length() - 1)
+        d ^= low
+    return out
+
+
+def random_descent(root: Node, rng: random.Random) -> tuple[Node, int, float]:
+    """One uniform random descent from ``root``: ``(leaf, depth, knuth_weight)``.
+
+    ``depth`` is the number of choices made (values picked for an open slot; propagation may
+    fix further slots for free). ``knuth_weight`` is ``prod_s b_s`` over the slots where a
+    choice was made, ``b_s`` being the number of values the slot had left, when the leaf is an
+    implementation, and ``0.0`` when the descent ends in a dead end (Knuth's sample).
+    """
+    cand = root
+    depth = 0
+    weight = 1.0
+    while isinstance(cand, Candidate):
+        opens = cand.open_slots()
+        if not opens:
+            return cand, depth, weight
+        slot = opens[0]
+        bits = _bits(cand.vec[slot])
+        weight *= len(bits)
+        cand = cand.restrict_slot(slot, 1 << bits[rng.randrange(len(bits))])
+        depth += 1
+    return cand, depth, 0.0
+
+
+@dataclass
+class _Batch:
+    weights: list[float]
+    depths: list[int]
+    dead: int
+    elapsed: float
+
+
+def _descents(root: Node, samples: int, rng: random.Random) -> _Batch:
+    """``samples`` random descents, timing only the descents themselves."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    weights: list[float] = []
+    depths: list[int] = []
+    dead = 0
+    elapsed = 0.0
+    clock = time.perf_counter
+    for _ in range(samples):
+        t0 = clock()
+        leaf, depth, weight = random_descent(root, rng)
+        elapsed += clock() - t0
+        weights.append(weight)
+        depths.append(depth)
+        dead += isinstance(leaf, DeadEnd)
+    return _Batch(weights, depths, dead, elapsed)
+
+
+def knuth_size(root: Node, samples: int, rng: random.Random) -> Estimate:
+    """Knuth's estimate of the number of implementations below ``root``.
+
+    The mean over ``samples`` descents of ``X = prod_s b_s`` (``0`` for dead ends), an unbiased
+    estimator: a leaf is reached with probability ``1 / prod_s b_s``. It is exact when every
+    path has the same branching factors, e.g. for independent choices.
+    """
+    return mean_estimate(_descents(root, samples, rng).weights)
+
+
+def _chen_sample(root: Node, rng: random.Random, max_strata: int) -> float:
+    """One sample of Chen's heuristic sampling; see :func:`chen_size`."""
+    if not isinstance(root, Candidate):
+        return 0.0
+    if root.is_implementation:
+        return 1.0
+    total = 0.0
+    level: list[tuple[Candidate, float]] = [(root, 1.0)]
+    while level:
+        # stratum key (depth is the level, shared by all) -> [representative, total weight]
+        strata: dict[int, list] = {}
+        for node, w in level:
+            slot = node.open_slots()[0]
+            for _, child in node.children(slot):
+                if not isinstance(child, Candidate):
+                    continue
+                n_open = len(child.open_slots())
+                if n_open == 0:
+                    total += w
+                    continue
+                key = min(n_open, max_strata)
+                entry = strata.get(key)
+                if entry is None:
+                    strata[key] = [child, w]
+                    continue
+                entry[1] += w
+                # keep the new child with probability w / (sum of weights so far)
+                if rng.random() * entry[1] < w:
+                    entry[0] = child
+        level = [(c, w) for c, w in strata.values()]
+    return total
+
+
+def chen_size(root: Node, samples: int, rng: random.Random, *,
+              max_strata: int = DEFAULT_MAX_STRATA) -> Estimate:
+    """Chen's heuristic sampling estimate of the number of implementations below ``root``.
+
+    One sample walks the descent tree level by level. Level 0 holds the root with weight 1.
+    Every kept node ``(n, w)`` of a level is expanded into all children of its first open slot,
+    each with weight ``w`` (dead ends are dropped; an implementation adds ``w`` to the
+    sample). The children are grouped by stratum ``(depth, number of open slots)``; each
+    stratum keeps one child, chosen with probability ``w_i / W``, with weight ``W = sum_i w_i``.
+    The sample is the total weight of the implementations found, and
+    ``E[sample] = #implementations`` because merging only nodes of equal depth preserves the
+    expected weighted subtree count (``E[W * f(rep)] = sum_i w_i f(i)``).
+
+    Work bound: the depth is shared by a whole level, so a level has at most one stratum per
+    distinct count of open slots. Counts ``>= max_strata`` share one stratum, so at most
+    ``max_strata`` nodes are kept per level and a sample costs at most
+    ``depth * max_strata * max_branching`` restrictions. Coarser strata keep it unbiased.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    if max_strata < 1:
+        raise ValueError(f"max_strata must be at least 1, got {max_strata}")
+    return mean_estimate([_chen_sample(root, rng, max_strata) for _ in range(samples)])
+
+
+def dead_end_rate(root: Node, samples: int, rng: random.Random,
+                  ) -> tuple[float, tuple[float, float]]:
+    """Fraction of uniform random descents ending in a dead end, with its 95% Wilson interval.
+
+    This is the probability mass of dead-end leaves under the uniform descent, not the fraction
+    of dead-end leaves in the tree.
+    """
+    batch = _descents(root, samples, rng)
+    return batch.dead / samples, wilson_interval(batch.dead, samples)
+
+
+def descents_per_second(root: Node, budget: int | float, rng: random.Random) -> float:
+    """Complete uniform random descents per second, timing only the descents.
+
+    An ``int`` budget runs exactly that many descents; a ``float`` budget runs descents until
+    that many seconds of descent time have passed (at least one descent).
+    """
+    if isinstance(budget, bool) or budget <= 0:
+        raise ValueError(f"budget must be a positive count or duration, got {budget!r}")
+    if isinstance(budget, int):
+        batch = _descents(root, budget, rng)
+        return _rate(budget, batch.elapsed)
+    count = 0
+    elapsed = 0.0
+    clock = time.perf_counter
+    while count == 0 or elapsed < budget:
+        t0 = clock()
+        random_descent(root, rng)
+        elapsed += clock() - t0
+        count += 1
+    return _rate(count, elapsed)
+
+
+def _rate(count: int, elapsed: float) -> float:
+    return count / elapsed if elapsed > 0 else math.inf
+
+
+def space_stats(root: Node, samples: int, rng: random.Random,
+                method: str = "knuth") -> SpaceStats:
+    """Size estimate, mean depth, dead-end rate and speed from ``samples`` random descents.
+
+    With ``method="knuth"`` the size comes from the same descents (so it equals
+    :func:`knuth_size` with the same seed); with ``method="chen"`` :func:`chen_size` draws
+    ``samples`` further samples from ``rng`` after the descents.
+    """
+    if method not in ("knuth", "chen"):
+        raise ValueError(f"method must be 'knuth' or 'chen', got {method!r}")
+    batch = _descents(root, samples, rng)
+    size = mean_estimate(batch.weights) if method == "knuth" else chen_size(root, samples, rng)
+    return SpaceStats(
+        size_estimate=size.value,
+        size_ci=size.ci,
+        mean_depth=sum(batch.depths) / samples,
+        dead_end_rate=batch.dead / samples,
+        dead_end_ci=wilson_interval(batch.dead, samples),
+        descents_per_s=_rate(samples, batch.elapsed),
+        samples=samples,
+        method=method,
+    )

@@ -1,0 +1,185 @@
+"""The loop-nest structure shared by every target: tile sizes, strip-mining and ``order``.
+
+``order(x, y)`` relates two statements (instructions or dimensions) as in 000 §4.3.2:
+BEFORE / AFTER (sequence), IN (x nested in dimension y) / OUT (y nested in dimension x), and
+MERGED (x and y are dimensions fused into one loop). Together with ``size`` (tile sizes) and
+the target's ``dim_kind``, it fixes the loop structure of an implementation: loop interchange,
+fusion and distribution, loop-invariant code motion and strip-mining are all decisions here.
+"""
+
+from __future__ import annotations
+
+from partita.ir.kernel import Kernel
+from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
+
+ORDER_VALUES = ("BEFORE", "AFTER", "IN", "OUT", "MERGED")
+NOT_IN = values("BEFORE", "AFTER", "OUT", "MERGED")
+NOT_BEFORE = values("AFTER", "IN", "OUT", "MERGED")
+NOT_MERGED = values("BEFORE", "AFTER", "IN", "OUT")
+
+
+# -- static properties of the backbone (evaluated once per kernel, into tables) ----------------
+
+
+def is_dim(k: Kernel, x: str) -> bool:
+    return x in k._dims
+
+
+def own_dim(k: Kernel, inst: str, d: str) -> bool:
+    """``d`` belongs to the iteration space of instruction ``inst``."""
+    return inst in k._insts and d in k.iteration_dims(inst)
+
+
+def depends(k: Kernel, x: str, y: str) -> bool:
+    return (x, y) in k.dependencies
+
+
+def mapped(k: Kernel, a: str, b: str) -> bool:
+    """Point-to-point pair in either direction."""
+    pairs = k.dim_pairs
+    return (a, b) in pairs or (b, a) in pairs
+
+
+def produces_into(k: Kernel, a: str, b: str) -> bool:
+    """``a`` is the producer side and ``b`` the consumer side of a point-to-point pair."""
+    return (a, b) in k.dim_pairs
+
+
+def outer_tile(k: Kernel, x: str, y: str) -> bool:
+    """``x`` and ``y`` tile the same logical dimension and ``y`` is the outer one."""
+    dx, dy = k.dim(x), k.dim(y)
+    return dx.logical == dy.logical and dx.level > dy.level
+
+
+def foreign_to_reduction(k: Kernel, inst: str, d: str) -> bool:
+    """``inst`` accumulates, and ``d`` is not one of its dimensions."""
+    return inst in k.reducing_insts and not own_dim(k, inst, d)
+
+
+def tile_sizes(k: Kernel, d: str) -> list[int]:
+    """Allowed sizes of a tile dimension: those that divide some allowed strip-mining factor
+    (so that the other levels can complete it) and fit a static logical size."""
+    dim = k.dim(d)
+    n = k.static_size(k.logical(dim.logical).size)
+    factors = k.strip_factors(dim.logical)
+    sizes = [s for s in dim.sizes or ()
+             if (n is None or s <= n) and any(f % s == 0 for f in factors)]
+    return sizes or [1]
+
+
+# -- the declarations ----------------------------------------------------------------------
+
+
+def declare_sets(S: SpaceDef) -> None:
+    S.set("Statements", lambda k: k.statements, doc="instructions and dimensions")
+    S.set("Insts", lambda k: [i.name for i in k.instructions])
+    S.set("Dims", lambda k: [d.name for d in k.dims])
+    S.set("SizedDims", lambda k: [d.name for d in k.dims if d.sizes is not None],
+          doc="tile dimensions of level >= 1, whose size is a decision")
+    S.set("StaticDims", lambda k: [d.name for d in k.dims if d.is_static])
+    S.set("Logical", lambda k: [d.name for d in k.logical_dims])
+    S.set("TileDims", lambda k, ld: [d for d in k.dims_of(ld) if k.dim(d).sizes is not None],
+          param="Logical", doc="the strip-mined dimensions of one logical dimension")
+    S.set("MemInsts", lambda k: [i.name for i in k.instructions if i.is_memory])
+
+
+def declare_nest(S: SpaceDef) -> None:
+    """Declare ``size``, ``strip_factor`` and ``order`` with their constraints."""
+    S.integer("size", ["SizedDims"], tile_sizes,
+              doc="Tile size of a strip-mined dimension; 1 means not split.")
+    S.counter("strip_factor", [Var("ld", "Logical")], "mul", Var("d", "TileDims", of="ld"),
+              value="size",
+              doc="Product of the tile sizes of a logical dimension (000 Listing 4.3).")
+    S.require("strip-mining factor is allowed", [Var("ld", "Logical")],
+              Compare("strip_factor", ("ld",), "in", lambda k, ld: k.strip_factors(ld), ("ld",)),
+              doc="A static logical size must be covered exactly (or with a remainder when "
+                  "allowed); the cap on the factor applies to every logical dimension.")
+    S.enum("order", ["Statements", "Statements"], ORDER_VALUES,
+           antisymmetric={"BEFORE": "AFTER", "IN": "OUT"},
+           requires={
+               "IN": lambda k, x, y: is_dim(k, y),
+               "OUT": lambda k, x, y: is_dim(k, x),
+               "MERGED": lambda k, x, y: is_dim(k, x) and is_dim(k, y) and k.mergeable(x, y),
+           },
+           doc="Sequence, nesting and fusion of two statements (000 Listing 4.4). Only "
+               "dimensions contain statements, and only tiles of one level of mapped logical "
+               "dimensions can be fused.")
+    _declare_order_coherence(S)
+    _declare_semantics(S)
+
+
+def _declare_order_coherence(S: SpaceDef) -> None:
+    x, y, z = Var("x", "Statements"), Var("y", "Statements"), Var("z", "Statements")
+    d = Var("d", "Dims")
+    S.require("before is transitive", [x, y, z],
+              Is("order", ("x", "y"), NOT_BEFORE), Is("order", ("y", "z"), NOT_BEFORE),
+              Is("order", ("x", "z"), values("BEFORE")),
+              doc="x before y before z puts x before z (000 eq. 4.3).")
+    S.require("nesting is transitive", [x, y, z],
+              Is("order", ("x", "y"), NOT_IN), Is("order", ("y", "z"), NOT_IN),
+              Is("order", ("x", "z"), values("IN")),
+              doc="A statement inside a loop inside another loop is inside both.")
+    S.require("loops form a tree", [x, d, y],
+              Is("order", ("x", "d"), NOT_IN), Is("order", ("d", "y"), values("OUT", "MERGED")),
+              Related("order", ("x", "y"), "order", ("d", "y")),
+              doc="What is inside loop d relates to any statement y outside d as d does "
+                  "(000 eq. 4.4): before, after or inside it.")
+    S.require("fused loops share their body", [x, d, y],
+              Is("order", ("x", "d"), NOT_IN), Is("order", ("d", "y"), NOT_MERGED),
+              Is("order", ("x", "y"), values("IN")),
+              doc="What is inside a loop is inside the loops fused with it.")
+    dx, dy = Var("x", "Dims"), Var("y", "Dims")
+    S.require("merged dims have the same order", [dx, dy, z],
+              Is("order", ("x", "y"), NOT_MERGED),
+              Related("order", ("x", "z"), "order", ("y", "z")),
+              doc="Fused loops are one loop: they relate identically to everything (000 eq. "
+                  "4.7); this also makes MERGED transitive.")
+    S.require("merged dims have the same kind", [dx, dy],
+              Is("order", ("x", "y"), NOT_MERGED),
+              Related("dim_kind", ("x",), "dim_kind", ("y",)),
+              doc="One loop is implemented one way.")
+
+
+def _declare_semantics(S: SpaceDef) -> None:
+    x, y = Var("x", "Statements"), Var("y", "Statements")
+    i, d, e = Var("i", "Insts"), Var("d", "Dims"), Var("e", "Dims")
+    a, b = Var("a", "SizedDims"), Var("b", "SizedDims")
+    S.require("data dependencies", [x, y],
+              Static(lambda k, p, q: not depends(k, p, q), ("x", "y")),
+              Is("order", ("x", "y"), values("AFTER")),
+              doc="A consumer runs after its producer, and after the loops whose last value "
+                  "it reads (000 eq. 4.6).")
+    S.require("instructions iterate their dimensions", [i, d],
+              Static(lambda k, p, q: not own_dim(k, p, q), ("i", "d")),
+              Is("order", ("i", "d"), values("IN")))
+    S.require("tiles nest in order", [Var("x", "Dims"), Var("y", "Dims")],
+              Static(lambda k, p, q: not outer_tile(k, p, q), ("x", "y")),
+              Is("order", ("x", "y"), values("IN")),
+              doc="Tile d.l is inside tile d.(l-1): the index formula assumes it.")
+    S.require("mapped dims have the same size", [a, b],
+              Static(lambda k, p, q: not mapped(k, p, q), ("a", "b")),
+              Related("size", ("a",), "size", ("b",)),
+              doc="Point-to-point communication maps iteration j of one dim to iteration j of "
+                  "the other (000 §4.2.2).")
+    S.require("producers run before or fused", [d, e],
+              Static(lambda k, p, q: not produces_into(k, p, q), ("d", "e")),
+              Is("order", ("d", "e"), values("BEFORE", "MERGED")),
+              doc="A consumer iteration reads a value produced at the same iteration of the "
+                  "mapped dim: either the loops are fused, or the producer loop completed.")
+    S.require("accumulations are not repeated", [i, d],
+              Static(lambda k, p, q: not (foreign_to_reduction(k, p, q)
+                                          and not _has_partner(k, p, q)), ("i", "d")),
+              Is("order", ("i", "d"), NOT_IN),
+              doc="Nesting a reduction in a loop it does not iterate would repeat it.")
+    S.require("accumulations are only nested in fused loops", [i, d, e],
+              Static(lambda k, p, q: not foreign_to_reduction(k, p, q), ("i", "d")),
+              Static(lambda k, p, q: not own_dim(k, p, q), ("i", "e")),
+              Static(lambda k, p, q: not k.mergeable(p, q), ("d", "e")),
+              Is("order", ("i", "d"), NOT_IN),
+              Is("order", ("d", "e"), values("MERGED")),
+              doc="A reduction may be inside a foreign loop only when that loop is fused with "
+                  "one of its own.")
+
+
+def _has_partner(k: Kernel, inst: str, d: str) -> bool:
+    return any(k.mergeable(d, e) for e in k.iteration_dims(inst))

@@ -1,0 +1,82 @@
+"""Point-to-point communication through temporary arrays (000 §4.3.4), shared by targets.
+
+When a pair of mapped dimensions is certainly not fused, the values that cross it must be
+kept somewhere between the producer loop and the consumer loop. A trigger then lowers the
+operand: it adds a temporary array carrying the producer's values to the consumer. Where the
+temporary lives and its layout are new decisions of the target's space.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+from partita.ir.kernel import Array, Kernel
+from partita.ir.operands import Reduce, Value
+from partita.space.decl import Is, SpaceDef, Static, Var, values
+from partita.space.nest import produces_into
+
+
+def carrying_operand(k: Kernel, a: str, b: str) -> tuple[str, str, tuple[str, ...]]:
+    """(producer, consumer, consumer logical dims carried) for the mapped pair (a, b)."""
+    la, lb = k.dim(a).logical, k.dim(b).logical
+    for inst in k.instructions:
+        for op in inst.values():
+            if (la, lb) in op.mapping:
+                producer = op.inst if isinstance(op, Value) else op.init
+                return producer, inst.name, tuple(dst for _, dst in op.mapping)
+    raise KeyError(f"no operand maps {a!r} to {b!r}")
+
+
+def temporary_name(producer: str, consumer: str) -> str:
+    return f"tmp_{producer}_{consumer}"
+
+
+def lower_to_temporary(k: Kernel, a: str, b: str) -> Kernel:
+    """Add the temporary array carrying the operand of the pair (a, b), once."""
+    producer, consumer, carried = carrying_operand(k, a, b)
+    name = temporary_name(producer, consumer)
+    if any(arr.name == name for arr in k.arrays):
+        return k
+    shape = tuple(k.logical(ld).size for ld in carried)
+    temp = Array(name, k.inst(producer).dtype, shape, tuple(range(len(shape))), 1, "temp",
+                  (producer, consumer))
+    return dataclasses.replace(k, arrays=(*k.arrays, temp))
+
+
+def temporary_dims(k: Kernel, t: str) -> list[str]:
+    """Producer-side tile dimensions of the pairs a temporary carries."""
+    producer, consumer = k.array(t).carries or ("", "")
+    out = []
+    for op in k.inst(consumer).values():
+        src = op.inst if isinstance(op, Value) else op.init if isinstance(op, Reduce) else None
+        if src == producer:
+            for la, _ in op.mapping:
+                out.extend(k.dims_of(la))
+    return out
+
+
+def layouts(k: Kernel, t: str) -> list[int]:
+    """Index of each permutation of the temporary's axes (0 is the consumer's order)."""
+    return list(range(math.factorial(len(k.array(t).shape))))
+
+
+def permutation(rank: int, index: int) -> tuple[int, ...]:
+    """The ``index``-th permutation of ``range(rank)`` in lexicographic order."""
+    return next(itertools.islice(itertools.permutations(range(rank)), index, None))
+
+
+def declare_temporaries(S: SpaceDef, places: tuple[str, ...]) -> None:
+    """The trigger, the ``Temporaries`` sets and ``mem_space`` / ``layout`` of temporaries."""
+    S.set("Temporaries", lambda k: [a.name for a in k.arrays if a.carries is not None])
+    S.set("TempDims", temporary_dims, param="Temporaries")
+    S.trigger("carry through a temporary", [Var("a", "Dims"), Var("b", "Dims")],
+              [Static(lambda k, p, q: produces_into(k, p, q), ("a", "b")),
+               Is("order", ("a", "b"), values("BEFORE"))],
+              lower_to_temporary,
+              doc="Mapped dims that are not fused communicate through a temporary array.")
+    S.enum("mem_space", ["Temporaries"], places,
+           doc="Where a temporary lives.")
+    S.integer("layout", ["Temporaries"], layouts,
+              doc="Which permutation of its axes a temporary is stored in (fastest last).")

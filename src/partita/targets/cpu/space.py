@@ -1,0 +1,120 @@
+"""The CPU decision space: a multicore with SIMD units, programmed in C with OpenMP.
+
+On top of the shared loop-nest structure (``size``, ``order``), a dimension is implemented as
+
+- ``LOOP``: a sequential ``for`` loop;
+- ``UNROLL``: its body repeated ``size`` times in the source (static sizes only);
+- ``VECTOR``: one SIMD operation over ``size`` elements (innermost, unit-stride accesses);
+- ``PARALLEL``: an OpenMP work-shared loop (outermost, no reduction carried).
+
+Values communicated between unfused nests live in temporaries placed in ``REGISTER``s (all
+their dims unrolled or vectorised, like the accumulator tile of a register-blocked
+micro-kernel), a ``LOCAL`` buffer (a packed panel on the stack), or ``GLOBAL`` memory.
+Counters bound the values kept in vector registers, the unrolling and the parallel nest.
+"""
+
+from __future__ import annotations
+
+from partita.ir.kernel import Kernel
+from partita.space.decl import Compare, Is, SpaceDef, Static, Var, values
+from partita.space.nest import NOT_IN, declare_nest, declare_sets, produces_into
+from partita.space.temporaries import declare_temporaries
+from partita.targets.cpu.machine import CpuCapabilities
+
+KINDS = ("LOOP", "UNROLL", "VECTOR", "PARALLEL")
+REGISTER_KINDS = values("UNROLL", "VECTOR")
+CHOICE_ORDER = ("layout", "size", "dim_kind", "mem_space", "order")
+"""Decisions in the order of 000 §6.1: layouts, sizes, kinds, memory spaces, order."""
+
+
+def _innermost_tile(k: Kernel, d: str) -> bool:
+    dim = k.dim(d)
+    return dim.level == k.logical(dim.logical).levels - 1
+
+
+def _strided_access(k: Kernel, m: str, d: str) -> bool:
+    """Memory instruction ``m`` moves along ``d``'s logical dimension with a non-unit stride."""
+    stride = k.element_stride(m, k.dim(d).logical)
+    return stride is None or stride not in (0, 1)
+
+
+def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
+    """The CPU space for a machine; ``itemsize`` sets the vector lanes."""
+    S = SpaceDef("cpu", choice_order=CHOICE_ORDER)
+    declare_sets(S)
+    vec_sizes = cpu.vector_sizes(itemsize)
+    S.enum("dim_kind", ["Dims"], KINDS, requires={
+        "UNROLL": lambda k, d: k.dim(d).is_static,
+        "VECTOR": lambda k, d: (k.dim(d).is_static and d not in k.reduction_dims
+                                and _innermost_tile(k, d)
+                                and (k.dim(d).sizes is not None
+                                     or k.dim(d).static_size in vec_sizes)),
+        "PARALLEL": lambda k, d: d not in k.reduction_dims,
+    }, doc="How a dimension is implemented (see the module docstring).")
+    declare_nest(S)
+    declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"))
+    S.quotient("merged", "Dims", "order", "MERGED",
+               doc="Fused dimensions count once around an instruction.")
+    _declare_vectors(S, vec_sizes)
+    _declare_parallel(S, cpu)
+    _declare_registers(S, cpu, itemsize)
+    return S
+
+
+def _declare_vectors(S: SpaceDef, vec_sizes: tuple[int, ...]) -> None:
+    d, x, y, m = Var("d", "SizedDims"), Var("x", "Dims"), Var("y", "Dims"), Var("m", "MemInsts")
+    S.require("vector sizes fit registers", [d],
+              Is("dim_kind", ("d",), values("LOOP", "UNROLL", "PARALLEL")),
+              Compare("size", ("d",), "in", vec_sizes),
+              doc="A vector dimension spans a quarter of a register up to four registers.")
+    S.require("vector dims are innermost", [x, y],
+              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "PARALLEL")),
+              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
+              doc="Only instructions are inside a vector dimension.")
+    S.require("vector accesses are contiguous", [m, Var("d", "Dims")],
+              Static(lambda k, a, b: not _strided_access(k, a, b), ("m", "d")),
+              Is("order", ("m", "d"), NOT_IN),
+              Is("dim_kind", ("d",), values("LOOP", "UNROLL", "PARALLEL")),
+              doc="Vector loads and stores move consecutive elements (or broadcast one).")
+
+
+def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
+    x, s, y = Var("x", "Dims"), Var("s", "Statements"), Var("y", "Dims")
+    S.require("parallel loops are outermost", [x, s],
+              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
+              Is("order", ("x", "s"), values("OUT", "MERGED")),
+              Is("dim_kind", ("s",), values("PARALLEL")),
+              doc="One OpenMP parallel region around everything; threads are created once.")
+    S.require("parallel loops nest together", [x, y],
+              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
+              Is("dim_kind", ("y",), values("LOOP", "UNROLL", "VECTOR")),
+              Is("order", ("x", "y"), values("IN", "OUT", "MERGED")),
+              doc="Parallel loops form one collapsed nest.")
+    S.counter("parallel_dims", [Var("i", "Insts")], "sum", Var("d", "Dims"),
+              when=(Is("order", ("i", "d"), values("IN")),
+                    Is("dim_kind", ("d",), values("PARALLEL"))),
+              quotient="merged", doc="Parallel loops around an instruction.")
+    S.require("collapse at most a few parallel loops", [Var("i", "Insts")],
+              Compare("parallel_dims", ("i",), "<=", cpu.max_parallel_dims))
+
+
+def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None:
+    S.counter("register_values", [Var("i", "Insts")], "mul", Var("d", "Dims"),
+              value="size", default=lambda k, d: k.dim(d).static_size or 1,
+              when=(Is("order", ("i", "d"), values("IN")),
+                    Is("dim_kind", ("d",), REGISTER_KINDS)),
+              quotient="merged",
+              doc="Copies of an instruction's value that unrolled and vector dims keep live.")
+    limit = cpu.lanes(itemsize) * cpu.vector_registers
+    S.require("unrolled values fit the vector registers", [Var("i", "Insts")],
+              Compare("register_values", ("i",), "<=", limit),
+              doc="Beyond the register file, unrolling spills: never the fastest code.")
+    t, a, b = Var("t", "Temporaries"), Var("a", "TempDims", of="t"), Var("b", "Dims")
+    for side in ("a", "b"):
+        S.require(f"register temporaries are unrolled ({side})", [t, a, b],
+                  Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b")),
+                  Is("mem_space", ("t",), values("LOCAL", "GLOBAL")),
+                  Is("order", ("a", "b"), values("MERGED")),
+                  Is("dim_kind", (side,), REGISTER_KINDS),
+                  doc="A temporary lives in registers only if every index into it is a "
+                      "compile-time constant: its unfused dims are unrolled or vectorised.")

@@ -1,0 +1,151 @@
+"""The GPU decision space of 000 §4.3, parameterised by a device description.
+
+Choices: ``dim_kind`` (LOOP, UNROLL, VECTOR, BLOCK, THREAD), ``size``, ``order``,
+``thread_mapping`` (how thread dims of different nests share hardware thread dimensions),
+``mem_space`` of temporaries, ``cache`` of memory instructions, and the ``layout`` of
+temporaries. Counters bound the threads per block, the number of thread and block dimensions,
+the unrolling around an instruction and the shared memory used.
+"""
+
+from __future__ import annotations
+
+from partita.ir.kernel import Kernel
+from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
+from partita.space.nest import NOT_IN, declare_nest, declare_sets
+from partita.space.temporaries import declare_temporaries
+from partita.targets.gpu.device import GpuCapabilities
+
+KINDS = ("LOOP", "UNROLL", "VECTOR", "BLOCK", "THREAD")
+NOT_VECTOR = values("LOOP", "UNROLL", "BLOCK", "THREAD")
+NOT_THREAD = values("LOOP", "UNROLL", "VECTOR", "BLOCK")
+NOT_BLOCK = values("LOOP", "UNROLL", "VECTOR", "THREAD")
+MAPPINGS = ("NOT_THREADS", "MAPPED", "IN", "OUT")
+CHOICE_ORDER = ("layout", "size", "dim_kind", "thread_mapping", "mem_space", "order", "cache")
+"""The fixed choice order of 000 §6.1."""
+
+
+def _innermost_tile(k: Kernel, d: str) -> bool:
+    dim = k.dim(d)
+    return dim.level == k.logical(dim.logical).levels - 1
+
+
+def _strided(k: Kernel, m: str, d: str) -> bool:
+    stride = k.element_stride(m, k.dim(d).logical)
+    return stride is None or stride not in (0, 1)
+
+
+def _is_load_of_input(k: Kernel, m: str) -> bool:
+    inst = k.inst(m)
+    return inst.op == "load" and k.array(inst.access.array).role == "in"
+
+
+def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
+    S = SpaceDef("gpu", choice_order=CHOICE_ORDER)
+    declare_sets(S)
+    S.enum("dim_kind", ["Dims"], KINDS, requires={
+        "UNROLL": lambda k, d: k.dim(d).is_static,
+        "VECTOR": lambda k, d: (k.dim(d).is_static and d not in k.reduction_dims
+                                and _innermost_tile(k, d)
+                                and (k.dim(d).sizes is not None
+                                     or k.dim(d).static_size in gpu.vector_sizes)),
+        "BLOCK": lambda k, d: d not in k.reduction_dims,
+        "THREAD": lambda k, d: k.dim(d).is_static and d not in k.reduction_dims,
+    }, doc="How a dimension is implemented (000 Listing 4.2).")
+    declare_nest(S)
+    declare_temporaries(S, ("REGISTER", "SHARED", "GLOBAL"))
+    S.quotient("merged", "Dims", "order", "MERGED")
+    _declare_kinds(S, gpu)
+    _declare_thread_mapping(S, gpu)
+    _declare_memory(S, gpu)
+    return S
+
+
+def _declare_kinds(S: SpaceDef, gpu: GpuCapabilities) -> None:
+    x, s, y = Var("x", "Dims"), Var("s", "Statements"), Var("y", "Dims")
+    S.require("block dims are outermost", [x, s],
+              Is("dim_kind", ("x",), NOT_BLOCK),
+              Is("order", ("x", "s"), values("OUT", "MERGED")),
+              Is("dim_kind", ("s",), values("BLOCK")),
+              doc="Blocks partition the whole computation.")
+    S.require("vector sizes", [Var("d", "SizedDims")],
+              Is("dim_kind", ("d",), NOT_VECTOR),
+              Compare("size", ("d",), "in", gpu.vector_sizes))
+    S.require("vector dims are innermost", [x, y],
+              Is("dim_kind", ("x",), NOT_VECTOR),
+              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")))
+    S.require("only memory accesses are vectorised", [Var("i", "Insts"), Var("d", "Dims")],
+              Static(lambda k, i: k.inst(i).is_memory, ("i",)),
+              Is("order", ("i", "d"), NOT_IN),
+              Is("dim_kind", ("d",), NOT_VECTOR),
+              doc="CUDA vectorises loads and stores (float2, float4), not arithmetic.")
+    S.require("vector accesses are contiguous", [Var("m", "MemInsts"), Var("d", "Dims")],
+              Static(lambda k, m, d: not _strided(k, m, d), ("m", "d")),
+              Is("order", ("m", "d"), NOT_IN),
+              Is("dim_kind", ("d",), NOT_VECTOR))
+    S.counter("unroll", [Var("i", "Insts")], "mul", Var("d", "Dims"),
+              value="size", default=lambda k, d: k.dim(d).static_size or 1,
+              when=(Is("order", ("i", "d"), values("IN")),
+                    Is("dim_kind", ("d",), values("UNROLL"))),
+              quotient="merged", doc="Copies of an instruction in unrolled loops.")
+    S.require("unroll factor", [Var("i", "Insts")],
+              Compare("unroll", ("i",), "<=", gpu.max_unroll))
+    S.counter("block_dims", [], "sum", Var("d", "Dims"),
+              when=(Is("dim_kind", ("d",), values("BLOCK")),), quotient="merged")
+    S.require("at most 3 block dimensions", [],
+              Compare("block_dims", (), "<=", gpu.max_block_dims))
+
+
+def _declare_thread_mapping(S: SpaceDef, gpu: GpuCapabilities) -> None:
+    S.enum("thread_mapping", ["StaticDims", "StaticDims"], MAPPINGS,
+           antisymmetric={"IN": "OUT"},
+           doc="Relative order of the hardware thread dimensions two dims map to "
+               "(000 Listing 4.8).")
+    S.quotient("thread_classes", "StaticDims", "thread_mapping", "MAPPED")
+    x, y, z = Var("x", "StaticDims"), Var("y", "StaticDims"), Var("z", "StaticDims")
+    for side in ("x", "y"):
+        S.require(f"only thread dims map ({side})", [x, y],
+                  Is("dim_kind", (side,), values("THREAD")),
+                  Is("thread_mapping", ("x", "y"), values("NOT_THREADS")))
+    S.require("thread dims map", [x, y],
+              Is("dim_kind", ("x",), NOT_THREAD), Is("dim_kind", ("y",), NOT_THREAD),
+              Is("thread_mapping", ("x", "y"), values("MAPPED", "IN", "OUT")))
+    S.require("merged thread dims are mapped", [x, y],
+              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "OUT")),
+              Is("thread_mapping", ("x", "y"), values("MAPPED", "NOT_THREADS")))
+    S.require("nested thread dims map outside in", [x, y],
+              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
+              Is("thread_mapping", ("x", "y"), values("OUT", "NOT_THREADS")))
+    S.require("thread mapping is transitive", [x, y, z],
+              Is("thread_mapping", ("x", "y"), values("NOT_THREADS", "MAPPED", "IN")),
+              Is("thread_mapping", ("y", "z"), values("NOT_THREADS", "MAPPED", "IN")),
+              Is("thread_mapping", ("x", "z"), values("OUT")))
+    S.require("mapped thread dims are interchangeable", [x, y, z],
+              Is("thread_mapping", ("x", "y"), values("NOT_THREADS", "IN", "OUT")),
+              Related("thread_mapping", ("x", "z"), "thread_mapping", ("y", "z")))
+    a, b = Var("a", "SizedDims"), Var("b", "SizedDims")
+    S.require("mapped thread dims have the same size", [a, b],
+              Is("thread_mapping", ("a", "b"), values("NOT_THREADS", "IN", "OUT")),
+              Related("size", ("a",), "size", ("b",)))
+    S.counter("threads", [], "mul", Var("d", "StaticDims"),
+              value="size", default=lambda k, d: k.dim(d).static_size or 1,
+              when=(Is("dim_kind", ("d",), values("THREAD")),), quotient="thread_classes",
+              doc="Threads per block: product over hardware thread dimensions.")
+    S.require("threads per block", [],
+              Compare("threads", (), "<=", gpu.max_threads_per_block))
+    S.counter("thread_dims", [], "sum", Var("d", "StaticDims"),
+              when=(Is("dim_kind", ("d",), values("THREAD")),), quotient="thread_classes")
+    S.require("at most 3 thread dimensions", [],
+              Compare("thread_dims", (), "<=", gpu.max_thread_dims))
+
+
+def _declare_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
+    S.enum("cache", ["MemInsts"], ("L1", "L2", "READ_ONLY", "NONE"), requires={
+        "L1": lambda k, m: k.inst(m).op == "load",
+        "READ_ONLY": _is_load_of_input,
+    }, doc="Cache level of a memory access; the read-only path only for inputs.")
+    S.counter("shared_bytes", [], "sum", Var("t", "Temporaries"),
+              value=lambda k, t: k.array(t).dtype.itemsize,
+              when=(Is("mem_space", ("t",), values("SHARED")),), half=True,
+              doc="Shared memory used by temporaries (each holds at least one element).")
+    S.require("shared memory capacity", [],
+              Compare("shared_bytes", (), "<=", gpu.shared_bytes_per_block))
