@@ -51,7 +51,8 @@ def check_names(k: Kernel) -> None:
 
 def check_sizes(k: Kernel) -> None:
     for s in k.sizes:
-        if s.value is not None and (not isinstance(s.value, int) or s.value <= 0):
+        if s.value is not None and (isinstance(s.value, bool) or not isinstance(s.value, int)
+                                    or s.value <= 0):
             raise KernelError(f"size {s.name!r} must be a positive integer, got {s.value!r}")
 
 
@@ -162,7 +163,8 @@ def check_mapping(
     if dst not in inst.dims:
         raise KernelError(f"{owner}: maps onto dimension {dst!r}, which it does not iterate")
     a, b = k.logical(src), k.logical(dst)
-    if a.size != b.size or a.tile_sizes != b.tile_sizes or a.max_factor != b.max_factor:
+    if (a.size != b.size or a.tile_sizes != b.tile_sizes or a.max_factor != b.max_factor
+            or a.divisible != b.divisible):
         raise KernelError(
             f"{owner}: mapped dimensions {src!r} (size {a.size}, tiles "
             f"{[list(t) for t in a.tile_sizes]}) and {dst!r} (size {b.size}, tiles "

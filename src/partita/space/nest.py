@@ -67,6 +67,15 @@ def tile_sizes(k: Kernel, d: str) -> list[int]:
     return sizes or [1]
 
 
+def _inherits(xy: str, dy: str) -> bool:
+    """What is inside loop d relates to y as d does, unless y is inside or fused with d.
+
+    One relation over both choices (rather than two conditions on ``order(d, y)``) lets
+    propagation combine them: with x inside y, d must be inside, contain or be fused with y.
+    """
+    return dy in ("OUT", "MERGED") or xy == dy
+
+
 # -- the declarations ----------------------------------------------------------------------
 
 
@@ -120,8 +129,8 @@ def _declare_order_coherence(S: SpaceDef) -> None:
               Is("order", ("x", "z"), values("IN")),
               doc="A statement inside a loop inside another loop is inside both.")
     S.require("loops form a tree", [x, d, y],
-              Is("order", ("x", "d"), NOT_IN), Is("order", ("d", "y"), values("OUT", "MERGED")),
-              Related("order", ("x", "y"), "order", ("d", "y")),
+              Is("order", ("x", "d"), NOT_IN),
+              Related("order", ("x", "y"), "order", ("d", "y"), _inherits),
               doc="What is inside loop d relates to any statement y outside d as d does "
                   "(000 eq. 4.4): before, after or inside it.")
     S.require("fused loops share their body", [x, d, y],
@@ -183,3 +192,22 @@ def _declare_semantics(S: SpaceDef) -> None:
 
 def _has_partner(k: Kernel, inst: str, d: str) -> bool:
     return any(k.mergeable(d, e) for e in k.iteration_dims(inst))
+
+
+def can_enclose_everything(k: Kernel, d: str) -> bool:
+    """``d`` can contain every accumulation: it is one of their dims or fusable with one."""
+    return all(own_dim(k, i, d) or _has_partner(k, i, d) for i in k.reducing_insts)
+
+
+def declare_enclosing_kind(S: SpaceDef, kind: str, others: tuple[str, ...]) -> None:
+    """A dimension of ``kind`` must enclose every statement (OpenMP parallel loops, CUDA
+    blocks). An accumulation can only be inside its own loops and those fused with them, so
+    such a dimension is fused with a loop of every accumulation, which has the same kind. The
+    constraint is implied by the others; stating it directly prunes the choice earlier."""
+    x, i, e = Var("x", "Dims"), Var("i", "Insts"), Var("e", "Dims")
+    S.require(f"{kind.lower()} loops are fused with the accumulations' loops", [x, i, e],
+              Static(lambda k, p, q: not foreign_to_reduction(k, p, q), ("i", "x")),
+              Static(lambda k, p, q: not own_dim(k, p, q), ("i", "e")),
+              Static(lambda k, p, q: not k.mergeable(p, q), ("x", "e")),
+              Is("dim_kind", ("x",), values(*others)),
+              Is("dim_kind", ("e",), values(kind)))

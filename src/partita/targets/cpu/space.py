@@ -17,7 +17,14 @@ from __future__ import annotations
 
 from partita.ir.kernel import Kernel
 from partita.space.decl import Compare, Is, SpaceDef, Static, Var, values
-from partita.space.nest import NOT_IN, declare_nest, declare_sets, produces_into
+from partita.space.nest import (
+    NOT_IN,
+    can_enclose_everything,
+    declare_enclosing_kind,
+    declare_nest,
+    declare_sets,
+    produces_into,
+)
 from partita.space.temporaries import declare_temporaries
 from partita.targets.cpu.machine import CpuCapabilities
 
@@ -49,7 +56,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
-        "PARALLEL": lambda k, d: d not in k.reduction_dims,
+        "PARALLEL": lambda k, d: d not in k.reduction_dims and can_enclose_everything(k, d),
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
     declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"))
@@ -90,6 +97,7 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
               Is("dim_kind", ("y",), values("LOOP", "UNROLL", "VECTOR")),
               Is("order", ("x", "y"), values("IN", "OUT", "MERGED")),
               doc="Parallel loops form one collapsed nest.")
+    declare_enclosing_kind(S, "PARALLEL", ("LOOP", "UNROLL", "VECTOR"))
     S.counter("parallel_dims", [Var("i", "Insts")], "sum", Var("d", "Dims"),
               when=(Is("order", ("i", "d"), values("IN")),
                     Is("dim_kind", ("d",), values("PARALLEL"))),

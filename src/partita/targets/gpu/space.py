@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from partita.ir.kernel import Kernel
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
-from partita.space.nest import NOT_IN, declare_nest, declare_sets
+from partita.space.nest import (
+    NOT_IN,
+    can_enclose_everything,
+    declare_enclosing_kind,
+    declare_nest,
+    declare_sets,
+)
 from partita.space.temporaries import declare_temporaries
 from partita.targets.gpu.device import GpuCapabilities
 
@@ -48,7 +54,7 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in gpu.vector_sizes)),
-        "BLOCK": lambda k, d: d not in k.reduction_dims,
+        "BLOCK": lambda k, d: d not in k.reduction_dims and can_enclose_everything(k, d),
         "THREAD": lambda k, d: k.dim(d).is_static and d not in k.reduction_dims,
     }, doc="How a dimension is implemented (000 Listing 4.2).")
     declare_nest(S)
@@ -67,6 +73,7 @@ def _declare_kinds(S: SpaceDef, gpu: GpuCapabilities) -> None:
               Is("order", ("x", "s"), values("OUT", "MERGED")),
               Is("dim_kind", ("s",), values("BLOCK")),
               doc="Blocks partition the whole computation.")
+    declare_enclosing_kind(S, "BLOCK", ("LOOP", "UNROLL", "VECTOR", "THREAD"))
     S.require("vector sizes", [Var("d", "SizedDims")],
               Is("dim_kind", ("d",), NOT_VECTOR),
               Compare("size", ("d",), "in", gpu.vector_sizes))
