@@ -95,15 +95,23 @@ class Space:
         sp = self.compiled()
         vec = initial_vector(sp)
         cand = Candidate(self, sp, vec, (), frozenset())
-        return cand._settle(all_slots(sp))
+        return cand._settle(all_slots(sp), first=sp.root_checks)
 
     def replay(self, decisions: list[Decision] | list[Any]) -> Candidate | DeadEnd:
+        """Apply decisions in order. A decision on an object that a trigger adds waits until
+        the trigger has fired, so any order of the same decisions gives the same candidate."""
         cand: Candidate | DeadEnd = self.root()
-        for d in decisions:
-            if isinstance(cand, DeadEnd):
-                return cand
-            dec = d if isinstance(d, Decision) else Decision.from_json(d)
-            cand = cand.restrict(dec.choice, dec.args, dec.values)
+        pending = [d if isinstance(d, Decision) else Decision.from_json(d) for d in decisions]
+        while pending and not isinstance(cand, DeadEnd):
+            ready = [d for d in pending if all(a in cand.compiled.oid for a in d.args)]
+            if not ready:
+                missing = pending[0]
+                raise SpaceError(f"decision {missing} names objects that no decision adds")
+            for dec in ready:
+                pending.remove(dec)
+                if isinstance(cand, DeadEnd):
+                    break
+                cand = cand.restrict(dec.choice, dec.args, dec.values)
         return cand
 
 
@@ -259,11 +267,11 @@ class Candidate:
     # -- internals -------------------------------------------------------------------------
 
     def _settle(self, changed: list[int], decision: Decision | None = None,
-                ) -> Candidate | DeadEnd:
+                first: list | tuple = ()) -> Candidate | DeadEnd:
         """Propagate, then apply fired triggers until none fires."""
         fired: set[tuple[int, tuple[int, ...]]] = set()
         try:
-            propagate(self.compiled, self.vec, changed, fired)
+            propagate(self.compiled, self.vec, changed, fired, first)
         except DeadEndSignal as sig:
             return self._dead(sig, decision)
         new = self._new_lowerings(fired)

@@ -191,7 +191,7 @@ class CompiledSpace:
         dom = 0
         for i, v in enumerate(decl.values):
             ok = v not in reqs or bool(reqs[v](self.kernel, *objs))
-            if ok and decl.antisymmetric is not None:
+            if ok and decl.is_pair:
                 w = decl.swapped(v)
                 ok = w not in reqs or bool(reqs[w](self.kernel, *objs[::-1]))
             if ok:
@@ -255,9 +255,18 @@ class CompiledSpace:
             env[over.name] = x
             conds = tuple(self._is_slot_mask(c, env) for c in decl.when)
             value = self._counter_value(decl, x)
+            self._check_term_value(decl, x, value)
             quot = self._quotient_earlier(decl.quotient, x) if decl.quotient else None
             terms.append((conds, value, quot, self.objects[x]))
         return terms
+
+    def _check_term_value(self, decl: CounterDecl, x: int, value: int | tuple[int]) -> None:
+        """Intervals assume sums of non-negative terms and products of terms >= 1."""
+        vals = self.universe_of_slot[value[0]] if isinstance(value, tuple) else (value,)
+        floor = 1 if decl.kind == "mul" else 0
+        if any(v < floor for v in vals):
+            raise SpaceError(f"counter {decl.name!r}: the term of {self.objects[x]!r} can be "
+                             f"{min(vals)}; {decl.kind} counters need terms >= {floor}")
 
     def _members(self, var: Var, env: dict[str, int]) -> list[int]:
         if var.of is None:
@@ -349,9 +358,14 @@ class CompiledSpace:
         self.occurrences: dict[str, list[Callable]] = {}
         self.counter_occurrences: dict[str, list[Callable]] = {}
         self.trigger_occurrences: dict[str, list[Callable]] = {}
+        self.root_checks: list[Callable] = []
         for kid, req in enumerate(self.sdef.constraints):
             for target, fn in gen.constraint(kid, req):
                 self._register(target, fn, self.occurrences, self.counter_occurrences)
+            if len(req.forall) <= 2:
+                # Run once at the root: catches clauses none of whose conditions reads an
+                # existing choice instance, which no domain change would ever trigger.
+                self.root_checks.append(gen.root_check(kid, req))
         for tid, trig in enumerate(self.sdef.triggers):
             for target, fn in gen.trigger(tid, trig):
                 self._register(target, fn, self.trigger_occurrences, {})
@@ -391,6 +405,9 @@ class _Generator:
                 out.append((choice, fn))
         return out
 
+    def root_check(self, kid: int, req: Require) -> Callable:
+        return self._occurrence(f"r{kid}", req.forall, req.any_of, None, (), kid, trigger=None)
+
     def trigger(self, tid: int, trig: TriggerDecl) -> list[tuple[str, Callable]]:
         out = []
         for ci, cond in enumerate(trig.when):
@@ -404,7 +421,7 @@ class _Generator:
     # -- one occurrence --------------------------------------------------------------------
 
     def _occurrence(self, fname: str, forall: tuple[Var, ...], conds: tuple[Condition, ...],
-                    choice: str, pattern: tuple[str, ...], kid: int,
+                    choice: str | None, pattern: tuple[str, ...], kid: int,
                     trigger: int | None) -> Callable:
         var_by_name = {v.name: v for v in forall}
         self.vars = var_by_name
@@ -413,7 +430,7 @@ class _Generator:
                 if a not in var_by_name:
                     raise SpaceError(f"{fname}: condition uses unbound variable {a!r}")
         params = [f"a{i}" for i in range(len(pattern))]
-        lines = [f"def {fname}(vec, R, fired, {', '.join(params)}):"]
+        lines = [f"def {fname}(vec, R, fired{''.join(', ' + p for p in params)}):"]
         bound: dict[str, str] = {}
         for p, var in zip(params, pattern, strict=True):
             if var in bound:
@@ -557,6 +574,10 @@ class _Generator:
         sp = self.space
         n, u = state
         cmp = self.const(_Comparison(sp, cond), "C")
+        counter = sp.sdef.counters.get(cond.choice)
+        if counter is not None and counter.half and cond.op not in ("<=", "<"):
+            raise SpaceError(f"half counter {cond.choice!r} keeps only a lower bound: it can "
+                             f"only be bounded from above, not with {cond.op!r}")
         lines = [f"{indent}b{tag} = {self._bound_expr(cond, bound)}"]
         if cond.choice in sp.sdef.counters:
             table = self.const(sp.counter_table[cond.choice], "K")

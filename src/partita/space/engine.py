@@ -31,11 +31,16 @@ def make_restrict(vec: list[int], queue: list[int], pending: set[int]) -> Callab
 
 
 def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
-              fired: set[tuple[int, tuple[int, ...]]]) -> None:
-    """Run propagators until no domain changes. Raises DeadEndSignal on an empty domain."""
+              fired: set[tuple[int, tuple[int, ...]]], first: Iterable[Callable] = ()) -> None:
+    """Run propagators until no domain changes. Raises DeadEndSignal on an empty domain.
+
+    ``first`` are whole-constraint checks run once before the worklist (at the root).
+    """
     queue = list(dict.fromkeys(changed))
     pending = set(queue)
     R = make_restrict(vec, queue, pending)
+    for check in first:
+        check(vec, R, fired)
     n_choice = sp.n_choice_slots
     choice_of = sp.choice_of_slot
     instances = sp.instances

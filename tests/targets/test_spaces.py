@@ -1,0 +1,123 @@
+"""Implementations of the CPU and GPU spaces are valid loop nests, replay and commute.
+
+The checks here are written from what a loop nest must satisfy (not from the constraints):
+instructions sit inside their own loops, values flow forward, parallel loops enclose the rest,
+vector loops are innermost, fused loops agree on size and kind.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import partita
+from partita.codegen.looptree import Node, loop_tree
+from partita.space.candidate import Candidate, DeadEnd
+from partita.space.estimate import random_descent
+from partita.targets import AVX512_REFERENCE
+
+OUTER_KINDS = {"cpu": "PARALLEL", "gpu": "BLOCK"}
+
+
+def implementations(kernel, target: str, count: int, seed: int = 0) -> list[Candidate]:
+    space = partita.space(kernel, target, cpu=AVX512_REFERENCE)
+    root = space.root()
+    assert not isinstance(root, DeadEnd), root
+    rng = random.Random(seed)
+    found = []
+    for _ in range(count * 20):
+        leaf, _, _ = random_descent(root, rng)
+        if isinstance(leaf, Candidate):
+            found.append(leaf)
+            if len(found) == count:
+                break
+    assert found, "no random descent reached an implementation"
+    return found
+
+
+def walk(node: Node, path: tuple[Node, ...] = ()) -> list[tuple[Node, tuple[Node, ...]]]:
+    out = []
+    for child in node.children:
+        out.append((child, path))
+        out.extend(walk(child, (*path, child)))
+    return out
+
+
+def check_loop_nest(cand: Candidate, target: str) -> None:
+    k = cand.kernel
+    nodes = walk(loop_tree(cand))
+    position = {}
+    for index, (node, path) in enumerate(nodes):
+        for name in (node.dims or (node.inst,)):
+            position[name] = (index, path, node)
+    for inst in k.instructions:
+        _, path, _ = position[inst.name]
+        enclosing = {d for loop in path for d in loop.dims}
+        assert set(k.iteration_dims(inst.name)) <= enclosing, inst.name
+        if inst.name in k.reducing_insts:
+            for loop in path:
+                assert set(loop.dims) & set(k.iteration_dims(inst.name)), (inst.name, loop.dims)
+    for x, y in k.dependencies:
+        if x in k._insts and y in k._insts:
+            assert position[y][0] < position[x][0], f"{x} reads {y} before it is computed"
+    for a, b in k.dim_pairs:
+        ia, _, na = position[a]
+        ib, _, nb = position[b]
+        assert na is nb or ia < ib, f"mapped dims {a} -> {b}"
+    for node, path in nodes:
+        if node.inst is not None:
+            continue
+        if node.kind == OUTER_KINDS[target]:
+            assert all(p.kind == node.kind for p in path), node.dims
+        if node.kind == "VECTOR":
+            assert all(child.inst is not None for child in node.children), node.dims
+        kinds = {cand.domain("dim_kind", d)[0] for d in node.dims}
+        assert kinds == {node.kind}
+
+
+def tiny_matmul():
+    return partita.kernel("matmul", m=8, n=16, k=4)
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+@pytest.mark.parametrize("make", [lambda: partita.kernel("axpy", n=1024), tiny_matmul,
+                                  lambda: partita.kernel("batched_matmul", b=2, m=4, n=8, k=4,
+                                                         reuse_b=1)],
+                         ids=["axpy", "matmul", "batched_reuse"])
+def test_random_implementations_are_valid_loop_nests(make, target: str) -> None:
+    for cand in implementations(make(), target, count=4, seed=1):
+        assert cand.is_implementation
+        check_loop_nest(cand, target)
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_decisions_replay_and_commute(target: str) -> None:
+    kernel = tiny_matmul()
+    space = partita.space(kernel, target, cpu=AVX512_REFERENCE)
+    for cand in implementations(kernel, target, count=2, seed=2):
+        replayed = space.replay(cand.decisions)
+        assert isinstance(replayed, Candidate)
+        assert replayed.domains() == cand.domains()
+        shuffled = list(cand.decisions)
+        random.Random(0).shuffle(shuffled)
+        again = space.replay(shuffled)
+        assert isinstance(again, Candidate)
+        assert again.domains() == cand.domains()
+        assert again.lowered == cand.lowered
+
+
+def test_dead_end_is_a_value_naming_the_constraint() -> None:
+    kernel = tiny_matmul()
+    root = partita.space(kernel, "cpu", cpu=AVX512_REFERENCE).root()
+    # The accumulation runs after its initialisation: the opposite is a dead end.
+    dead = root.restrict("order", ["acc", "init"], ["BEFORE"])
+    assert isinstance(dead, DeadEnd) and not dead
+    assert dead.reason
+
+
+def test_gpu_counters_respect_the_device() -> None:
+    for cand in implementations(partita.kernel("axpy", n=1 << 20), "gpu", count=5, seed=3):
+        lo, hi = cand.counter("threads")
+        assert lo == hi <= 1024
+        assert cand.counter("thread_dims")[1] <= 3
