@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 demo: $(STAMP)
-	$(VENV)/bin/partita space matmul m=256 n=256 k=32 --samples 100
+	$(VENV)/bin/partita space matmul m=256 n=256 k=32 --samples 40
 
 bench: $(STAMP)
 	$(PY) bench/space_bench.py --write BENCHMARKS.md

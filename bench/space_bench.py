@@ -105,7 +105,7 @@ Measured with `make bench` (`python bench/space_bench.py --write BENCHMARKS.md`)
 this machine ({machine}, Python {python}). The spaces use the fixed AVX-512 reference machine
 description (2 cores, 32 vector registers) so that the figures do not depend on the host.
 
-## Decision spaces (issue: the core)
+## Decision spaces
 
 Dead ends are the fraction of uniform random descents (first open choice in the space's order,
 a uniformly chosen value) that end with an emptied domain. Descents per second are complete

@@ -83,24 +83,52 @@ def merged_bit(sp: CompiledSpace, c: CounterInstance) -> int:
 
 
 def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
-    """Recompute the interval of counter ``ci``; True when it changed."""
+    """Recompute the interval of counter ``ci``; True when it changed.
+
+    This runs whenever a choice in one of its terms shrinks, so the term tests are inlined.
+    Integer universes are sorted, so the extreme values are the extreme set bits.
+    """
     c = sp.counters[ci]
     is_mul = c.kind == "mul"
     lo = hi = 1 if is_mul else 0
     mbit = merged_bit(sp, c)
+    universes = sp.universe_of_slot
     for conds, value, quot, _ in c.terms:
-        certain, possible = _term_status(vec, conds, quot, mbit)
+        certain = True
+        possible = True
+        for slot, mask in conds:
+            d = vec[slot]
+            if not d & mask:
+                possible = False
+                break
+            if d & ~mask:
+                certain = False
         if not possible:
             continue
-        vmin, vmax = _term_range(sp, vec, value)
+        if quot:
+            for s in quot:
+                d = vec[s]
+                if d & mbit:
+                    if d == mbit:
+                        possible = False
+                        break
+                    certain = False
+            if not possible:
+                continue
+        if type(value) is tuple:
+            d = vec[value[0]]
+            u = universes[value[0]]
+            vmin, vmax = u[(d & -d).bit_length() - 1], u[d.bit_length() - 1]
+        else:
+            vmin = vmax = value
         if is_mul:
             if certain:
                 lo *= vmin
-            hi *= max(vmax, 1)
+            hi *= vmax
         else:
             if certain:
                 lo += vmin
-            hi += max(vmax, 0)
+            hi += vmax
     if c.half:
         hi = INF
     s = c.lo_slot
