@@ -75,6 +75,8 @@ class CounterInstance:
     half: bool
     lo_slot: int
     terms: list[tuple[tuple[tuple[int, int], ...], Any, tuple[int, ...] | None, str]]
+    merged_bit: int = 0
+    """The quotient's value bit in its choice's domains (0 without a quotient)."""
 
 
 class CompiledSpace:
@@ -229,7 +231,7 @@ class CompiledSpace:
                     continue
                 lo_slot = base + 2 * len(self.counters)
                 ci = CounterInstance(name, self.names(ids), ids, decl.kind, decl.half, lo_slot,
-                                     self._counter_terms(decl, ids))
+                                     self._counter_terms(decl, ids), self._merged_bit(decl))
                 self._table_set(table, ids, len(self.counters))
                 self.counters.append(ci)
             self.counter_table[name] = table
@@ -267,6 +269,12 @@ class CompiledSpace:
         if any(v < floor for v in vals):
             raise SpaceError(f"counter {decl.name!r}: the term of {self.objects[x]!r} can be "
                              f"{min(vals)}; {decl.kind} counters need terms >= {floor}")
+
+    def _merged_bit(self, decl: CounterDecl) -> int:
+        if decl.quotient is None:
+            return 0
+        q = self.sdef.quotients[decl.quotient]
+        return 1 << self.sdef.enums[q.choice].values.index(q.value)
 
     def _members(self, var: Var, env: dict[str, int]) -> list[int]:
         if var.of is None:

@@ -10,7 +10,6 @@ whose term would do so with any value is forced false.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -64,34 +63,25 @@ def _term_status(vec: list[int], conds: tuple[tuple[int, int], ...],
 
 
 def _term_range(sp: CompiledSpace, vec: list[int], value: Any) -> tuple[int, int]:
+    """Smallest and largest value of a term (universes are sorted: extreme set bits)."""
     if type(value) is tuple:
-        universe = sp.universe_of_slot[value[0]]
         d = vec[value[0]]
-        vals = [universe[i] for i in range(len(universe)) if d >> i & 1]
-        if not vals:
-            return 0, 0
-        return min(vals), max(vals)
+        u = sp.universe_of_slot[value[0]]
+        return u[(d & -d).bit_length() - 1], u[d.bit_length() - 1]
     return value, value
-
-
-def merged_bit(sp: CompiledSpace, c: CounterInstance) -> int:
-    decl = sp.sdef.counters[c.name]
-    if decl.quotient is None:
-        return 0
-    q = sp.sdef.quotients[decl.quotient]
-    return 1 << sp.sdef.enums[q.choice].values.index(q.value)
 
 
 def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
     """Recompute the interval of counter ``ci``; True when it changed.
 
-    This runs whenever a choice in one of its terms shrinks, so the term tests are inlined.
+    This runs whenever a choice in one of its terms shrinks, so :func:`_term_status` and
+    :func:`_term_range` are inlined here.
     Integer universes are sorted, so the extreme values are the extreme set bits.
     """
     c = sp.counters[ci]
     is_mul = c.kind == "mul"
     lo = hi = 1 if is_mul else 0
-    mbit = merged_bit(sp, c)
+    mbit = c.merged_bit
     universes = sp.universe_of_slot
     for conds, value, quot, _ in c.terms:
         certain = True
@@ -157,7 +147,7 @@ def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterIns
                    low: int | None, high: int | None, kid: int,
                    exact: set[int] | None = None) -> None:
     is_mul = c.kind == "mul"
-    mbit = merged_bit(sp, c)
+    mbit = c.merged_bit
     statuses = []
     for conds, value, quot, _ in c.terms:
         certain, possible = _term_status(vec, conds, quot, mbit)
@@ -222,7 +212,3 @@ def _force_true(vec: list[int], R: Callable, conds: tuple[tuple[int, int], ...],
                 kid: int) -> None:
     for s, m in conds:
         R(s, m, kid)
-
-
-def product(values: list[int]) -> int:
-    return math.prod(values)
