@@ -1,0 +1,699 @@
+"""Print a fully decided CPU candidate as C99 (GNU dialect) with OpenMP.
+
+The printer walks the loop tree (:mod:`partita.codegen.looptree`). Each loop binds the C index
+of every tile dimension fused into it; an instruction's logical indices are then
+``sum_l index(d.l) * prod(size(d.m), m > l)``.
+
+Where values live
+    Every instruction ``P`` has a C variable ``v_P``, declared in the innermost loop that
+    encloses all its accesses, so that fused producers and consumers communicate through a
+    register. When mapped dimensions are not fused, the space added a temporary array
+    ``tmp_P_C``: ``P`` writes it, ``C`` reads it. A temporary is indexed by the tile
+    dimensions of its unfused pairs (a ``REGISTER`` or ``LOCAL`` buffer: fused loops enclose
+    both ends, so one slice per iteration of them is enough) or by all of them (``GLOBAL``,
+    on the heap: distinct iterations never share an element, so threads need no copies).
+    Slots are ordered by the decided layout (a permutation of the logical axes, fastest last)
+    then by tile level. An accumulation keeps its running value where its init put it: the
+    init's variable, or the temporary between them.
+
+How dimensions are printed
+    ``LOOP`` is a ``for`` loop; ``UNROLL`` repeats its body with the index as a constant;
+    ``VECTOR`` evaluates the instructions inside it on GCC vector types (the ISA comes from
+    ``-march``), with contiguous loads and stores, broadcasts, or element-wise gathers;
+    ``PARALLEL`` loops form one ``omp for collapse(n) schedule(static)`` nest inside a single
+    parallel region. Where a strip-mining factor does not divide a size, instructions are
+    guarded, and a vector dimension falls back to a scalar loop on its last partial tile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from partita.codegen.looptree import Node, dim_size, loop_tree
+from partita.codegen.program import Param, Program, signature
+from partita.ir.kernel import Array, Kernel
+from partita.ir.operands import Const, Index, Instruction, Operand, Reduce, Scalar, Value
+from partita.ir.types import DType
+from partita.space.candidate import Candidate
+from partita.space.temporaries import permutation, temporary_name
+
+LOCAL_STACK_BYTES = 64 * 1024
+"""LOCAL buffers up to this size live on the stack; larger ones are allocated once per thread."""
+
+
+class CodegenError(ValueError):
+    """A candidate cannot be printed (a construct the printer does not support)."""
+
+
+def c_name(dim: str) -> str:
+    return dim.replace(".", "_")
+
+
+def _fold(factors: list[str | int]) -> str:
+    """The product of integer and expression factors, constants folded."""
+    const = 1
+    exprs = []
+    for f in factors:
+        if isinstance(f, str) and f.isdigit():
+            f = int(f)
+        if isinstance(f, int):
+            const *= f
+        else:
+            exprs.append(f)
+    if const == 0:
+        return "0"
+    parts = ([] if const == 1 and exprs else [str(const)]) + exprs
+    return " * ".join(parts)
+
+
+def _sum(terms: list[str]) -> str:
+    """The sum of expressions, with the constant ones folded into one last term."""
+    const = sum(int(t) for t in terms if t.isdigit())
+    terms = [t for t in terms if not t.isdigit()] + ([str(const)] if const else [])
+    return " + ".join(terms) if terms else "0"
+
+
+@dataclass
+class Slot:
+    """One index of a temporary: the producer-side and consumer-side tile dims of a pair."""
+
+    producer_dim: str
+    consumer_dim: str
+    size: int | str
+    stride: int | str = 1
+
+
+@dataclass
+class Storage:
+    """Where an instruction's value lives: a variable or a temporary array."""
+
+    name: str
+    dtype: DType
+    temp: Array | None = None
+    space: str = "VAR"
+    slots: list[Slot] = field(default_factory=list)
+    accessors: set[str] = field(default_factory=set)
+    vector_dim: str | None = None
+
+    @property
+    def elements(self) -> int | str:
+        sizes = [s.size for s in self.slots]
+        if all(isinstance(x, int) for x in sizes):
+            return math.prod(int(x) for x in sizes)
+        return _fold(sizes)
+
+
+class CPrinter:
+    """Prints one implementation. Use :func:`print_c`."""
+
+    def __init__(self, cand: Candidate, entry: str) -> None:
+        self.cand = cand
+        self.k: Kernel = cand.kernel
+        self.entry = entry
+        self.tree = loop_tree(cand)
+        self.lines: list[str] = []
+        self.vector_types: dict[tuple[DType, int], str] = {}
+        self.helpers: set[tuple[str, str]] = set()
+        self.sizes: dict[str, int | str] = {}
+        for d in self.k.dims:
+            size = dim_size(cand, d.name)
+            self.sizes[d.name] = size if size is not None else self._derived_size(d.name)
+        self.parent: dict[int, Node | None] = {}
+        self.node_of: dict[str, Node] = {}
+        self._index_tree(self.tree, None)
+        self.storage: dict[str, Storage] = {}
+        self._plan_storage()
+
+    # -- structure -------------------------------------------------------------------------
+
+    def _derived_size(self, d: str) -> str:
+        k = self.k
+        dim = k.dim(d)
+        n = k.logical(dim.logical).size
+        factor = self._factor(dim.logical)
+        return str(n) if factor == 1 else f"(({n} + {factor - 1}) / {factor})"
+
+    def _factor(self, logical: str) -> int:
+        """The product of the chosen sizes of the inner tiles of a logical dimension."""
+        return math.prod(self.cand.domain("size", d)[0] for d in self.k.dims_of(logical)[1:])
+
+    def _index_tree(self, node: Node, parent: Node | None) -> None:
+        self.parent[id(node)] = parent
+        if node.inst is not None:
+            self.node_of[node.inst] = node
+        for child in node.children:
+            self._index_tree(child, node)
+
+    def _ancestors(self, node: Node) -> list[Node]:
+        out = []
+        p = self.parent[id(node)]
+        while p is not None:
+            out.append(p)
+            p = self.parent[id(p)]
+        return out
+
+    def _lca(self, insts: set[str]) -> Node:
+        """The innermost loop (or the root) enclosing every instruction of ``insts``."""
+        chains = [[*reversed(self._ancestors(self.node_of[i]))] for i in insts]
+        lca = self.tree
+        for level in zip(*chains, strict=False):
+            if all(n is level[0] for n in level):
+                lca = level[0]
+            else:
+                break
+        return lca
+
+    def _vector_node(self, inst: str) -> Node | None:
+        p = self.parent[id(self.node_of[inst])]
+        return p if p is not None and p.kind == "VECTOR" else None
+
+    def _iterates(self, inst: str, node: Node) -> bool:
+        own = set(self.k.iteration_dims(inst))
+        return any(d in own for d in node.dims)
+
+    # -- storage ---------------------------------------------------------------------------
+
+    def _temp_for(self, producer: str, consumer: str) -> Array | None:
+        name = temporary_name(producer, consumer)
+        return next((a for a in self.k.arrays if a.name == name), None)
+
+    def _merged(self, a: str, b: str) -> bool:
+        return self.cand.domain("order", a, b) == ("MERGED",)
+
+    def _temp_storage(self, temp: Array, op: Value | Reduce) -> Storage:
+        space = self.cand.domain("mem_space", temp.name)[0]
+        perm = permutation(len(op.mapping), self.cand.domain("layout", temp.name)[0])
+        slots = []
+        for axis in perm:
+            src, dst = op.mapping[axis]
+            for a, b in zip(self.k.dims_of(src), self.k.dims_of(dst), strict=True):
+                if space == "GLOBAL" or not self._merged(a, b):
+                    slots.append(Slot(a, b, self.sizes[a]))
+        stride: int | str = 1
+        for s in reversed(slots):
+            s.stride = stride
+            stride = _fold([stride, s.size]) if not (isinstance(stride, int)
+                                                     and isinstance(s.size, int)) \
+                else stride * s.size
+        return Storage(temp.name, temp.dtype, temp, space, slots)
+
+    def _plan_storage(self) -> None:
+        k = self.k
+        for inst in k.instructions:
+            if inst.op != "store":
+                self.storage[inst.name] = Storage(f"v_{inst.name}", inst.dtype,
+                                                  accessors={inst.name})
+        # Temporaries and accumulators, in instruction order (inits come before).
+        self.temps: dict[tuple[str, str], Storage] = {}
+        for inst in k.instructions:
+            for op in inst.values():
+                producer = op.inst if isinstance(op, Value) else op.init
+                temp = self._temp_for(producer, inst.name)
+                if temp is not None:
+                    st = self._temp_storage(temp, op)
+                    st.accessors |= {producer, inst.name}
+                    self.temps[(producer, inst.name)] = st
+                if isinstance(op, Reduce):
+                    acc = st if temp is not None else self.storage[op.init]
+                    self.storage[inst.name] = acc
+        for inst in k.instructions:
+            for op in inst.values():
+                producer = op.inst if isinstance(op, Value) else op.init
+                if (producer, inst.name) in self.temps:
+                    continue
+                self.storage[producer].accessors.add(inst.name)
+            if isinstance(self.storage.get(inst.name), Storage):
+                self.storage[inst.name].accessors.add(inst.name)
+        for st in self._all_storage():
+            if st.temp is None:
+                node = self._lca(st.accessors)
+                if node.kind == "VECTOR" and any(
+                        self._iterates(i, node) for i in st.accessors
+                        if k.inst(i).op != "store"):
+                    st.vector_dim = node.dims[0]
+
+    def _all_storage(self) -> list[Storage]:
+        seen: dict[int, Storage] = {}
+        for st in [*self.storage.values(), *self.temps.values()]:
+            seen[id(st)] = st
+        return list(seen.values())
+
+    # -- C types ---------------------------------------------------------------------------
+
+    def vtype(self, dtype: DType, lanes: int) -> str:
+        key = (dtype, lanes)
+        if key not in self.vector_types:
+            self.vector_types[key] = f"v{lanes}{dtype.c_type[0]}{dtype.itemsize * 8}"
+        return self.vector_types[key]
+
+    # -- index expressions -----------------------------------------------------------------
+
+    def logical_index(self, env: dict[str, str], logical: str) -> str:
+        terms = []
+        stride = 1
+        for d in reversed(self.k.dims_of(logical)):
+            if d not in env:
+                raise CodegenError(f"dimension {d} is not bound where it is used")
+            if env[d] != "0":
+                terms.append(_fold([env[d], stride]))
+            size = self.sizes[d]
+            stride = stride * size if isinstance(size, int) else stride
+        return _sum(list(reversed(terms)))
+
+    def _lane_coeff(self, logical: str, lane_dims: set[str]) -> int:
+        """How much ``logical``'s index moves per lane of the vector dims."""
+        coeff = 0
+        stride = 1
+        for d in reversed(self.k.dims_of(logical)):
+            if d in lane_dims:
+                coeff += stride
+            size = self.sizes[d]
+            stride = stride * size if isinstance(size, int) else stride
+        return coeff
+
+    def _array_strides(self, arr: Array) -> list[int | str]:
+        strides: list[int | str] = [0] * len(arr.shape)
+        step: int | str = arr.elem_stride
+        for axis in reversed(arr.order):
+            strides[axis] = step
+            size = self.k.static_size(arr.shape[axis])
+            extent: int | str = size if size is not None else str(arr.shape[axis])
+            step = (step * extent if isinstance(step, int) and isinstance(extent, int)
+                    else _fold([step, extent]))
+        return strides
+
+    def access_address(self, inst: Instruction, env: dict[str, str],
+                       lane_dims: set[str]) -> tuple[str, int | str]:
+        """(element offset at lane 0, offset step per lane) of a load or store."""
+        assert inst.access is not None
+        arr = self.k.array(inst.access.array)
+        strides = self._array_strides(arr)
+        terms = []
+        lane_terms: list[int | str] = []
+        for axis, ix in enumerate(inst.access.index):
+            parts = [str(ix.const)] if ix.const else []
+            lane = 0
+            for ld, c in ix.terms:
+                li = self.logical_index(env, ld)
+                parts.append(li if c == 1 else f"{c} * ({li})")
+                lane += c * self._lane_coeff(ld, lane_dims)
+            expr = _sum(parts)
+            if expr != "0":
+                terms.append(_fold([f"({expr})" if "+" in expr else expr, strides[axis]]))
+            if lane:
+                lane_terms.append(_fold([lane, strides[axis]]))
+        step: int | str
+        if all(isinstance(t, int) for t in lane_terms) or not lane_terms:
+            step = sum(int(t) for t in lane_terms)
+        else:
+            step = _sum([str(t) for t in lane_terms])
+        return _sum(terms), step
+
+    def temp_address(self, st: Storage, env: dict[str, str], side: str,
+                     lane_dims: set[str]) -> tuple[str, int | str]:
+        terms = []
+        step: int = 0
+        for s in st.slots:
+            d = s.producer_dim if side == "p" else s.consumer_dim
+            if d not in env:
+                raise CodegenError(f"{st.name}: dimension {d} is not bound where it is used")
+            if d in lane_dims:
+                if not isinstance(s.stride, int):
+                    raise CodegenError(f"{st.name}: vector access with a dynamic stride")
+                step += s.stride
+            if env[d] != "0":
+                terms.append(_fold([env[d], s.stride]))
+        return _sum(terms), step
+
+    # -- printing --------------------------------------------------------------------------
+
+    def emit(self, indent: int, text: str) -> None:
+        self.lines.append("    " * indent + text)
+
+    def print(self) -> Program:
+        body: list[str] = []
+        self.lines = body
+        k = self.k
+        params = signature(k)
+        self._print_function(params)
+        head = self._header(params)
+        source = "\n".join(head + body) + "\n"
+        return Program(k, self.entry, source, params,
+                       decisions=tuple(d.to_json() for d in self.cand.decisions))
+
+    def _header(self, params: tuple[Param, ...]) -> list[str]:
+        k = self.k
+        out = [f"/* partita: kernel {k.name} ({k.structural_hash}), generated implementation. */",
+               "#include <stdint.h>", "#include <stdlib.h>", "#include <string.h>",
+               "#include <math.h>", ""]
+        for (dtype, lanes), name in sorted(self.vector_types.items(), key=lambda x: x[1]):
+            c = dtype.c_type
+            nbytes = lanes * dtype.itemsize
+            out.append(f"typedef {c} {name} __attribute__((vector_size({nbytes})));")
+            out.append(f"static inline {name} load_{name}(const {c} *p) "
+                       f"{{ {name} v; memcpy(&v, p, sizeof v); return v; }}")
+            out.append(f"static inline void store_{name}({c} *p, {name} v) "
+                       f"{{ memcpy(p, &v, sizeof v); }}")
+        lanes_of = {name: lanes for (_, lanes), name in self.vector_types.items()}
+        for op, vt in sorted(self.helpers):
+            cmp = ">" if op == "max" else "<"
+            out.append(f"static inline {vt} {op}_{vt}({vt} a, {vt} b) {{ {vt} r; "
+                       f"for (int l = 0; l < {lanes_of[vt]}; ++l) "
+                       f"r[l] = a[l] {cmp} b[l] ? a[l] : b[l]; return r; }}")
+        if self.vector_types:
+            out.append("")
+        return out
+
+    def _c_params(self, params: tuple[Param, ...]) -> list[str]:
+        out = []
+        for p in params:
+            if p.kind == "size":
+                out.append(f"int64_t {p.name}")
+            elif p.kind == "scalar":
+                out.append(f"{DType.parse(p.dtype).c_type} {p.name}")
+            else:
+                const = "const " if p.role == "in" else ""
+                out.append(f"{const}{DType.parse(p.dtype).c_type} *restrict {p.name}")
+        return out
+
+    def _print_function(self, params: tuple[Param, ...]) -> None:
+        self.emit(0, f"void {self.entry}({', '.join(self._c_params(params)) or 'void'})")
+        self.emit(0, "{")
+        heap = [st for st in self._all_storage() if st.temp is not None
+                and st.space == "GLOBAL"]
+        for st in heap:
+            self._emit_heap(1, st)
+        parallel = []
+        node = self.tree
+        while len(node.children) == 1 and node.children[0].kind == "PARALLEL":
+            node = node.children[0]
+            parallel.append(node)
+        env: dict[str, str] = {}
+        for p in parallel:
+            env |= dict.fromkeys(p.dims, c_name(p.dims[0]) if self.sizes[p.dims[0]] != 1
+                                 else "0")
+        loops = [p for p in parallel if self.sizes[p.dims[0]] != 1]
+        body = parallel[-1] if parallel else self.tree
+        depth = 1
+        if loops:
+            # One parallel region around everything: threads are started once per call.
+            self.emit(1, "#pragma omp parallel")
+            self.emit(1, "{")
+            depth = 2
+        per_thread = self._big_locals()
+        for st in per_thread:
+            self._emit_heap(depth, st)
+        if loops:
+            collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
+            self.emit(depth, f"#pragma omp for{collapse} schedule(static)")
+            for p in loops:
+                var = c_name(p.dims[0])
+                size = self.sizes[p.dims[0]]
+                self.emit(depth, f"for (int64_t {var} = 0; {var} < {size}; ++{var})")
+        self.emit(depth, "{")
+        self._print_body(body, env, depth + 1)
+        self.emit(depth, "}")
+        for st in per_thread:
+            self.emit(depth, f"free({st.name});")
+        if loops:
+            self.emit(1, "}")
+        for st in heap:
+            self.emit(1, f"free({st.name});")
+        self.emit(0, "}")
+        self.emit(0, "")
+        self._print_packed(params)
+
+    def _print_packed(self, params: tuple[Param, ...]) -> None:
+        args = []
+        for i, p in enumerate(params):
+            if p.kind == "size":
+                args.append(f"*(const int64_t *)args[{i}]")
+            elif p.kind == "scalar":
+                args.append(f"*(const {DType.parse(p.dtype).c_type} *)args[{i}]")
+            else:
+                args.append(f"({DType.parse(p.dtype).c_type} *)args[{i}]")
+        self.emit(0, f"void {self.entry}_packed(void **args)")
+        self.emit(0, "{")
+        self.emit(1, f"{self.entry}({', '.join(args)});")
+        self.emit(0, "}")
+
+    def _big_locals(self) -> list[Storage]:
+        out = []
+        for st in self._all_storage():
+            if st.temp is None or st.space == "GLOBAL":
+                continue
+            n = st.elements
+            if not isinstance(n, int) or n * st.dtype.itemsize > LOCAL_STACK_BYTES:
+                if st.space == "REGISTER":
+                    raise CodegenError(f"{st.name}: a register temporary of {n} elements")
+                st.space = "HEAP"
+                out.append(st)
+        return out
+
+    def _emit_heap(self, indent: int, st: Storage) -> None:
+        c = st.dtype.c_type
+        n = st.elements
+        self.emit(indent, f"{c} *restrict {st.name} = ({c} *)aligned_alloc(64, "
+                          f"((size_t)({n}) * sizeof({c}) + 63) / 64 * 64);")
+
+    def _declare(self, node: Node, indent: int, scalar: bool = False) -> None:
+        """Declare the variables and stack buffers whose innermost enclosing loop is ``node``
+        (as scalars with ``scalar``, for the one-lane-at-a-time version of a vector dim)."""
+        for st in self._all_storage():
+            if st.space not in ("VAR", "REGISTER", "LOCAL"):
+                continue
+            if self._lca(st.accessors) is not node:
+                continue
+            c = st.dtype.c_type
+            if st.temp is None:
+                if st.vector_dim is not None and not scalar:
+                    c = self.vtype(st.dtype, int(self.sizes[st.vector_dim]))
+                self.emit(indent, f"{c} {st.name};")
+            else:
+                self.emit(indent, f"{c} {st.name}[{st.elements}] __attribute__((aligned(64)));")
+
+    def _print_body(self, node: Node, env: dict[str, str], indent: int) -> None:
+        self._declare(node, indent)
+        for child in node.children:
+            self._print_node(child, env, indent)
+
+    def _print_node(self, node: Node, env: dict[str, str], indent: int) -> None:
+        if node.inst is not None:
+            self._print_inst(self.k.inst(node.inst), env, indent, None)
+            return
+        d = node.dims[0]
+        size = self.sizes[d]
+        if size == 1 and node.kind != "VECTOR":
+            # A loop of one iteration is a scope with its index fixed to 0.
+            self.emit(indent, f"{{ /* {d} = 0 */")
+            self._print_body(node, {**env, **dict.fromkeys(node.dims, "0")}, indent + 1)
+            self.emit(indent, "}")
+        elif node.kind == "UNROLL":
+            assert isinstance(size, int)
+            for i in range(size):
+                self.emit(indent, f"{{ /* {d} = {i} */")
+                self._print_body(node, {**env, **dict.fromkeys(node.dims, str(i))}, indent + 1)
+                self.emit(indent, "}")
+        elif node.kind == "VECTOR":
+            self._print_vector(node, env, indent)
+        else:
+            var = c_name(d)
+            self.emit(indent, f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{")
+            self._print_body(node, {**env, **dict.fromkeys(node.dims, var)}, indent + 1)
+            self.emit(indent, "}")
+
+    def _print_vector(self, node: Node, env: dict[str, str], indent: int) -> None:
+        lanes = self.sizes[node.dims[0]]
+        assert isinstance(lanes, int)
+        venv = {**env, **dict.fromkeys(node.dims, "0")}
+        partial = self._partial_guard(node, venv, lanes)
+        if partial:
+            self.emit(indent, f"if ({partial}) {{")
+            indent += 1
+        self._declare(node, indent)
+        for child in node.children:
+            assert child.inst is not None, "only instructions are inside vector dims"
+            inst = self.k.inst(child.inst)
+            lane = (node, lanes) if self._iterates(inst.name, node) else None
+            self._print_inst(inst, venv, indent, lane)
+        if partial:
+            # The last tile of a dimension with a remainder: one lane at a time.
+            self.emit(indent - 1, "} else {")
+            var = c_name(node.dims[0])
+            self.emit(indent, f"for (int64_t {var} = 0; {var} < {lanes}; ++{var}) {{")
+            self._declare(node, indent + 1, scalar=True)
+            for child in node.children:
+                self._print_inst(self.k.inst(child.inst or ""),
+                                 {**env, **dict.fromkeys(node.dims, var)}, indent + 1, None)
+            self.emit(indent, "}")
+            self.emit(indent - 1, "}")
+
+    def _partial_guard(self, node: Node, venv: dict[str, str], lanes: int) -> str:
+        """The condition for a full vector when a logical dim of it may overflow, else ''."""
+        conds = []
+        for d in node.dims:
+            ld = self.k.dim(d).logical
+            if self._needs_guard(ld):
+                last = {**venv, d: str(lanes - 1)}
+                conds.append(f"{self.logical_index(last, ld)} < {self.k.logical(ld).size}")
+        return " && ".join(conds)
+
+    def _needs_guard(self, logical: str) -> bool:
+        n = self.k.static_size(self.k.logical(logical).size)
+        factor = self._factor(logical)
+        return factor > 1 and (n is None or n % factor != 0)
+
+    # -- instructions ----------------------------------------------------------------------
+
+    def _print_inst(self, inst: Instruction, env: dict[str, str], indent: int,
+                    lane: tuple[Node, int] | None) -> None:
+        guards = [f"{self.logical_index(env, ld)} < {self.k.logical(ld).size}"
+                  for ld in inst.dims if self._needs_guard(ld)
+                  and not (lane and any(self.k.dim(d).logical == ld for d in lane[0].dims))]
+        if guards:
+            self.emit(indent, f"if ({' && '.join(guards)}) {{")
+            indent += 1
+        lane_dims = set(lane[0].dims) if lane else set()
+        lanes = lane[1] if lane else 1
+        vt = self.vtype(inst.dtype, lanes) if lane else None
+        ops = [self._operand(inst, op, env, lane_dims, lanes) for op in inst.operands]
+        if inst.op == "store":
+            assert inst.access is not None
+            base, step = self.access_address(inst, env, lane_dims)
+            arr = inst.access.array
+            self._emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes)
+        else:
+            if inst.op == "load":
+                base, step = self.access_address(inst, env, lane_dims)
+                expr = self._load(inst.access.array if inst.access else "", base, step,
+                                  inst.dtype, lanes)
+            else:
+                expr = self._arith(inst, ops, vt)
+            st = self.storage[inst.name]
+            self._emit_write(indent, st, env, "c" if st.temp is not None and
+                             any(isinstance(o, Reduce) for o in inst.operands) else "p",
+                             lane_dims, lanes, expr)
+            src = self._read_storage(st, env, "c" if st.temp is not None and st.temp.carries
+                                     and st.temp.carries[1] == inst.name else "p",
+                                     lane_dims, lanes)
+            for (producer, _), tst in self.temps.items():
+                if producer == inst.name:
+                    self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
+        if guards:
+            self.emit(indent - 1, "}")
+
+    def _arith(self, inst: Instruction, ops: list[str], vt: str | None) -> str:
+        c = inst.dtype.c_type
+        a = ops
+        match inst.op:
+            case "add":
+                return f"{a[0]} + {a[1]}"
+            case "sub":
+                return f"{a[0]} - ({a[1]})"
+            case "mul":
+                return f"({a[0]}) * ({a[1]})"
+            case "div":
+                return f"({a[0]}) / ({a[1]})"
+            case "fma":
+                return f"({a[0]}) * ({a[1]}) + {a[2]}"
+            case "neg":
+                return f"-({a[0]})"
+            case "mov":
+                return a[0]
+            case "cast":
+                return f"__builtin_convertvector({a[0]}, {vt})" if vt else f"({c})({a[0]})"
+            case "max" | "min":
+                if vt:
+                    self.helpers.add((inst.op, vt))
+                    return f"{inst.op}_{vt}({a[0]}, {a[1]})"
+                fn = ("fmax" if inst.op == "max" else "fmin") + ("f" if c == "float" else "")
+                if not inst.dtype.is_float:
+                    cmp = ">" if inst.op == "max" else "<"
+                    return f"(({a[0]}) {cmp} ({a[1]}) ? ({a[0]}) : ({a[1]}))"
+                return f"{fn}({a[0]}, {a[1]})"
+        raise CodegenError(f"instruction {inst.name}: unknown op {inst.op!r}")
+
+    def _operand(self, inst: Instruction, op: Operand, env: dict[str, str],
+                 lane_dims: set[str], lanes: int) -> str:
+        vt = self.vtype(inst.dtype, lanes) if lane_dims else None
+        if isinstance(op, Const):
+            lit = repr(float(op.value)) if op.dtype.is_float else str(int(op.value))
+            if op.dtype is DType.FP32:
+                lit += "f"
+            return f"(({vt}){{}} + {lit})" if vt else lit
+        if isinstance(op, Scalar):
+            return f"(({vt}){{}} + {op.name})" if vt else op.name
+        if isinstance(op, Index):
+            c = inst.dtype.c_type
+            base = f"({c})({self.logical_index(env, op.dim)})"
+            if not vt:
+                return base
+            coeff = self._lane_coeff(op.dim, lane_dims)
+            lanes_init = ", ".join(str(coeff * i) for i in range(lanes))
+            return f"(({vt}){{{lanes_init}}} + {base})"
+        producer = op.inst if isinstance(op, Value) else op.init
+        if isinstance(op, Reduce):
+            st = self.storage[inst.name]
+            side = "c"
+        elif (producer, inst.name) in self.temps:
+            st = self.temps[(producer, inst.name)]
+            side = "c"
+        else:
+            st = self.storage[producer]
+            side = "c"
+        return self._read_storage(st, env, side, lane_dims, lanes, vt)
+
+    def _read_storage(self, st: Storage, env: dict[str, str], side: str,
+                      lane_dims: set[str], lanes: int, vt: str | None = None) -> str:
+        if st.temp is None:
+            if lane_dims and st.vector_dim is None:
+                return f"(({vt or self.vtype(st.dtype, lanes)}){{}} + {st.name})"
+            return st.name
+        base, step = self.temp_address(st, env, side, lane_dims)
+        return self._load(st.name, base, step, st.dtype, lanes if lane_dims else 1)
+
+    def _load(self, arr: str, base: str, step: int | str, dtype: DType, lanes: int) -> str:
+        if lanes == 1:
+            return f"{arr}[{base}]"
+        vt = self.vtype(dtype, lanes)
+        if step == 1:
+            return f"load_{vt}(&{arr}[{base}])"
+        if step == 0:
+            return f"(({vt}){{}} + {arr}[{base}])"
+        elems = ", ".join(f"{arr}[{base} + {_fold([i, step])}]" for i in range(lanes))
+        return f"(({vt}){{{elems}}})"
+
+    def _emit_store(self, indent: int, arr: str, base: str, step: int | str, value: str,
+                    dtype: DType, lanes: int) -> None:
+        if lanes == 1:
+            self.emit(indent, f"{arr}[{base}] = {value};")
+        elif step == 1:
+            self.emit(indent, f"store_{self.vtype(dtype, lanes)}(&{arr}[{base}], {value});")
+        elif step == 0:
+            raise CodegenError(f"store to {arr} inside a vector dim it does not index")
+        else:
+            vt = self.vtype(dtype, lanes)
+            self.emit(indent, f"{{ {vt} s_ = {value};")
+            for i in range(lanes):
+                self.emit(indent + 1, f"{arr}[{base} + {_fold([i, step])}] = s_[{i}];")
+            self.emit(indent, "}")
+
+    def _emit_write(self, indent: int, st: Storage, env: dict[str, str], side: str,
+                    lane_dims: set[str], lanes: int, expr: str) -> None:
+        if st.temp is None:
+            if lane_dims and st.vector_dim is None:
+                raise CodegenError(f"{st.name}: a vector value kept in a scalar")
+            self.emit(indent, f"{st.name} = {expr};")
+            return
+        base, step = self.temp_address(st, env, side, lane_dims)
+        self._emit_store(indent, st.name, base, step if lane_dims else 0, expr, st.dtype,
+                         lanes if lane_dims else 1)
+
+
+def print_c(cand: Candidate, entry: str | None = None) -> Program:
+    """The C program of a fully decided CPU candidate."""
+    if not cand.is_implementation:
+        raise CodegenError("only fully decided candidates can be printed")
+    name = entry or f"partita_{cand.kernel.name}"
+    return CPrinter(cand, name).print()

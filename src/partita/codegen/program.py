@@ -1,0 +1,110 @@
+"""A printed implementation: C source plus the description of its entry point.
+
+This is the contract between the printers and the runtime. A :class:`Program`'s source defines
+
+- ``void <entry>(<params>)``: the kernel, with the parameters of :attr:`Program.params` in
+  that order (dynamic sizes as ``int64_t``, scalars by value, arrays as ``restrict`` pointers
+  to the first element of a buffer of :attr:`Param.footprint` elements);
+- ``void <entry>_packed(void **args)``: the same call with ``args[i]`` pointing to parameter
+  ``i`` (to the value for sizes and scalars, to the buffer for arrays), so the runtime calls
+  every kernel the same way.
+
+Sources are self-contained C99 translation units; several programs compile into one shared
+object as long as their entries differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from partita.ir.kernel import Kernel
+from partita.ir.operands import Reduce
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter of a kernel's C entry point.
+
+    ``kind`` is ``size`` (a dynamic size, ``int64_t``), ``scalar`` or ``array``. For arrays,
+    ``shape`` and ``strides`` (in elements) give the logical view into a buffer of
+    ``footprint`` elements, and ``role`` is ``in``, ``out`` or ``inout``.
+    """
+
+    name: str
+    kind: str
+    dtype: str
+    role: str = "in"
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    footprint: int = 0
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return np.dtype("int64" if self.kind == "size" else self.dtype)
+
+
+@dataclass(frozen=True)
+class Program:
+    """C source of one implementation and how to call it."""
+
+    kernel: Kernel
+    entry: str
+    source: str
+    params: tuple[Param, ...]
+    language: str = "c"
+    decisions: tuple[Any, ...] = field(default=(), compare=False)
+    sizes: tuple[tuple[str, int], ...] = ()
+    """Values of the dynamic sizes the runtime passes (sizes known only at call time)."""
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+
+def signature(kernel: Kernel, sizes: dict[str, int] | None = None) -> tuple[Param, ...]:
+    """The entry point's parameters: dynamic sizes, then scalars, then arrays.
+
+    ``sizes`` gives values to dynamic sizes so that array shapes are concrete; without them
+    the shapes of arrays with dynamic extents are left empty.
+    """
+    values = {s.name: s.value for s in kernel.sizes if s.value is not None} | (sizes or {})
+    params = [Param(s.name, "size", "int64") for s in kernel.sizes if not s.is_static]
+    params += [Param(s.name, "scalar", s.dtype.value) for s in kernel.scalars]
+    for a in kernel.arrays:
+        if a.is_temporary:
+            continue
+        if all(isinstance(x, int) or values.get(x) is not None for x in a.shape):
+            view = a.lmad(values)
+            params.append(Param(a.name, "array", a.dtype.value, a.role,
+                                tuple(view.shape), tuple(view.strides),
+                                a.footprint(values)))
+        else:
+            params.append(Param(a.name, "array", a.dtype.value, a.role))
+    return tuple(params)
+
+
+def reduction_length(kernel: Kernel, sizes: dict[str, int] | None = None) -> int:
+    """The longest chain of accumulations into one output element (for error tolerances).
+
+    Chained reductions multiply: E = (A @ B) @ C accumulates k * l products per element.
+    """
+    values = {s.name: s.value for s in kernel.sizes if s.value is not None} | (sizes or {})
+    own: dict[str, int] = {}
+    for inst in kernel.instructions:
+        n = 1
+        for op in inst.operands:
+            if isinstance(op, Reduce):
+                for ld in op.dims:
+                    size = kernel.logical(ld).size
+                    n *= size if isinstance(size, int) else int(values[size])
+        own[inst.name] = n
+    depth: dict[str, int] = {}
+    for inst in kernel.instructions:  # instructions are in dependency order
+        inputs = [depth.get(op.inst if hasattr(op, "inst") else op.init, 1)
+                  for op in inst.values()]
+        depth[inst.name] = own[inst.name] * max(inputs, default=1)
+    return max(depth.values(), default=1)
