@@ -11,12 +11,14 @@ import click
 
 from partita.api import kernel as library_kernel
 from partita.api import space as make_space
+from partita.codegen.c import CodegenError, print_c
 from partita.codegen.looptree import loop_tree, render
 from partita.ir.types import KernelError
 from partita.kernels import get_spec, list_kernels
+from partita.search.sampling import NoImplementation, random_implementation
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
-from partita.space.estimate import random_descent, space_stats
+from partita.space.estimate import space_stats
 from partita.targets import TARGETS
 
 
@@ -68,16 +70,7 @@ def kernels_cmd(as_json: bool) -> None:
 def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, seed: int,
               method: str, as_json: bool) -> None:
     """Estimate the size of KERNEL's decision space and show one random implementation."""
-    try:
-        k = library_kernel(kernel, **_params(params))
-        space = make_space(k, target)
-        root = space.root()
-    except (KernelError, SpaceError) as exc:
-        _fail(str(exc))
-        return
-    if isinstance(root, DeadEnd):
-        _fail(f"the space of {kernel} has no implementation: {root.reason}")
-        return
+    _, root = _open_space(kernel, params, target)
     rng = random.Random(seed)
     stats = space_stats(root, samples, rng, method=method)
     example = _example(root, random.Random(seed))
@@ -97,11 +90,83 @@ def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, s
 
 
 def _example(root: Candidate, rng: random.Random, tries: int = 200) -> Candidate | None:
-    for _ in range(tries):
-        leaf, _, _ = random_descent(root, rng)
-        if isinstance(leaf, Candidate):
-            return leaf
-    return None
+    try:
+        return random_implementation(root, rng, tries)
+    except NoImplementation:
+        return None
+
+
+def _open_space(kernel: str, params: tuple[str, ...], target: str) -> tuple[Any, Candidate]:
+    """(space, root) of a library kernel, or a one-line error and exit status 2."""
+    try:
+        k = library_kernel(kernel, **_params(params))
+        space = make_space(k, target)
+        root = space.root()
+    except (KernelError, SpaceError) as exc:
+        _fail(str(exc))
+        raise AssertionError from exc  # unreachable: _fail exits
+    if isinstance(root, DeadEnd):
+        _fail(f"the space of {kernel} has no implementation: {root.reason}")
+    assert isinstance(root, Candidate)
+    return space, root
+
+
+def _read_decisions(path: str) -> list[Any]:
+    """Decisions from a JSON file: a list, or an object with a ``decisions`` list."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as exc:
+        _fail(f"cannot read decisions file {path!r}: {exc.strerror}")
+    except json.JSONDecodeError as exc:
+        _fail(f"decisions file {path!r} is not JSON: {exc}")
+    if isinstance(data, dict):
+        data = data.get("decisions")
+    if not isinstance(data, list):
+        _fail(f"decisions file {path!r}: expected a list of decisions")
+    return data
+
+
+@main.command("codegen")
+@click.argument("kernel")
+@click.argument("params", nargs=-1)
+@click.option("--decisions", "decisions_file", type=click.Path(dir_okay=False),
+              help="JSON file of decisions (as `partita sample --json` or records give them).")
+@click.option("--seed", type=int, help="Print a random implementation drawn with this seed.")
+@click.option("--target", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object with the source and the decisions.")
+def codegen_cmd(kernel: str, params: tuple[str, ...], decisions_file: str | None,
+                seed: int | None, target: str, as_json: bool) -> None:
+    """Print the C of one implementation of KERNEL (--decisions FILE or --seed S)."""
+    if (decisions_file is None) == (seed is None):
+        _fail("give exactly one of --decisions FILE and --seed S")
+    space, root = _open_space(kernel, params, target)
+    if decisions_file is not None:
+        try:
+            cand = space.replay(_read_decisions(decisions_file))
+        except (SpaceError, ValueError, TypeError) as exc:
+            _fail(f"invalid decisions in {decisions_file!r}: {exc}")
+        if isinstance(cand, DeadEnd):
+            _fail(f"the decisions in {decisions_file!r} lead to a dead end: {cand.reason}")
+        if not cand.is_implementation:
+            open_ = ", ".join(f"{c}({', '.join(a)})" for c, a in cand.open_choices()[:5])
+            _fail(f"the decisions in {decisions_file!r} leave choices open: {open_}")
+    else:
+        try:
+            cand = random_implementation(root, random.Random(seed))
+        except NoImplementation as exc:
+            _fail(str(exc))
+    try:
+        program = print_c(cand)
+    except CodegenError as exc:
+        _fail(f"cannot print this implementation: {exc}")
+    if as_json:
+        click.echo(json.dumps({"kernel": kernel, "entry": program.entry,
+                               "source": program.source,
+                               "decisions": [d.to_json() for d in cand.decisions]}))
+    else:
+        click.echo(program.source, nl=False)
 
 
 def _print_space(r: dict[str, Any], example: Candidate | None) -> None:

@@ -127,10 +127,16 @@ class CPrinter:
 
     # -- structure -------------------------------------------------------------------------
 
+    def extent(self, logical: str) -> int | str:
+        """A logical dimension's size: its value, or the C parameter of a dynamic size."""
+        size = self.k.logical(logical).size
+        value = self.k.static_size(size)
+        return value if value is not None else str(size)
+
     def _derived_size(self, d: str) -> str:
         k = self.k
         dim = k.dim(d)
-        n = k.logical(dim.logical).size
+        n = self.extent(dim.logical)
         factor = self._factor(dim.logical)
         return str(n) if factor == 1 else f"(({n} + {factor - 1}) / {factor})"
 
@@ -302,7 +308,9 @@ class CPrinter:
             if expr != "0":
                 terms.append(_fold([f"({expr})" if "+" in expr else expr, strides[axis]]))
             if lane:
-                lane_terms.append(_fold([lane, strides[axis]]))
+                stride = strides[axis]
+                lane_terms.append(lane * stride if isinstance(stride, int)
+                                  else _fold([lane, stride]))
         step: int | str
         if all(isinstance(t, int) for t in lane_terms) or not lane_terms:
             step = sum(int(t) for t in lane_terms)
@@ -536,7 +544,7 @@ class CPrinter:
             ld = self.k.dim(d).logical
             if self._needs_guard(ld):
                 last = {**venv, d: str(lanes - 1)}
-                conds.append(f"{self.logical_index(last, ld)} < {self.k.logical(ld).size}")
+                conds.append(f"{self.logical_index(last, ld)} < {self.extent(ld)}")
         return " && ".join(conds)
 
     def _needs_guard(self, logical: str) -> bool:
@@ -548,7 +556,7 @@ class CPrinter:
 
     def _print_inst(self, inst: Instruction, env: dict[str, str], indent: int,
                     lane: tuple[Node, int] | None) -> None:
-        guards = [f"{self.logical_index(env, ld)} < {self.k.logical(ld).size}"
+        guards = [f"{self.logical_index(env, ld)} < {self.extent(ld)}"
                   for ld in inst.dims if self._needs_guard(ld)
                   and not (lane and any(self.k.dim(d).logical == ld for d in lane[0].dims))]
         if guards:

@@ -61,6 +61,87 @@ def batched_matmul(b: int, m: int, n: int, k: int, reuse_b: int = 0,
     return kb.build()
 
 
+def dot(n: int, dtype: str = "float32") -> Kernel:
+    """``out[0] = sum_i x[i] * y[i]``: a reduction to one element."""
+    b = KernelBuilder("dot", dtype)
+    size = b.size("n", n)
+    x = b.array("x", None, [size])
+    y = b.array("y", None, [size])
+    out = b.array("out", None, [1], role="out")
+    i = b.dim("i", size, tiles=[(1, 2, 4, 8, 16, 32, 64, 128), VECTOR_TILES])
+    ix, iy = b.mapped_dim(i, "i_x"), b.mapped_dim(i, "i_y")
+    ld_x = b.load(x, [ix], name="ld_x")
+    ld_y = b.load(y, [iy], name="ld_y")
+    init = b.mov(0.0, name="init")
+    acc = b.fma(b.value(ld_x, {ix: i}), b.value(ld_y, {iy: i}), b.reduce(init, [i]),
+                dims=[i], name="acc")
+    b.store(out, [0], b.value(acc), name="st_out")
+    return b.build()
+
+
+def gemv(m: int, n: int, transpose: int = 0, dtype: str = "float32") -> Kernel:
+    """``y = A @ x`` with A ``m x n``; A is stored transposed (column-major) with ``transpose``."""
+    b = KernelBuilder("gemv", dtype)
+    m_, n_ = b.size("m", m), b.size("n", n)
+    A = b.array("A", None, [m_, n_], layout="col" if transpose else "row")
+    x = b.array("x", None, [n_])
+    y = b.array("y", None, [m_], role="out")
+    i = b.dim("i", m_, tiles=[POW2, VECTOR_TILES])
+    r = b.dim("r", n_, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)])
+    ia, ra, rx = b.mapped_dim(i, "i_a"), b.mapped_dim(r, "r_a"), b.mapped_dim(r, "r_x")
+    ii, is_ = b.mapped_dim(i, "i_init"), b.mapped_dim(i, "i_st")
+    ld_a = b.load(A, [ia, ra], name="ld_a")
+    ld_x = b.load(x, [rx], name="ld_x")
+    init = b.mov(0.0, dims=[ii], name="init")
+    acc = b.fma(b.value(ld_a, {ia: i, ra: r}), b.value(ld_x, {rx: r}),
+                b.reduce(init, [r], {ii: i}), dims=[i, r], name="acc")
+    b.store(y, [is_], b.value(acc, {i: is_}), name="st_y")
+    return b.build()
+
+
+def matmul_chain(m: int, n: int, k: int, l: int, dtype: str = "float32") -> Kernel:  # noqa: E741
+    """``E = (A @ B) @ C`` with A ``m x k``, B ``k x n``, C ``n x l``.
+
+    ``D = A @ B`` has no array: the second accumulation reads it as a value (its ``j`` becomes
+    the second reduction dimension), and decisions place it in a temporary.
+    """
+    b = KernelBuilder("matmul_chain", dtype)
+    m_, n_, k_, l_ = b.size("m", m), b.size("n", n), b.size("k", k), b.size("l", l)
+    A = b.array("A", None, [m_, k_])
+    B = b.array("B", None, [k_, n_])
+    C = b.array("C", None, [n_, l_])
+    E = b.array("E", None, [m_, l_], role="out")
+    # D = A @ B over (i, j, r)
+    i = b.dim("i", m_, tiles=[POW2, ROW_TILES])
+    j = b.dim("j", n_, tiles=[POW2, VECTOR_TILES])
+    r = b.dim("r", k_, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)])
+    d = _product(b, A, B, i, j, r, "d")
+    # E = D @ C over (i2, h, j2): D's (i, j) map onto (i2, j2)
+    i2, j2 = b.mapped_dim(i, "i2"), b.mapped_dim(j, "j2")
+    h = b.dim("h", l_, tiles=[POW2, VECTOR_TILES])
+    jc, hc = b.mapped_dim(j, "j_c"), b.mapped_dim(h, "h_c")
+    ld_c = b.load(C, [jc, hc], name="ld_c")
+    ii, hi = b.mapped_dim(i, "i_init_e"), b.mapped_dim(h, "h_init_e")
+    init = b.mov(0.0, dims=[ii, hi], name="init_e")
+    e = b.fma(b.value(d, {i: i2, j: j2}), b.value(ld_c, {jc: j2, hc: h}),
+              b.reduce(init, [j2], {ii: i2, hi: h}), dims=[i2, h, j2], name="acc_e")
+    is_, hs = b.mapped_dim(i, "i_st"), b.mapped_dim(h, "h_st")
+    b.store(E, [is_, hs], b.value(e, {i2: is_, h: hs}), name="st_e")
+    return b.build()
+
+
+def _product(b: KernelBuilder, A, B, i, j, r, name: str):
+    """``A @ B`` accumulated over ``(i, j, r)`` from its own loads and init; returns the fma."""
+    ia, ra = b.mapped_dim(i, f"i_a_{name}"), b.mapped_dim(r, f"r_a_{name}")
+    rb, jb = b.mapped_dim(r, f"r_b_{name}"), b.mapped_dim(j, f"j_b_{name}")
+    ii, ji = b.mapped_dim(i, f"i_init_{name}"), b.mapped_dim(j, f"j_init_{name}")
+    ld_a = b.load(A, [ia, ra], name=f"ld_a_{name}")
+    ld_b = b.load(B, [rb, jb], name=f"ld_b_{name}")
+    init = b.mov(0.0, dims=[ii, ji], name=f"init_{name}")
+    return b.fma(b.value(ld_a, {ia: i, ra: r}), b.value(ld_b, {rb: r, jb: j}),
+                 b.reduce(init, [r], {ii: i, ji: j}), dims=[i, j, r], name=f"acc_{name}")
+
+
 def _matmul_body(b: KernelBuilder, A, B, C, m, n, k, batch) -> None:
     """Five nests: load A, load B, initialise, accumulate, store."""
     i = b.dim("i", m, tiles=[POW2, ROW_TILES])
@@ -104,6 +185,18 @@ def _matmul_ref(A: np.ndarray, B: np.ndarray) -> dict[str, np.ndarray]:
     return {"C": np.matmul(A, B)}
 
 
+def _dot_ref(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    return {"out": np.array([x @ y])}
+
+
+def _gemv_ref(A: np.ndarray, x: np.ndarray) -> dict[str, np.ndarray]:
+    return {"y": A @ x}
+
+
+def _matmul_chain_ref(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> dict[str, np.ndarray]:
+    return {"E": (A @ B) @ C}
+
+
 SIZE, FLAG = "size", "flag"
 DTYPE = ParamSpec("dtype", "dtype", "float32", "element type")
 
@@ -138,4 +231,34 @@ register(KernelSpec(
     bytes=lambda b, m, n, k, reuse_b, dtype: (
         b * m * k + (1 if reuse_b else b) * k * n + b * m * n) * np.dtype(dtype).itemsize,
     outputs=("C",),
+))
+
+register(KernelSpec(
+    "dot", "out[0] = sum_i x[i] * y[i]",
+    (ParamSpec("n", SIZE, 1 << 24, "vector length"), DTYPE),
+    dot, _dot_ref,
+    flops=lambda n, dtype: 2 * n,
+    bytes=lambda n, dtype: (2 * n + 1) * np.dtype(dtype).itemsize,
+    outputs=("out",),
+))
+
+register(KernelSpec(
+    "gemv", "y = A @ x (A optionally stored transposed)",
+    (ParamSpec("m", SIZE, 4096, "rows of A"), ParamSpec("n", SIZE, 4096, "columns of A"),
+     ParamSpec("transpose", FLAG, 0, "A stored column-major"), DTYPE),
+    gemv, _gemv_ref,
+    flops=lambda m, n, **_: 2 * m * n,
+    bytes=lambda m, n, dtype, **_: (m * n + n + m) * np.dtype(dtype).itemsize,
+    outputs=("y",),
+))
+
+register(KernelSpec(
+    "matmul_chain", "E = (A @ B) @ C, A @ B kept as an intermediate value (no array)",
+    (ParamSpec("m", SIZE, 512), ParamSpec("n", SIZE, 512), ParamSpec("k", SIZE, 512),
+     ParamSpec("l", SIZE, 512), DTYPE),
+    matmul_chain, _matmul_chain_ref,
+    flops=lambda m, n, k, **s: 2 * m * n * (k + s["l"]),
+    bytes=lambda m, n, k, dtype, **s: (
+        m * k + k * n + (n + m) * s["l"]) * np.dtype(dtype).itemsize,
+    outputs=("E",),
 ))

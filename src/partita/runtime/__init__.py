@@ -1,0 +1,26 @@
+"""Running generated programs: compile them, check their outputs, time them.
+
+- :mod:`partita.runtime.compile`: batched gcc runs into cached shared objects;
+- :mod:`partita.runtime.harness`: the C timing harness linked into every shared object;
+- :mod:`partita.runtime.data`: inputs, reference outputs and error tolerances per seed;
+- :mod:`partita.runtime.worker`: the process that runs untrusted kernels;
+- :mod:`partita.runtime.evaluate`: :class:`Evaluator`, which ties them together, and
+  :class:`Measurement`, its result.
+"""
+
+from partita.runtime.compile import (
+    DEFAULT_FLAGS,
+    CompileError,
+    Compiler,
+    SharedObject,
+    compiler_version,
+)
+from partita.runtime.data import generate_inputs, make_case, tolerance
+from partita.runtime.evaluate import STATUSES, Evaluator, Measurement
+from partita.runtime.harness import Timing, TimingOptions, measure, summarize
+
+__all__ = [
+    "DEFAULT_FLAGS", "STATUSES", "CompileError", "Compiler", "Evaluator", "Measurement",
+    "SharedObject", "Timing", "TimingOptions", "compiler_version", "generate_inputs",
+    "make_case", "measure", "summarize", "tolerance",
+]

@@ -1,0 +1,238 @@
+"""Compiling programs into shared objects, several per gcc run, cached on disk.
+
+Starting gcc (driver, ``cc1``, ``as``, ``ld``) costs more than compiling one small kernel, so
+programs are compiled in batches: each program is its own ``.c`` file (its ``static`` helpers
+stay private), and one gcc invocation compiles them together with the timing harness into one
+shared object. When a batch fails, each program is compiled alone so that one bad candidate does
+not sink the others.
+
+Shared objects are cached under ``$PARTITA_CACHE/so`` (default ``~/.cache/partita/so``), named
+by the sha256 of everything that determines their bytes: the sources and entries, the flags,
+the compiler's path and version, and the harness. They are written to a temporary name in the
+same directory and renamed into place, so concurrent processes never see a partial file (the
+last writer wins with an identical file).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from partita.runtime.harness import ALLOC_WRAP_FLAGS, HARNESS_C
+
+if TYPE_CHECKING:
+    from partita.codegen.program import Program
+
+DEFAULT_FLAGS: tuple[str, ...] = (
+    "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
+)
+"""Code generation flags; :attr:`Compiler.command_flags` adds the allocation-wrapping link flag."""
+
+DEFAULT_CC = "gcc"
+
+
+class CompileError(Exception):
+    """gcc failed (or could not run) for a program or a batch.
+
+    ``stderr`` is gcc's complete diagnostic output; ``entries`` names the programs that were in
+    the failed invocation.
+    """
+
+    def __init__(self, message: str, stderr: str = "", entries: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.stderr = stderr
+        self.entries = tuple(entries)
+
+    @property
+    def first_error(self) -> str:
+        """The first line of gcc's output that reports an error (one line, for summaries)."""
+        for line in self.stderr.splitlines():
+            if "error" in line:
+                return line.strip()
+        lines = [line.strip() for line in self.stderr.splitlines() if line.strip()]
+        return lines[0] if lines else str(self)
+
+
+@dataclass(frozen=True)
+class SharedObject:
+    """A compiled shared object holding the ``entries`` (each with its ``_packed`` twin)."""
+
+    path: Path
+    entries: tuple[str, ...]
+    key: str
+    cached: bool
+    """True when it came from the disk cache rather than a gcc run."""
+    flags: str = ""
+    compiler: str = ""
+
+
+@functools.lru_cache(maxsize=8)
+def compiler_version(cc: str = DEFAULT_CC) -> str:
+    """The first line of ``cc --version``, recorded with every measurement."""
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60,
+                             check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise CompileError(f"cannot run {cc!r}: {e}") from e
+    return out.splitlines()[0].strip() if out else cc
+
+
+def cache_root() -> Path:
+    """``$PARTITA_CACHE`` or ``~/.cache/partita``."""
+    env = os.environ.get("PARTITA_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "partita"
+
+
+def _unique_units(programs: Sequence[Program]) -> list[tuple[str, str]]:
+    """(entry, source) pairs, duplicates removed, order kept."""
+    seen: dict[tuple[str, str], None] = {}
+    for p in programs:
+        seen.setdefault((p.entry, p.source), None)
+    return list(seen)
+
+
+def split_batches(programs: Sequence[Program], size: int) -> list[list[Program]]:
+    """Consecutive groups of at most ``size`` distinct programs with pairwise distinct entries.
+
+    Two different sources defining the same entry cannot link into one object, and an identical
+    (entry, source) pair needs compiling only once, so duplicates ride along with the first.
+    """
+    batches: list[list[Program]] = []
+    current: list[Program] = []
+    units: dict[str, str] = {}
+    for p in programs:
+        have = units.get(p.entry)
+        if have is not None and have == p.source:
+            current.append(p)
+            continue
+        if have is not None or len(units) >= max(1, size):
+            batches.append(current)
+            current, units = [], {}
+        current.append(p)
+        units[p.entry] = p.source
+    if current:
+        batches.append(current)
+    return batches
+
+
+@dataclass
+class Compiler:
+    """Builds shared objects with ``cc`` and ``flags``, through the on-disk cache.
+
+    ``nice`` lowers gcc's scheduling priority, so that compiling the next batch in the
+    background disturbs a measurement running at the same time as little as possible.
+    ``runs`` counts the gcc invocations this instance made (cache hits make none).
+    """
+
+    cc: str = DEFAULT_CC
+    flags: tuple[str, ...] = DEFAULT_FLAGS
+    cache_dir: Path | None = None
+    nice: int = 10
+    timeout_s: float = 600.0
+    runs: int = field(default=0, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @property
+    def version(self) -> str:
+        return compiler_version(self.cc)
+
+    @property
+    def command_flags(self) -> tuple[str, ...]:
+        """Every flag on the gcc command line (recorded with each measurement)."""
+        return (*self.flags, *ALLOC_WRAP_FLAGS)
+
+    @property
+    def flags_text(self) -> str:
+        return " ".join(self.command_flags)
+
+    def so_dir(self) -> Path:
+        root = self.cache_dir if self.cache_dir is not None else cache_root()
+        path = Path(root) / "so"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def key(self, units: Sequence[tuple[str, str]]) -> str:
+        """sha256 of everything that determines the shared object's bytes."""
+        text = json.dumps({
+            "units": [list(u) for u in units], "flags": list(self.command_flags),
+            "cc": self.cc, "version": self.version, "harness": HARNESS_C,
+        }, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def build(self, programs: Sequence[Program]) -> SharedObject:
+        """One shared object for ``programs`` (one gcc run, or none on a cache hit).
+
+        Raises :class:`CompileError` when gcc fails; entries must be pairwise distinct unless
+        their sources are identical.
+        """
+        units = _unique_units(programs)
+        entries = [e for e, _ in units]
+        if len(set(entries)) != len(entries):
+            raise CompileError("two different sources define the same entry in one batch",
+                               entries=entries)
+        key = self.key(units)
+        so_dir = self.so_dir()
+        target = so_dir / f"{key}.so"
+        info = {"flags": self.flags_text, "compiler": self.version}
+        if target.exists():
+            return SharedObject(target, tuple(entries), key, True, **info)
+        build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=so_dir))
+        try:
+            files = []
+            for i, (entry, source) in enumerate(units):
+                name = f"p{i}_{entry}.c"
+                (build_dir / name).write_text(source)
+                files.append(name)
+            (build_dir / "partita_harness.c").write_text(HARNESS_C)
+            files.append("partita_harness.c")
+            cmd = [self.cc, *self.flags, "-o", "out.so", *files, *ALLOC_WRAP_FLAGS]
+            if self.nice and shutil.which("nice"):
+                cmd = ["nice", "-n", str(self.nice), *cmd]
+            with self._lock:
+                self.runs += 1
+            try:
+                done = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True,
+                                      timeout=self.timeout_s)
+            except subprocess.TimeoutExpired as e:
+                raise CompileError(f"{self.cc} ran longer than {self.timeout_s:g} s",
+                                   entries=entries) from e
+            except OSError as e:
+                raise CompileError(f"cannot run {self.cc!r}: {e}", entries=entries) from e
+            if done.returncode != 0 or not (build_dir / "out.so").exists():
+                raise CompileError(f"{self.cc} failed (exit status {done.returncode})",
+                                   done.stderr, entries)
+            os.replace(build_dir / "out.so", target)
+        finally:
+            shutil.rmtree(build_dir, ignore_errors=True)
+        return SharedObject(target, tuple(entries), key, False, **info)
+
+    def build_all(self, programs: Sequence[Program]) -> list[SharedObject | CompileError]:
+        """A shared object or the error for each program: one gcc run for the whole batch,
+        and one per program only when the batch fails."""
+        try:
+            so = self.build(programs)
+            return [so] * len(programs)
+        except CompileError as batch_error:
+            if len(_unique_units(programs)) <= 1:
+                return [batch_error] * len(programs)
+        out: list[SharedObject | CompileError] = []
+        alone: dict[tuple[str, str], SharedObject | CompileError] = {}
+        for p in programs:
+            unit = (p.entry, p.source)
+            if unit not in alone:
+                try:
+                    alone[unit] = self.build([p])
+                except CompileError as e:
+                    alone[unit] = e
+            out.append(alone[unit])
+        return out

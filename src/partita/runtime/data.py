@@ -1,0 +1,245 @@
+"""Inputs, reference outputs and error tolerances of a kernel, computed once per seed.
+
+Every candidate implementation of a kernel is checked against the same data, so the parent
+process generates it once per (kernel, sizes, parameters, seed) and stores it in ``.npy`` files
+the worker maps from disk; no large array crosses the pipe per candidate.
+
+Inputs. ``numpy.random.default_rng(seed)`` draws, in signature order, every scalar and then
+every ``in``/``inout`` array's whole buffer (``footprint`` elements, including the gaps of a
+strided view), uniformly in ``[-1, 1)`` for floating-point types (in float64 and rounded to the
+element type, so float32 and float64 runs see nearly the same numbers) and in ``[-8, 8)`` for
+integers.
+
+Reference. The library kernel's numpy reference runs in float64 on the inputs widened from
+their element type (the very values the kernel reads), giving outputs far more accurate than
+any float32 implementation.
+
+Tolerance. For output element ``i`` the check is ``|got_i - ref_i| <= tol_i`` with ::
+
+    tol_i = LAMBDA * (u + u_ref) * sqrt(L + 2) * s_i + tiny
+
+- ``u`` is the unit roundoff of the least precise floating-point type of the kernel
+  (``2**-24`` for float32, ``2**-53`` for float64) and ``u_ref = 2**-53`` that of the float64
+  reference, whose own error matters when the kernel is float64 too;
+- ``L`` is :func:`partita.codegen.program.reduction_length`, the longest chain of accumulations
+  into one output element; ``+ 2`` counts the rounding of the product and of the final store;
+- ``s_i`` is the condition scale of the element: the reference evaluated on the absolute values
+  of the inputs (``sum |a_k * b_k|`` for a dot product), or ``|ref_i|`` where larger;
+- ``sqrt(L + 2) * u * s_i`` is the probabilistic rounding error bound of Higham and Mary
+  (SIAM J. Sci. Comput. 41(5), 2019) for sums of products evaluated in any order: modelling
+  rounding errors as independent and of mean zero, it fails for an element with probability
+  below ``2 (L + 2) exp(-LAMBDA**2 / 2)``, about ``2.5e-14 (L + 2)`` with ``LAMBDA = 8``. The
+  worst-case bound ``(L + 2) * u * s_i`` would grow with ``L`` instead of its square root and
+  let real bugs in large reductions (a skipped remainder tile) pass unnoticed.
+
+The absolute-value evaluation bounds the error only when the kernel combines values with
+``add``, ``mul``, ``fma``, ``max`` and non-negative constants. Otherwise (subtraction,
+division, ``min``, negation, negative constants) ``s_i`` falls back to the largest ``|ref|``
+of the output (a normwise scale). Integer outputs must match exactly. NaN or infinity in an
+output never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partita.codegen.program import Param, Program, reduction_length
+from partita.ir.kernel import Kernel
+from partita.ir.operands import Const
+
+LAMBDA = 8.0
+"""Confidence multiplier of the probabilistic error bound (see the module docstring)."""
+
+U_REF = 2.0 ** -53
+"""Unit roundoff of the float64 reference."""
+
+ABS_SAFE_OPS = frozenset({"load", "store", "mov", "cast", "add", "mul", "fma", "max"})
+"""Operations for which evaluating on absolute values bounds the magnitude of every term."""
+
+Reference = Callable[..., Mapping[str, Any]]
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """Half the machine epsilon of a floating-point type; 0 for integers (exact results)."""
+    dt = np.dtype(dtype)
+    return float(np.finfo(dt).eps) / 2 if dt.kind == "f" else 0.0
+
+
+def kernel_unit_roundoff(kernel: Kernel) -> float:
+    """Unit roundoff of the least precise floating-point type the kernel computes or stores in."""
+    dtypes = [a.dtype.value for a in kernel.arrays]
+    dtypes += [s.dtype.value for s in kernel.scalars]
+    dtypes += [i.dtype.value for i in kernel.instructions]
+    return max((unit_roundoff(d) for d in dtypes), default=0.0)
+
+
+def abs_reference_bounds(kernel: Kernel) -> bool:
+    """Whether the reference on absolute values bounds each element's rounding error scale."""
+    for inst in kernel.instructions:
+        if inst.op not in ABS_SAFE_OPS:
+            return False
+        for op in inst.operands:
+            if isinstance(op, Const) and op.value < 0:
+                return False
+    return True
+
+
+def view(buffer: np.ndarray, param: Param) -> np.ndarray:
+    """The logical array ``param`` describes inside its flat ``buffer`` (no copy)."""
+    item = buffer.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(
+        buffer, shape=param.shape, strides=tuple(s * item for s in param.strides),
+        writeable=buffer.flags.writeable)
+
+
+def _uniform(rng: np.random.Generator, dtype: np.dtype, count: int | None) -> Any:
+    if dtype.kind == "f":
+        values = rng.uniform(-1.0, 1.0, count).astype(dtype)
+        # Rounding to a narrower type can turn values just below 1 into 1.
+        return np.minimum(values, np.nextafter(dtype.type(1), dtype.type(0)))
+    return rng.integers(-8, 8, count).astype(dtype)
+
+
+def generate_inputs(params: Sequence[Param], seed: int) -> dict[str, Any]:
+    """Scalars (numpy scalars) and ``in``/``inout`` buffers (flat arrays of ``footprint``
+    elements), drawn in signature order so the same seed always gives the same data."""
+    rng = np.random.default_rng(seed)
+    values: dict[str, Any] = {}
+    for p in params:
+        dt = np.dtype(p.dtype)
+        if p.kind == "scalar":
+            values[p.name] = dt.type(_uniform(rng, dt, 1)[0])
+        elif p.kind == "array" and p.role in ("in", "inout"):
+            values[p.name] = _uniform(rng, dt, p.footprint)
+    return values
+
+
+def _wide(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float64 if dtype.kind == "f" else np.int64)
+
+
+def run_reference(reference: Reference, params: Sequence[Param], values: Mapping[str, Any],
+                  transform: Callable[[np.ndarray], np.ndarray] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Outputs of ``reference`` on the inputs widened to float64 (int64 for integers)."""
+    args: list[Any] = []
+    for p in params:
+        if p.kind == "scalar":
+            x = np.asarray(values[p.name]).astype(_wide(np.dtype(p.dtype)))
+            args.append((transform(x) if transform else x)[()])
+        elif p.kind == "array" and p.role in ("in", "inout"):
+            buf = np.asarray(values[p.name]).astype(_wide(np.dtype(p.dtype)))
+            if transform:
+                buf = transform(buf)
+            args.append(view(buf, p))
+    result = reference(*args)
+    out: dict[str, np.ndarray] = {}
+    for p in params:
+        if p.kind == "array" and p.role in ("out", "inout"):
+            if p.name not in result:
+                raise ValueError(f"the reference returned no value for output {p.name!r}")
+            arr = np.asarray(result[p.name])
+            if arr.shape != tuple(p.shape):
+                raise ValueError(f"the reference's {p.name!r} has shape {arr.shape}, "
+                                 f"expected {tuple(p.shape)}")
+            out[p.name] = np.ascontiguousarray(arr, dtype=_wide(np.dtype(p.dtype)))
+    return out
+
+
+def tolerance(expected: np.ndarray, magnitude: np.ndarray | None, u: float,
+              length: int) -> np.ndarray:
+    """Per-element error bound (see the module docstring); zeros for exact (integer) types."""
+    if u == 0.0 or expected.dtype.kind != "f":
+        return np.zeros(expected.shape, dtype=np.float64)
+    ref = np.abs(expected)
+    if magnitude is not None:
+        scale = np.maximum(np.abs(magnitude), ref)
+    else:
+        scale = np.full(expected.shape, float(ref.max()) if ref.size else 0.0)
+    factor = LAMBDA * (u + U_REF) * math.sqrt(length + 2)
+    return factor * scale + np.finfo(np.float64).tiny
+
+
+def find_reference(kernel: Kernel) -> Reference | None:
+    """The library reference of a kernel built by :func:`partita.kernels.kernel`, if any."""
+    from partita.ir.types import KernelError
+    from partita.kernels.registry import get_spec
+
+    try:
+        return get_spec(kernel.name).reference
+    except KernelError:
+        return None
+
+
+@dataclass
+class Case:
+    """Data of one (kernel, sizes, parameters, seed) stored in ``directory``.
+
+    ``inputs`` maps ``in``/``inout`` arrays to ``.npy`` files of their whole buffers;
+    ``expected`` and ``tolerance`` map output arrays to ``.npy`` files shaped like the logical
+    array (absent without a reference: then outputs are only checked for NaN, which catches
+    unwritten elements).
+    """
+
+    directory: Path
+    seed: int
+    sizes: dict[str, int]
+    scalars: dict[str, Any]
+    inputs: dict[str, str]
+    expected: dict[str, str] = field(default_factory=dict)
+    tolerance: dict[str, str] = field(default_factory=dict)
+    checked: bool = True
+    note: str = ""
+
+
+def case_key(program: Program, seed: int) -> tuple[Any, ...]:
+    """Programs of one kernel with the same sizes and parameters share a case."""
+    return (program.kernel.structural_hash, tuple(sorted(program.sizes)), program.params, seed)
+
+
+def make_case(program: Program, seed: int, directory: Path,
+              reference: Reference | None = None) -> Case:
+    """Generate inputs, compute expected outputs and tolerances, and store them."""
+    params = program.params
+    sizes = dict(program.sizes)
+    for p in params:
+        if p.kind == "size" and p.name not in sizes:
+            raise ValueError(f"program {program.entry!r}: no value for dynamic size {p.name!r}")
+        if p.kind == "array" and len(p.shape) != len(p.strides):
+            raise ValueError(f"program {program.entry!r}: array {p.name!r} has no concrete "
+                             "shape (give the dynamic sizes to signature())")
+    directory.mkdir(parents=True, exist_ok=True)
+    values = generate_inputs(params, seed)
+    case = Case(directory, seed, sizes,
+                scalars={p.name: values[p.name].item() for p in params if p.kind == "scalar"},
+                inputs={})
+    for p in params:
+        if p.kind == "array" and p.role in ("in", "inout"):
+            path = directory / f"in_{p.name}.npy"
+            np.save(path, values[p.name])
+            case.inputs[p.name] = str(path)
+    reference = reference or find_reference(program.kernel)
+    if reference is None:
+        case.checked = False
+        case.note = (f"no reference for kernel {program.kernel.name!r}: outputs are only "
+                     "checked for NaN and unwritten elements")
+        return case
+    expected = run_reference(reference, params, values)
+    magnitude = (run_reference(reference, params, values, np.abs)
+                 if abs_reference_bounds(program.kernel) else {})
+    u = kernel_unit_roundoff(program.kernel)
+    length = reduction_length(program.kernel, sizes)
+    for name, exp in expected.items():
+        tol = tolerance(exp, magnitude.get(name), u, length)
+        exp_path, tol_path = directory / f"exp_{name}.npy", directory / f"tol_{name}.npy"
+        np.save(exp_path, exp)
+        np.save(tol_path, tol)
+        case.expected[name] = str(exp_path)
+        case.tolerance[name] = str(tol_path)
+    return case

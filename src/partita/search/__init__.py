@@ -1,0 +1,1 @@
+"""Exploring decision spaces: random sampling (here), and the model-guided searches."""
