@@ -1,0 +1,128 @@
+"""Stop conditions of a search, combined with ``&`` (all hold) and ``|`` (any holds)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Progress:
+    """What a stop condition looks at."""
+
+    elapsed_s: float = 0.0
+    evaluations: int = 0
+    best_time: float = math.inf
+    since_improvement: int = 0
+    root_bound: float = 0.0
+    exhausted: bool = False
+
+
+class Stop:
+    def done(self, p: Progress) -> bool:
+        raise NotImplementedError
+
+    def __and__(self, other: Stop) -> Stop:
+        return _All(self, other)
+
+    def __or__(self, other: Stop) -> Stop:
+        return _Any(self, other)
+
+
+@dataclass
+class _All(Stop):
+    a: Stop
+    b: Stop
+
+    def done(self, p: Progress) -> bool:
+        return self.a.done(p) and self.b.done(p)
+
+    def __str__(self) -> str:
+        return f"({self.a} and {self.b})"
+
+
+@dataclass
+class _Any(Stop):
+    a: Stop
+    b: Stop
+
+    def done(self, p: Progress) -> bool:
+        return self.a.done(p) or self.b.done(p)
+
+    def __str__(self) -> str:
+        return f"({self.a} or {self.b})"
+
+
+@dataclass
+class WallTime(Stop):
+    seconds: float
+
+    def done(self, p: Progress) -> bool:
+        return p.elapsed_s >= self.seconds
+
+    def __str__(self) -> str:
+        return f"{self.seconds:g} s"
+
+
+@dataclass
+class Evaluations(Stop):
+    count: int
+
+    def done(self, p: Progress) -> bool:
+        return p.evaluations >= self.count
+
+    def __str__(self) -> str:
+        return f"{self.count} evaluations"
+
+
+@dataclass
+class BoundReached(Stop):
+    """The best time is within ``slack`` of the root's lower bound: nothing can be much
+    faster."""
+
+    slack: float = 1.05
+
+    def done(self, p: Progress) -> bool:
+        return p.best_time <= p.root_bound * self.slack
+
+    def __str__(self) -> str:
+        return f"bound reached (x{self.slack:g})"
+
+
+@dataclass
+class NoImprovement(Stop):
+    evaluations: int
+
+    def done(self, p: Progress) -> bool:
+        return p.since_improvement >= self.evaluations
+
+    def __str__(self) -> str:
+        return f"no improvement in {self.evaluations} evaluations"
+
+
+def parse_stop(text: str) -> Stop:
+    """``time=60 or evals=500 or stall=100 or bound=1.05``; ``and`` binds tighter than
+    ``or``. Keys: time (s), evals, stall (evaluations without improvement), bound (slack)."""
+    makers = {"time": lambda v: WallTime(float(v)), "evals": lambda v: Evaluations(int(v)),
+              "stall": lambda v: NoImprovement(int(v)), "bound": lambda v: BoundReached(float(v))}
+    alternatives: list[Stop] = []
+    for alt in text.split(" or "):
+        terms: list[Stop] = []
+        for term in alt.split(" and "):
+            key, sep, value = term.strip().partition("=")
+            if not sep or key not in makers:
+                raise ValueError(f"invalid stop condition {term.strip()!r}: expected "
+                                 f"{', '.join(k + '=N' for k in makers)}")
+            try:
+                terms.append(makers[key](value))
+            except ValueError:
+                raise ValueError(f"invalid stop condition {term.strip()!r}: {value!r} is not "
+                                 "a number") from None
+        stop = terms[0]
+        for t in terms[1:]:
+            stop = stop & t
+        alternatives.append(stop)
+    out = alternatives[0]
+    for a in alternatives[1:]:
+        out = out | a
+    return out

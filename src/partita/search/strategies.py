@@ -1,0 +1,277 @@
+"""Search strategies over the candidate tree (000 §6.1): branch-and-bound and MCTS.
+
+A strategy proposes implementations and observes their measured times; the tuner
+(:mod:`partita.search.tuner`) evaluates them in batches. Both strategies share the model:
+a candidate whose lower bound is not below the best time so far cannot improve on it and is
+never explored. Choices are instantiated in the space's choice order (first open slot).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from partita.space.candidate import Candidate, DeadEnd
+from partita.space.estimate import random_descent
+
+BoundFn = Callable[[Candidate], float]
+
+
+@dataclass
+class SearchState:
+    """What strategies share with the tuner: the best time so far and counters."""
+
+    best_time: float = math.inf
+    dead_ends: int = 0
+    pruned: int = 0
+    expanded: int = 0
+
+
+class Strategy:
+    """Proposes implementations (``propose``) and learns from measurements (``observe``)."""
+
+    name = "strategy"
+
+    def __init__(self, root: Candidate, bound: BoundFn, state: SearchState,
+                 rng: random.Random) -> None:
+        self.root = root
+        self.bound = bound
+        self.state = state
+        self.rng = rng
+
+    def propose(self, n: int) -> list[Candidate]:
+        raise NotImplementedError
+
+    def observe(self, cand: Candidate, time_s: float | None) -> None:
+        """``time_s`` is None for an implementation that failed (it is never revisited)."""
+
+    def children(self, cand: Candidate) -> list[tuple[Candidate, float]]:
+        """Viable children of the first open choice with their bounds, pruned ones dropped."""
+        slot = cand.open_slots()[0]
+        out = []
+        self.state.expanded += 1
+        for _, child in cand.children(slot):
+            if isinstance(child, DeadEnd):
+                self.state.dead_ends += 1
+                continue
+            b = self.bound(child)
+            if b >= self.state.best_time:
+                self.state.pruned += 1
+                continue
+            out.append((child, b))
+        return out
+
+
+class BranchAndBound(Strategy):
+    """Best-first branch-and-bound: expands the candidate of least bound, evaluates every
+    implementation reached whose bound is below the best time. Exhaustive on small spaces."""
+
+    name = "bnb"
+
+    def __init__(self, root: Candidate, bound: BoundFn, state: SearchState,
+                 rng: random.Random) -> None:
+        super().__init__(root, bound, state, rng)
+        self._tie = itertools.count()
+        # Ties in the bound go to the deepest candidate (then the newest): with a flat bound
+        # the search dives to implementations instead of widening level by level.
+        self.heap: list[tuple[float, int, int, Candidate]] = [(bound(root), 0, 0, root)]
+
+    def propose(self, n: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        while self.heap and len(out) < n:
+            b, _, _, cand = heapq.heappop(self.heap)
+            if b >= self.state.best_time:
+                # Best-first: everything left is bounded at least as high.
+                self.state.pruned += 1 + len(self.heap)
+                self.heap.clear()
+                break
+            if cand.is_implementation:
+                out.append(cand)
+                continue
+            for child, cb in self.children(cand):
+                heapq.heappush(self.heap, (cb, -len(child.decisions), -next(self._tie), child))
+        return out
+
+    @property
+    def exhausted(self) -> bool:
+        return not self.heap
+
+
+@dataclass
+class _Node:
+    cand: Candidate
+    bound: float
+    children: list[_Node] | None = None
+    visits: int = 0
+    exhausted: bool = False
+    top: list[tuple[float, int]] = field(default_factory=list)
+    """The best times seen below this node, with the index of the child they came through."""
+    reward_sum: float = 0.0
+
+
+class MonteCarlo(Strategy):
+    """MCTS: a tree policy picks a path through expanded nodes (TAG or UCT), the leaf is
+    expanded, and a rollout completes it, picking children with probability proportional to
+    ``max(T_best - bound, 0)`` (uniformly while no time is known). Dead ends backtrack."""
+
+    name = "mcts"
+
+    def __init__(self, root: Candidate, bound: BoundFn, state: SearchState,
+                 rng: random.Random, policy: str = "tag", topk: int = 10, delta: float = 1.0,
+                 uct_c: float = math.sqrt(2)) -> None:
+        super().__init__(root, bound, state, rng)
+        if policy not in ("tag", "uct"):
+            raise ValueError(f"unknown tree policy {policy!r} (tag or uct)")
+        self.policy = policy
+        self.topk = topk
+        self.delta = delta
+        self.uct_c = uct_c
+        self.tree = _Node(root, bound(root))
+        self.paths: dict[Any, list[tuple[_Node, int]]] = {}
+        self.name = f"mcts-{policy}"
+
+    @property
+    def exhausted(self) -> bool:
+        return self.tree.exhausted
+
+    def propose(self, n: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        attempts = 0
+        while len(out) < n and not self.tree.exhausted and attempts < 20 * n:
+            attempts += 1
+            leaf = self._iterate()
+            if leaf is not None:
+                out.append(leaf)
+        return out
+
+    def _iterate(self) -> Candidate | None:
+        path: list[tuple[_Node, int]] = []
+        node = self.tree
+        while node.children is not None:
+            i = self._select(node)
+            if i is None:
+                node.exhausted = True
+                self._propagate_exhausted(path)
+                return None
+            path.append((node, i))
+            node = node.children[i]
+        if node.cand.is_implementation:
+            node.exhausted = True
+            self._propagate_exhausted(path)
+            self.paths[node.cand.key()] = path
+            return node.cand
+        kids = self.children(node.cand)
+        node.children = [_Node(c, b) for c, b in kids]
+        if not node.children:
+            node.exhausted = True
+            self._propagate_exhausted(path)
+            return None
+        i = self._weighted([c.bound for c in node.children])
+        path.append((node, i))
+        leaf = self._rollout(node.children[i].cand)
+        if leaf is None:
+            return None
+        self.paths[leaf.key()] = path
+        return leaf
+
+    def _rollout(self, cand: Candidate) -> Candidate | None:
+        while not cand.is_implementation:
+            kids = self.children(cand)
+            if not kids:
+                return None
+            cand = kids[self._weighted([b for _, b in kids])][0]
+        return cand
+
+    def _weighted(self, bounds: list[float]) -> int:
+        best = self.state.best_time
+        if math.isinf(best):
+            return self.rng.randrange(len(bounds))
+        weights = [max(best - b, 0.0) for b in bounds]
+        if sum(weights) <= 0:
+            return self.rng.randrange(len(bounds))
+        return self.rng.choices(range(len(bounds)), weights)[0]
+
+    def _select(self, node: _Node) -> int | None:
+        assert node.children is not None
+        live = [i for i, c in enumerate(node.children)
+                if not c.exhausted and c.bound < self.state.best_time]
+        if not live:
+            return None
+        fresh = [i for i in live if node.children[i].visits == 0]
+        if fresh:
+            return fresh[self._weighted([node.children[i].bound for i in fresh])]
+        if self.policy == "uct":
+            logn = math.log(max(node.visits, 1))
+            return max(live, key=lambda i: node.children[i].reward_sum / node.children[i].visits
+                       + self.uct_c * math.sqrt(logn / node.children[i].visits))
+        # TAG (000 eq. 6.1); n counts the visits of the node, as in threshold ascent.
+        k = len(node.children)
+        alpha = math.log(2 * max(node.visits, 1) * k / self.delta)
+        counts = [0] * k
+        for _, i in node.top:
+            counts[i] += 1
+
+        def score(i: int) -> float:
+            s = counts[i]
+            return (s + alpha + math.sqrt(2 * s * alpha + alpha * alpha)) / node.children[i].visits
+
+        return max(live, key=score)
+
+    def _propagate_exhausted(self, path: list[tuple[_Node, int]]) -> None:
+        for parent, _ in reversed(path):
+            if parent.children is not None and all(c.exhausted for c in parent.children):
+                parent.exhausted = True
+            else:
+                break
+
+    def observe(self, cand: Candidate, time_s: float | None) -> None:
+        path = self.paths.pop(cand.key(), [])
+        reward = 0.0 if time_s is None or math.isinf(self.state.best_time) \
+            else min(1.0, self.state.best_time / time_s)
+        for node, i in path:
+            node.visits += 1
+            assert node.children is not None
+            child = node.children[i]
+            child.visits += 1
+            child.reward_sum += reward
+            if time_s is not None:
+                node.top.append((time_s, i))
+                node.top.sort()
+                del node.top[self.topk:]
+
+
+class RandomSearch(Strategy):
+    """Uniform random descents (the baseline the model-guided strategies must beat)."""
+
+    name = "random"
+
+    def propose(self, n: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        for _ in range(20 * n):
+            if len(out) == n:
+                break
+            leaf, _, _ = random_descent(self.root, self.rng)
+            if isinstance(leaf, DeadEnd):
+                self.state.dead_ends += 1
+            elif self.bound(leaf) < self.state.best_time:
+                out.append(leaf)
+            else:
+                self.state.pruned += 1
+        return out
+
+
+STRATEGIES = {"bnb": BranchAndBound, "mcts": MonteCarlo, "random": RandomSearch}
+
+
+def make_strategy(name: str, root: Candidate, bound: BoundFn, state: SearchState,
+                  rng: random.Random, **options: Any) -> Strategy:
+    """``bnb``, ``mcts`` (options ``policy`` tag|uct, ``topk``, ``delta``) or ``random``."""
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown search strategy {name!r} (strategies: "
+                         f"{', '.join(STRATEGIES)})")
+    return STRATEGIES[name](root, bound, state, rng, **options)

@@ -1,0 +1,179 @@
+"""The tuning loop: a strategy proposes implementations, they are printed, compiled, run,
+checked and timed, and what is learnt steers the next proposals.
+
+Data flows one way: candidate -> decisions -> code -> measurement -> record. Every evaluation
+keeps its decisions, its model bound and its measurement (or the reason it failed), so a run
+can be replayed, resumed and audited: a measured time below the bound (beyond noise) is a
+model bug and is reported as such.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from partita.codegen.c import CodegenError, print_c
+from partita.codegen.program import Program
+from partita.model import Model
+from partita.search.stop import Progress, Stop
+from partita.search.strategies import SearchState, make_strategy
+from partita.space.candidate import Candidate, DeadEnd, Space
+
+NOISE = 0.05
+"""Relative measurement noise tolerated before a bound above the measured time is a bug."""
+
+
+@dataclass
+class Evaluation:
+    """One implementation tried: its decisions, bound and measurement (or failure)."""
+
+    index: int
+    decisions: list[Any]
+    bound_s: float
+    status: str
+    reason: str = ""
+    median_s: float | None = None
+    min_s: float | None = None
+    spread: float | None = None
+    reps: int = 0
+    elapsed_s: float = 0.0
+    source_digest: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.median_s is not None
+
+    @property
+    def bound_violated(self) -> bool:
+        return self.ok and self.bound_s > (self.min_s or self.median_s or 0) * (1 + NOISE)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "index", "decisions", "bound_s", "status", "reason", "median_s", "min_s", "spread",
+            "reps", "elapsed_s", "source_digest")}
+
+
+@dataclass
+class TuneResult:
+    """The outcome of a tuning run."""
+
+    strategy: str
+    evaluations: list[Evaluation] = field(default_factory=list)
+    best: Evaluation | None = None
+    best_program: Program | None = None
+    elapsed_s: float = 0.0
+    root_bound_s: float = 0.0
+    stopped_by: str = ""
+    state: SearchState = field(default_factory=SearchState)
+
+    @property
+    def failures(self) -> list[Evaluation]:
+        return [e for e in self.evaluations if not e.ok]
+
+    @property
+    def violations(self) -> list[Evaluation]:
+        return [e for e in self.evaluations if e.bound_violated]
+
+    def accuracy(self) -> dict[str, float]:
+        """Fraction of measured implementations whose bound is within 2x, 10x, 100x."""
+        ok = [e for e in self.evaluations if e.ok and e.bound_s > 0]
+        out = {}
+        for f in (2, 10, 100):
+            out[f"within_{f}x"] = (sum(1 for e in ok if (e.median_s or 0) <= f * e.bound_s)
+                                   / len(ok)) if ok else 0.0
+        return out
+
+    def time_to_fraction(self, fraction: float = 0.95) -> tuple[float, int] | None:
+        """(seconds, evaluations) until the best time was within ``1/fraction`` of the final
+        best: how long the search needed to get there."""
+        if self.best is None or self.best.median_s is None:
+            return None
+        target = self.best.median_s / fraction
+        for e in self.evaluations:
+            if e.ok and (e.median_s or math.inf) <= target:
+                return e.elapsed_s, e.index + 1
+        return None
+
+
+def entry_name(kernel: str, cand: Candidate) -> str:
+    """A C entry name unique to the implementation (programs share shared objects)."""
+    digest = hashlib.sha1(cand.decisions_json().encode()).hexdigest()[:12]
+    return f"partita_{kernel}_{digest}"
+
+
+Evaluate = Callable[[list[Program]], list[Any]]
+"""Runs programs and returns one measurement each (see :mod:`partita.runtime`)."""
+
+
+def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
+               strategy: str = "mcts", seed: int = 0, batch: int = 4,
+               known_best: float = math.inf,
+               on_evaluation: Callable[[Evaluation], None] | None = None,
+               skip: Iterable[str] = (), **strategy_options: Any) -> TuneResult:
+    """Search ``space`` until ``stop``; ``known_best`` prunes with a time already measured
+    (resuming), and implementations whose decisions are in ``skip`` are not re-evaluated."""
+    root = space.root()
+    if isinstance(root, DeadEnd):
+        raise ValueError(f"the space has no implementation: {root.reason}")
+    state = SearchState(best_time=known_best)
+    rng = random.Random(seed)
+
+    def bound(c: Candidate) -> float:
+        return model.bound(c).time_s
+
+    strat = make_strategy(strategy, root, bound, state, rng, **strategy_options)
+    result = TuneResult(strat.name, root_bound_s=bound(root), state=state)
+    progress = Progress(root_bound=result.root_bound_s, best_time=known_best)
+    seen = set(skip)
+    start = time.perf_counter()
+    while not stop.done(progress):
+        cands = [c for c in strat.propose(batch) if c.decisions_json() not in seen]
+        if not cands:
+            if getattr(strat, "exhausted", False):
+                progress.exhausted = True
+                result.stopped_by = "the search space is exhausted"
+                break
+            continue
+        programs: list[Program | None] = []
+        failures: list[str] = []
+        for c in cands:
+            seen.add(c.decisions_json())
+            try:
+                programs.append(print_c(c, entry_name(space.kernel.name, c)))
+                failures.append("")
+            except CodegenError as exc:
+                programs.append(None)
+                failures.append(str(exc))
+        printable = [p for p in programs if p is not None]
+        measured = iter(evaluate(printable) if printable else [])
+        for cand, prog, failure in zip(cands, programs, failures, strict=True):
+            m = next(measured) if prog is not None else None
+            ev = Evaluation(len(result.evaluations), [d.to_json() for d in cand.decisions],
+                            bound(cand), "codegen_error" if m is None else m.status,
+                            failure if m is None else m.reason,
+                            elapsed_s=time.perf_counter() - start,
+                            source_digest=prog.digest if prog else "")
+            if m is not None and m.status == "ok":
+                ev.median_s, ev.min_s, ev.spread, ev.reps = m.median_s, m.min_s, m.spread, m.reps
+            result.evaluations.append(ev)
+            progress.evaluations += 1
+            if ev.ok and (ev.median_s or math.inf) < state.best_time:
+                state.best_time = ev.median_s or math.inf
+                result.best, result.best_program = ev, prog
+                progress.since_improvement = 0
+            else:
+                progress.since_improvement += 1
+            progress.best_time = state.best_time
+            strat.observe(cand, ev.median_s if ev.ok else None)
+            if on_evaluation is not None:
+                on_evaluation(ev)
+        progress.elapsed_s = time.perf_counter() - start
+    else:
+        result.stopped_by = str(stop)
+    result.elapsed_s = time.perf_counter() - start
+    return result

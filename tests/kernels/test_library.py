@@ -1,0 +1,219 @@
+"""The kernel library: every kernel builds at any size, its reference computes what its doc
+says, its flop and byte counts follow from its definition, and its CPU space has
+implementations."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from partita.api import space
+from partita.cli import main
+from partita.codegen.program import signature
+from partita.ir.kernel import resolve_size
+from partita.kernels import get_spec, kernel, list_kernels
+from partita.space.candidate import DeadEnd
+from partita.space.estimate import random_descent
+
+NAMES = [s.name for s in list_kernels()]
+NEW = ("dot", "gemv", "matmul_chain")
+PRIMES = (7, 13, 5, 3, 11, 2)
+
+
+def sizes_of(name: str, values) -> dict[str, int]:
+    """The size parameters of kernel ``name``, taking values in turn from ``values``."""
+    sizes = [p.name for p in get_spec(name).params if p.kind == "size"]
+    return dict(zip(sizes, itertools.cycle(values)))
+
+
+def variants(name: str) -> list[dict[str, int]]:
+    """Each flag and stride combination (strides 1 and 3)."""
+    spec = get_spec(name)
+    options = {p.name: (0, 1) if p.kind == "flag" else (1, 3)
+               for p in spec.params if p.kind in ("flag", "stride")}
+    combos = itertools.product(*options.values())
+    return [dict(zip(options, combo, strict=True)) for combo in combos]
+
+
+# -- building ------------------------------------------------------------------------------
+
+
+def test_new_kernels_are_registered() -> None:
+    assert set(NEW) <= set(NAMES)
+    defaults = {n: {p.name: p.default for p in get_spec(n).params} for n in NEW}
+    assert defaults["dot"] == {"n": 1 << 24, "dtype": "float32"}
+    assert defaults["gemv"] == {"m": 4096, "n": 4096, "transpose": 0, "dtype": "float32"}
+    assert defaults["matmul_chain"] == {"m": 512, "n": 512, "k": 512, "l": 512,
+                                        "dtype": "float32"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_builds_at_defaults(name: str) -> None:
+    k = kernel(name)
+    assert k.name == name
+    defaults = {p.name: p.default for p in get_spec(name).params if p.kind == "size"}
+    assert {s.name: s.value for s in k.sizes} == defaults
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("values", [(1,), PRIMES, (4, 8, 16, 2)], ids=["ones", "primes", "pow2"])
+def test_builds_at_small_and_odd_sizes(name: str, values) -> None:
+    for extra in variants(name):
+        for dtype in ("float32", "float64"):
+            k = kernel(name, **sizes_of(name, values), **extra, dtype=dtype)
+            for ld in k.logical_dims:
+                factors = k.strip_factors(ld.name)
+                assert 1 in factors
+                n = k.static_size(ld.size)
+                assert all(n % f == 0 for f in factors), (ld.name, n, factors)
+
+
+def test_matmul_accepts_prime_sizes() -> None:
+    k = kernel("matmul", m=7, n=13, k=5)
+    for ld in k.logical_dims:  # no tile product divides a prime: only "not split" is left
+        assert k.strip_factors(ld.name) == (1,)
+
+
+def test_matmul_chain_has_no_array_for_the_intermediate() -> None:
+    k = kernel("matmul_chain", m=4, n=8, k=2, l=16)
+    assert [a.name for a in k.arrays] == ["A", "B", "C", "E"]
+    reducing = sorted(k.reducing_insts)
+    assert len(reducing) == 2
+    second = k.inst("acc_e")
+    assert any(getattr(op, "inst", None) == "acc_d" for op in second.operands)
+
+
+# -- references ----------------------------------------------------------------------------
+
+
+def _batched(A, B, reuse_b):
+    return np.stack([A[p] @ (B if reuse_b else B[p]) for p in range(A.shape[0])])
+
+
+EXPECTED = {
+    "axpy": lambda p, alpha, x, y: {"y": alpha * x + y},
+    "matmul": lambda p, A, B: {"C": np.einsum("ik,kj->ij", A, B)},
+    "batched_matmul": lambda p, A, B: {"C": _batched(A, B, p["reuse_b"])},
+    "dot": lambda p, x, y: {"out": np.array([np.sum(x * y)])},
+    "gemv": lambda p, A, x: {"y": np.einsum("ij,j->i", A, x)},
+    "matmul_chain": lambda p, A, B, C: {
+        "E": np.einsum("ij,jl->il", np.einsum("ik,kj->ij", A, B), C)},
+}
+
+
+def arguments(k, rng: np.random.Generator) -> list:
+    """Scalars and in/inout arrays in signature order, arrays as strided views of buffers."""
+    args = []
+    for p in signature(k):
+        if p.kind == "scalar":
+            args.append(np.dtype(p.dtype).type(rng.uniform(-1, 1)))
+        elif p.kind == "array" and p.role in ("in", "inout"):
+            buf = rng.uniform(-1, 1, p.footprint).astype(p.dtype)
+            item = buf.dtype.itemsize
+            args.append(np.lib.stride_tricks.as_strided(
+                buf, shape=p.shape, strides=tuple(s * item for s in p.strides)))
+    return args
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("values", [(1,), PRIMES, (4, 8, 16, 2)], ids=["ones", "primes", "pow2"])
+def test_reference_matches_numpy(name: str, values) -> None:
+    if name not in EXPECTED:
+        pytest.fail(f"kernel {name!r}: add a straightforward numpy expectation to EXPECTED")
+    spec = get_spec(name)
+    rng = np.random.default_rng(0)
+    for extra in variants(name):
+        params = spec.resolve({**sizes_of(name, values), **extra, "dtype": "float64"})
+        k = spec.build(**params)
+        args = arguments(k, rng)
+        got = spec.reference(*args)
+        want = EXPECTED[name](params, *args)
+        outs = {p.name: p for p in signature(k) if p.kind == "array"
+                and p.role in ("out", "inout")}
+        assert set(spec.outputs) == set(outs) == set(got), (name, extra)
+        for out, p in outs.items():
+            arr = np.asarray(got[out])
+            assert arr.shape == p.shape, (name, extra, out)
+            np.testing.assert_allclose(arr, want[out], rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{name} {extra} {out}")
+
+
+# -- counts --------------------------------------------------------------------------------
+
+
+def fma_flops(k) -> int:
+    """Two flops per point of each fma's iteration space."""
+    sizes = {s.name: s.value for s in k.sizes}
+    return sum(2 * math.prod(resolve_size(k.logical(d).size, sizes) for d in inst.dims)
+               for inst in k.instructions if inst.op == "fma")
+
+
+def array_bytes(k) -> int:
+    """Each argument array read or written once (``inout`` both), elements only."""
+    sizes = {s.name: s.value for s in k.sizes}
+    total = 0
+    for a in k.arrays:
+        if a.is_temporary:
+            continue
+        elems = math.prod(resolve_size(x, sizes) for x in a.shape)
+        total += elems * a.dtype.itemsize * (2 if a.role == "inout" else 1)
+    return total
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("values", [None, (1,), PRIMES], ids=["defaults", "ones", "primes"])
+def test_flops_and_bytes_follow_from_the_definition(name: str, values) -> None:
+    spec = get_spec(name)
+    for extra in variants(name):
+        for dtype in ("float32", "float64"):
+            given = {**(sizes_of(name, values) if values else {}), **extra, "dtype": dtype}
+            params = spec.resolve(given)
+            k = spec.build(**params)
+            flops, nbytes = spec.flops(**params), spec.bytes(**params)
+            assert isinstance(flops, int) and flops > 0
+            assert isinstance(nbytes, int) and nbytes > 0
+            assert flops == fma_flops(k), (name, params)
+            assert nbytes == array_bytes(k), (name, params)
+
+
+# -- decision spaces -----------------------------------------------------------------------
+
+
+SPACE_CASES = [
+    ("dot", {"n": 1024}), ("dot", {"n": 13}), ("dot", {"n": 1}),
+    ("gemv", {"m": 64, "n": 32}), ("gemv", {"m": 64, "n": 32, "transpose": 1}),
+    ("gemv", {"m": 7, "n": 5}),
+    ("matmul_chain", {"m": 16, "n": 8, "k": 4, "l": 8}),
+    ("matmul", {"m": 7, "n": 13, "k": 5}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), SPACE_CASES,
+                         ids=[f"{n}-{'-'.join(map(str, p.values()))}" for n, p in SPACE_CASES])
+def test_cpu_space_reaches_implementations(name: str, params: dict[str, int]) -> None:
+    root = space(kernel(name, **params)).root()
+    assert not isinstance(root, DeadEnd), root
+    reasons = []
+    for seed in range(30):
+        leaf, depth, weight = random_descent(root, random.Random(seed))
+        if not isinstance(leaf, DeadEnd) and leaf.is_implementation:
+            assert depth > 0 and weight >= 1.0
+            return
+        reasons.append(getattr(leaf, "reason", repr(leaf)))
+    pytest.fail(f"no random descent reached an implementation: {reasons[:3]}")
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def test_cli_lists_the_library() -> None:
+    result = CliRunner().invoke(main, ["kernels"])
+    assert result.exit_code == 0, result.output
+    for name in NAMES:
+        assert name in result.output
+    assert "transpose=0" in result.output and "l=512" in result.output
