@@ -127,6 +127,24 @@ def _read_decisions(path: str) -> list[Any]:
     return data
 
 
+@main.command("machine")
+@click.option("--measure", "force", is_flag=True,
+              help="Measure again (about 10-20 s), replacing the cached description.")
+@click.option("--no-measure", is_flag=True,
+              help="Use the cached description, or an estimate from the CPU's capabilities.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def machine_cmd(force: bool, no_measure: bool, as_json: bool) -> None:
+    """Describe this CPU: cores, peak FLOP/s, latencies, bandwidths (measured once, cached)."""
+    from partita.targets.cpu.measure import describe, is_cached
+
+    if force and no_measure:
+        _fail("--measure and --no-measure contradict each other")
+    if (force or not is_cached()) and not no_measure:
+        click.echo("measuring this CPU (about 10-20 s)...", err=True)
+    d = describe(measure_if_missing=not no_measure, force=force)
+    click.echo(json.dumps(d.to_json(), indent=2) if as_json else d.summary())
+
+
 @main.command("codegen")
 @click.argument("kernel")
 @click.argument("params", nargs=-1)

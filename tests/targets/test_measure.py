@@ -1,0 +1,231 @@
+"""The CPU description: JSON round trip, per-machine cache, helpers, and a real measurement.
+
+The real measurement runs once per test session in quick mode (a few seconds) and is checked
+only for sanity: positive rates, relations every CPU satisfies (fp32 peak about twice fp64,
+DRAM slower than L1, latencies of at least a cycle), never absolute speeds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from partita.targets import AVX512_REFERENCE
+from partita.targets.cpu import measure as measure_mod
+from partita.targets.cpu.description import (
+    SCHEMA,
+    CpuDescription,
+    dtype_name,
+    machine_key,
+)
+from partita.targets.cpu.measure import (
+    FULL,
+    QUICK,
+    MeasureError,
+    cache_path,
+    describe,
+    summarize,
+    working_sets,
+)
+
+REQUIRED_KEYS = {"cores", "peak_gflops_fp32", "peak_gflops_fp64", "stream_triad_gbs"}
+
+
+@pytest.fixture
+def nominal() -> CpuDescription:
+    return CpuDescription.nominal(AVX512_REFERENCE, compiler="gcc test", frequency_ghz=3.0)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARTITA_CACHE", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def fake_measure(monkeypatch, nominal):
+    """Replaces the benchmarks with a counter returning a fixed description."""
+    calls = []
+
+    def fake(cpu=None, **kwargs):
+        calls.append(cpu)
+        return replace(nominal, source="measured", key=machine_key(cpu, "gcc test"))
+
+    monkeypatch.setattr(measure_mod, "measure", fake)
+    monkeypatch.setattr(measure_mod, "compiler_version", lambda cc="gcc": "gcc test")
+    monkeypatch.setattr(measure_mod.shutil, "which", lambda cc: "/usr/bin/" + cc)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def measured() -> CpuDescription:
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    return measure_mod.measure(quick=True)
+
+
+# ---------------------------------------------------------------------- JSON
+
+
+def test_json_round_trip(nominal):
+    data = json.loads(json.dumps(nominal.to_json()))
+    assert CpuDescription.from_json(data) == nominal
+    assert data.keys() >= REQUIRED_KEYS
+
+
+def test_json_rejects_other_layouts(nominal):
+    data = nominal.to_json()
+    with pytest.raises(ValueError):
+        CpuDescription.from_json({**data, "schema": SCHEMA + 1})
+    with pytest.raises(ValueError):
+        CpuDescription.from_json({**data, "levels": [{"name": "L1"}]})
+
+
+def test_measured_round_trip(measured):
+    data = json.loads(measured.dumps())
+    assert CpuDescription.from_json(data) == measured
+    assert data.keys() >= REQUIRED_KEYS
+    assert data["samples"], "benchmark summaries are kept for tracing"
+
+
+# ---------------------------------------------------------------------- cache
+
+
+def test_describe_caches(cache, fake_measure):
+    first = describe(cpu=AVX512_REFERENCE)
+    path = cache_path(first.key)
+    assert path.parent == cache / "machines" and path.exists()
+    second = describe(cpu=AVX512_REFERENCE)
+    assert len(fake_measure) == 1, "second describe read the cache"
+    assert second == first
+    describe(cpu=AVX512_REFERENCE, force=True)
+    assert len(fake_measure) == 2
+
+
+def test_describe_without_measuring(cache, fake_measure):
+    desc = describe(measure_if_missing=False, cpu=AVX512_REFERENCE)
+    assert desc.source == "nominal" and not fake_measure
+    assert not (cache / "machines").exists() or not any((cache / "machines").iterdir())
+
+
+def test_describe_remeasures_unreadable_cache(cache, fake_measure):
+    path = cache_path(machine_key(AVX512_REFERENCE, "gcc test"))
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.warns(UserWarning, match="unreadable"):
+        desc = describe(cpu=AVX512_REFERENCE)
+    assert desc.source == "measured" and len(fake_measure) == 1
+    assert CpuDescription.load(path) == desc
+
+
+def test_describe_falls_back_when_measuring_fails(cache, fake_measure, monkeypatch):
+    def broken(cpu=None, **kwargs):
+        raise MeasureError("no luck")
+
+    monkeypatch.setattr(measure_mod, "measure", broken)
+    with pytest.warns(UserWarning, match="nominal"):
+        desc = describe(cpu=AVX512_REFERENCE)
+    assert desc.source == "nominal"
+    assert not cache_path(desc.key).exists(), "estimates are not cached"
+
+
+def test_key_depends_on_machine_and_compiler():
+    base = machine_key(AVX512_REFERENCE, "gcc 12")
+    assert base == machine_key(AVX512_REFERENCE, "gcc 12")
+    assert base != machine_key(AVX512_REFERENCE, "gcc 13")
+    assert base != machine_key(replace(AVX512_REFERENCE, cores=4), "gcc 12")
+    assert base != machine_key(replace(AVX512_REFERENCE, flags=("avx2",)), "gcc 12")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def test_peak_flops_by_lanes_and_cores(nominal):
+    f32 = nominal.peak_flops("float32")
+    assert f32 == pytest.approx(nominal.peak_gflops_fp32 * 1e9)
+    assert nominal.peak_flops(np.float64) == pytest.approx(nominal.peak_gflops_fp64 * 1e9)
+    assert nominal.peak_flops("fp32", lanes=1) < nominal.peak_flops("fp32", lanes=8) < f32
+    assert nominal.peak_flops("fp32", lanes=64) == f32, "wider than the hardware: split"
+    assert nominal.peak_flops("fp32", lanes=16, cores=1) == pytest.approx(f32 / 2)
+    assert nominal.peak_flops("fp32", cores=99) == f32
+    with pytest.raises(ValueError):
+        dtype_name(np.int32)
+
+
+def test_bandwidth_picks_level_by_size(nominal):
+    caps = AVX512_REFERENCE
+    names = [nominal.level(n).name for n in
+             (1024, caps.l1d_bytes * 2, caps.l1d_bytes * 2 + 1, caps.l2_bytes * 2,
+              caps.l3_bytes, caps.l3_bytes + 1, 1 << 40)]
+    assert names == ["L1", "L1", "L2", "L2", "L3", "DRAM", "DRAM"]
+    sizes = [1 << k for k in range(10, 36)]
+    bws = [nominal.bandwidth(n) for n in sizes]
+    assert all(a >= b for a, b in pairwise(bws))
+
+
+def test_rates_for_the_model(nominal):
+    assert nominal.fma_per_cycle() == pytest.approx(2.0)
+    assert nominal.fma_per_cycle("fp64", bits=0) == pytest.approx(2.0)
+    assert nominal.loads_per_cycle == pytest.approx(2.0)
+    assert nominal.stores_per_cycle == pytest.approx(1.0)
+    table = nominal.bandwidth_table()
+    assert [limit for limit, _ in table[:-1]] == [lv.capacity_bytes for lv in nominal.levels[:-1]]
+    assert table[-1][0] > 1 << 50 and table[-1][1] == nominal.levels[-1].bandwidth_gbs
+    text = nominal.summary()
+    assert "nominal" in text and "STREAM" in text
+
+
+def test_summarize_prefers_clean_median():
+    rates = [10.0, 1.0, 9.0, 11.0, 2.0]
+    shares = [1.0, 0.3, 0.99, 0.97, 0.5]
+    assert summarize(rates, shares) == (10.0, 11.0, 3), "median and best of the clean ones"
+    assert summarize([3.0, 5.0], [0.1, 0.2]) == (5.0, 5.0, 0), "none clean: the best"
+
+
+@pytest.mark.parametrize("settings", [FULL, QUICK])
+def test_working_sets_are_ordered(settings):
+    for cpu in (AVX512_REFERENCE, replace(AVX512_REFERENCE, cores=64, l3_bytes=32 << 20)):
+        ws = working_sets(cpu, cpu.cores, settings)
+        caches = cpu.l3_bytes + cpu.cores * cpu.l2_bytes
+        assert ws.l1 <= cpu.l1d_bytes < ws.l2 <= cpu.l2_bytes < ws.l3
+        assert ws.total("l3") < caches < ws.total("dram")
+
+
+def test_nominal_is_marked_and_sane(nominal):
+    assert nominal.source == "nominal"
+    assert nominal.peak_gflops_fp32 == pytest.approx(2 * nominal.peak_gflops_fp64)
+    assert nominal.levels[-1].bandwidth_gbs < nominal.levels[0].bandwidth_gbs
+
+
+# ---------------------------------------------------------------------- measured
+
+
+def test_measured_numbers_are_sane(measured):
+    d = measured
+    assert d.source == "measured" and d.quick
+    assert d.cores >= 1 and d.frequency_ghz > 0.2
+    assert all(f.gflops_core > 0 and f.gflops_all > 0 and f.flops_per_cycle > 0 for f in d.fma)
+    assert {f.bits for f in d.fma} >= {0, 128}
+    ratio = d.peak_gflops_fp32 / d.peak_gflops_fp64
+    assert 1.2 < ratio < 3.5, ratio
+    for dtype in ("fp32", "fp64"):
+        by_width = sorted((f.bits, f.gflops_core) for f in d.fma if f.dtype == dtype)
+        assert by_width[-1][1] > 1.5 * by_width[0][1], "vectors beat scalars"
+    assert d.fma_latency_cycles >= 1 and d.add_latency_cycles >= 1
+    assert d.load_latency_cycles >= 1
+    assert d.load_bytes_per_cycle > 0 and d.store_bytes_per_cycle > 0
+    l1, dram = d.levels[0], d.levels[-1]
+    assert [lv.name for lv in d.levels] == ["L1", "L2", "L3", "DRAM"]
+    assert all(lv.bandwidth_gbs > 0 for lv in d.levels)
+    assert dram.bandwidth_gbs < l1.bandwidth_gbs
+    assert 0 < d.stream_triad_gbs < l1.bandwidth_gbs
+    assert d.peak_flops("fp32") == pytest.approx(d.peak_gflops_fp32 * 1e9)
+    assert d.bandwidth(1 << 40) == pytest.approx(dram.bandwidth_gbs * 1e9)
+    assert d.seconds < 60
+    assert min(d.fma_per_cycle(), d.loads_per_cycle, d.stores_per_cycle) > 0
+    assert "measured" in d.summary()
