@@ -1,0 +1,17 @@
+"""Tuning records kept in an embedded database, so measurements survive the process that
+took them: searches resume, prune with known times and reuse the fastest implementation."""
+
+from partita.db.records import (
+    ENV_VAR,
+    Records,
+    RecordsError,
+    default_path,
+    host_fingerprint,
+    migrate,
+)
+from partita.db.schema import MIGRATIONS, SCHEMA_VERSION, Migration, decisions_hash
+
+__all__ = [
+    "ENV_VAR", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "Records", "RecordsError",
+    "decisions_hash", "default_path", "host_fingerprint", "migrate",
+]

@@ -1,0 +1,708 @@
+"""Tuning records: every implementation tried, for every kernel and machine, kept on disk.
+
+A measurement costs a compilation and many timed repetitions, so none should be taken twice:
+records let a search resume where it stopped (skipping decisions already measured), start
+from the best time known (pruning with it), and let the fastest implementation be used later
+without searching again.
+
+The records live in one SQLite file because several tuning processes may write at once
+(different kernels, or the same kernel with different strategies) and a reader must never
+see half an evaluation. WAL journaling lets readers proceed while one process writes; every
+write is one short ``BEGIN IMMEDIATE`` transaction, which takes the write lock up front (so
+two writers never deadlock upgrading a read lock), waits on ``busy_timeout`` and is retried
+from the start while another process holds the lock. Each process opens its own connection:
+a connection is never carried across ``fork``.
+
+A database that cannot be read is reported with its path and left untouched: the records in
+it may be recoverable, and nothing is ever deleted to make room for a fresh file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import socket
+import sqlite3
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
+
+from partita.db.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration, decisions_hash
+
+ENV_VAR = "PARTITA_DB"
+"""Environment variable naming the records file, for when no path is given."""
+
+BUSY_TIMEOUT_S = 10.0
+"""How long one statement waits for another process's write lock before giving up."""
+
+RETRY_S = 120.0
+"""How long a write keeps retrying, from the start, while the database stays locked; long
+enough to outlast another process's checkpoint or migration, short enough to report a stuck
+writer instead of hanging a tuning run."""
+
+STALE_AFTER_S = 6 * 3600.0
+"""A run with no new record for this long is presumed ended even when its process cannot be
+checked (it ran on another host). Far longer than any one evaluation takes."""
+
+RUN_STATUSES = ("running", "finished", "interrupted")
+
+T = TypeVar("T")
+
+
+class RecordsError(Exception):
+    """The records database cannot be opened, read or written; the message names its path."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        self.path = path
+        super().__init__(f"tuning records {path}: {message}")
+
+
+class KernelLike(Protocol):
+    """What the records need of a kernel (see :class:`partita.ir.kernel.Kernel`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def structural_hash(self) -> str: ...
+
+    def to_json(self) -> Any: ...
+
+
+def default_path() -> Path:
+    """``$PARTITA_DB``, else ``$XDG_CACHE_HOME/partita/records.sqlite``, else
+    ``~/.cache/partita/records.sqlite``: one file per user, shared by all their runs, so that
+    what one run measured is known to the next."""
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    # The XDG specification says a relative value is invalid and must be ignored.
+    root = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return root / "partita" / "records.sqlite"
+
+
+def host_fingerprint(compiler: str, cpu: Any = None) -> dict[str, Any]:
+    """The fingerprint of this machine for :meth:`Records.machine_id`.
+
+    Its key is the machine description's key, so records and measured machine descriptions
+    agree on which measurements are interchangeable. ``cpu`` defaults to the host's
+    capabilities; ``compiler`` is the compiler's version line, which chooses the instructions
+    that are timed.
+    """
+    from partita.targets.cpu.description import machine_key
+    from partita.targets.cpu.machine import host
+
+    cpu = cpu if cpu is not None else host()
+    return {
+        "key": machine_key(cpu, compiler),
+        "model": cpu.model,
+        "flags": sorted(cpu.flags),
+        "cores": cpu.cores,
+        "compiler": compiler,
+        "cpu": cpu.to_json(),
+    }
+
+
+# ---------------------------------------------------------------------- schema upgrades
+
+
+def migrate(conn: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSION,
+            migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+    """Bring the database at ``conn`` to schema version ``target``; return its version.
+
+    All pending steps run in one immediate transaction, so an upgrade is all or nothing and
+    concurrent openers upgrade once. ``conn`` must be in autocommit mode
+    (``isolation_level=None``). ``target`` below the newest version exists to build old
+    databases (upgrade tests); a database already past it is left alone.
+    """
+    if [m.version for m in migrations] != list(range(1, len(migrations) + 1)):
+        raise ValueError("migrations must be numbered 1, 2, ... in order")
+    newest = migrations[-1].version
+    if not 0 <= target <= newest:
+        raise ValueError(f"no schema version {target} (versions 0 to {newest})")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        if version > newest:
+            raise RecordsError(path, f"has schema version {version}, newer than the versions "
+                                     f"this partita reads (up to {newest}); upgrade partita, or "
+                                     f"set {ENV_VAR} to use another file")
+        if version == 0:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master "
+                                  "WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
+            if tables:
+                raise RecordsError(path, "is a SQLite database of another program (it has tables "
+                                         "but no partita schema version)")
+        elif app != APPLICATION_ID:
+            raise RecordsError(path, f"is a SQLite database of another program (application id "
+                                     f"{app:#x}, not {APPLICATION_ID:#x})")
+        start = version
+        for step in migrations:
+            if version < step.version <= target:
+                step.apply(conn)
+                version = step.version
+        if version != start:
+            conn.execute(f"PRAGMA user_version = {int(version)}")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return version
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` means another connection holds a lock (worth retrying)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return True
+    text = str(exc).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+def _pid_alive(pid: int) -> bool | None:
+    """Whether process ``pid`` on this host exists; ``None`` where that cannot be asked."""
+    if os.name != "posix":
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists but belongs to someone else, or the check is not allowed
+        return True
+    return True
+
+
+def _dumps(value: Any, what: str, *, sort_keys: bool = False) -> str:
+    try:
+        return json.dumps(value, sort_keys=sort_keys)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not JSON-serializable: {exc}") from None
+
+
+def _decisions_text(decisions: Any) -> str:
+    """The decisions as stored: exactly ``Candidate.decisions_json()``, so that a resuming
+    search can compare its candidates' texts with :meth:`Records.seen_decisions` as strings.
+    A string is taken as that text already (and must be JSON)."""
+    if isinstance(decisions, str):
+        try:
+            json.loads(decisions)
+        except ValueError as exc:
+            raise ValueError(f"decisions text is not JSON: {exc}") from None
+        return decisions
+    return _dumps(decisions, "decisions")
+
+
+def _float(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+
+
+def _row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
+
+
+def _evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
+    out = {("index" if k == "idx" else k): v for k, v in row.items()}
+    out["decisions"] = json.loads(out["decisions"])
+    return out
+
+
+_EVALUATION_FIELDS = (
+    "id", "run_id", "kernel_id", "machine_id", "idx", "decisions", "decisions_hash", "bound_s",
+    "status", "reason", "median_s", "min_s", "spread", "reps", "elapsed_s", "source_digest",
+    "flags", "created_at")
+_EVALUATION_COLUMNS = ", ".join(_EVALUATION_FIELDS)
+
+
+# ---------------------------------------------------------------------- the records
+
+
+class Records:
+    """The tuning records at ``path`` (default :func:`default_path`), opened and upgraded.
+
+    Use as a context manager, or call :meth:`close`. Methods may be called from several
+    threads of one process (they share one connection under a lock); another process must
+    open its own ``Records`` (one inherited through ``fork`` reconnects by itself).
+
+    Runs started here and not finished when the records are closed are recorded as
+    interrupted; runs left running by a process that died are found and recorded as
+    interrupted when the next run starts, or by :meth:`mark_interrupted`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 timeout_s: float = BUSY_TIMEOUT_S, retry_s: float = RETRY_S) -> None:
+        self._path = Path(path).expanduser() if path is not None else default_path()
+        self._timeout_s = timeout_s
+        self._retry_s = retry_s
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        self._closed = False
+        self._open_runs: set[int] = set()
+        self._kernel_ids: dict[str, int] = {}
+        self._machine_ids: dict[str, int] = {}
+        self._host = socket.gethostname()
+        self.journal_mode = ""
+        self.schema_version = 0
+        self._conn = self._connect()
+
+    # -- connection ------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"Records({str(self._path)!r})"
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self._path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RecordsError(path, f"cannot create its directory: {exc}") from exc
+        if path.is_dir():
+            raise RecordsError(path, "is a directory, not a records database")
+        try:
+            conn = sqlite3.connect(path, timeout=self._timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot open it") from exc
+        try:
+            self._retry(lambda: self._setup(conn))
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._error(exc, "cannot open it") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
+        # The first statement that reads the file: a file that is not SQLite fails here.
+        self.journal_mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        # Each commit reaches the disk: an evaluation cost far more than one sync.
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        self.schema_version = migrate(conn, self._path)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise RecordsError(self._path, "the records are closed")
+        if os.getpid() != self._pid:
+            # A forked child: the parent's connection must not be used (nor closed) here.
+            self._pid = os.getpid()
+            self._open_runs = set()
+            self._conn = self._connect()
+        assert self._conn is not None
+        return self._conn
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> RecordsError:
+        text = str(exc)
+        if "not a database" in text or "malformed" in text or "corrupt" in text:
+            return RecordsError(self._path, f"is not a readable records database ({text}); it "
+                                             f"is left as it is: move it aside or set {ENV_VAR} "
+                                             f"to another file")
+        return RecordsError(self._path, f"{doing}: {text}")
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self._retry_s
+        delay = 0.005
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
+
+    def _write(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one immediate transaction, retried whole while the file is locked."""
+        with self._lock:
+            conn = self._connection()
+
+            def attempt() -> T:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    out = fn(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                return out
+
+            try:
+                return self._retry(attempt)
+            except sqlite3.Error as exc:
+                raise self._error(exc, doing) from exc
+
+    def _read(self, doing: str, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        with self._lock:
+            conn = self._connection()
+
+            def attempt() -> list[dict[str, Any]]:
+                cur = conn.execute(sql, tuple(args))
+                return [_row(cur, r) for r in cur.fetchall()]
+
+            try:
+                return self._retry(attempt)
+            except sqlite3.Error as exc:
+                raise self._error(exc, doing) from exc
+
+    def close(self, reason: str = "") -> None:
+        """Record the runs started here and still open as interrupted, then close."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._open_runs and os.getpid() == self._pid:
+                    why = reason or "the records were closed before the run finished"
+                    for run_id in sorted(self._open_runs):
+                        self.finish_run(run_id, why, status="interrupted")
+            except RecordsError as exc:
+                # The next run's sweep will find them (their process will have ended).
+                warnings.warn(f"could not record unfinished runs as interrupted: {exc}",
+                              RuntimeWarning, stacklevel=2)
+            finally:
+                self._closed = True
+                if self._conn is not None and os.getpid() == self._pid:
+                    self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close("" if exc is None else f"{type(exc).__name__}: {exc}".rstrip(": "))
+
+    # -- kernels and machines --------------------------------------------------------------
+
+    def kernel_id(self, kernel: KernelLike, params: Mapping[str, Any]) -> int:
+        """The id of ``kernel`` (recorded on first use): equal structural hashes, one id."""
+        key = kernel.structural_hash
+        if key in self._kernel_ids:
+            return self._kernel_ids[key]
+        found = self._read("looking up a kernel", "SELECT id FROM kernels WHERE structural_hash "
+                           "= ?", (key,))
+        if found:
+            kid = int(found[0]["id"])
+        else:
+            params_json = _dumps(dict(params), "kernel parameters", sort_keys=True)
+            definition = _dumps(kernel.to_json(), "kernel definition", sort_keys=True)
+
+            def insert(conn: sqlite3.Connection) -> int:
+                conn.execute("INSERT INTO kernels(structural_hash, name, params, definition, "
+                             "created_at) VALUES (?, ?, ?, ?, ?) "
+                             "ON CONFLICT(structural_hash) DO NOTHING",
+                             (key, kernel.name, params_json, definition, time.time()))
+                return int(conn.execute("SELECT id FROM kernels WHERE structural_hash = ?",
+                                        (key,)).fetchone()[0])
+
+            kid = self._write("recording a kernel", insert)
+        with self._lock:
+            self._kernel_ids[key] = kid
+        return kid
+
+    def find_kernel(self, structural_hash: str) -> dict[str, Any] | None:
+        """The kernel recorded under ``structural_hash``: id, name, params and definition."""
+        rows = self._read("looking up a kernel", "SELECT * FROM kernels WHERE structural_hash "
+                          "= ?", (structural_hash,))
+        if not rows:
+            return None
+        out = rows[0]
+        out["params"] = json.loads(out["params"])
+        out["definition"] = json.loads(out["definition"])
+        return out
+
+    def machine_id(self, fingerprint: Mapping[str, Any]) -> int:
+        """The id of the machine with ``fingerprint['key']`` (recorded on first use).
+
+        The key alone identifies the machine (see :func:`host_fingerprint`); ``model``,
+        ``flags``, ``cores`` and ``compiler`` are kept in columns for queries, and the whole
+        fingerprint as its description.
+        """
+        key = fingerprint.get("key")
+        if not isinstance(key, str) or not key:
+            raise ValueError("a machine fingerprint needs a non-empty string 'key'")
+        if key in self._machine_ids:
+            return self._machine_ids[key]
+        found = self._read("looking up a machine", "SELECT id FROM machines WHERE key = ?",
+                           (key,))
+        if found:
+            mid = int(found[0]["id"])
+        else:
+            flags = fingerprint.get("flags", ())
+            flags_json = _dumps(sorted(str(f) for f in flags) if not isinstance(flags, str)
+                                else flags.split(), "machine flags")
+            cores = fingerprint.get("cores")
+            row = (key, str(fingerprint.get("model", "")), flags_json,
+                   None if cores is None else int(cores), str(fingerprint.get("compiler", "")),
+                   _dumps(dict(fingerprint), "machine fingerprint", sort_keys=True), time.time())
+
+            def insert(conn: sqlite3.Connection) -> int:
+                conn.execute("INSERT INTO machines(key, model, flags, cores, compiler, "
+                             "description, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                             "ON CONFLICT(key) DO NOTHING", row)
+                return int(conn.execute("SELECT id FROM machines WHERE key = ?",
+                                        (key,)).fetchone()[0])
+
+            mid = self._write("recording a machine", insert)
+        with self._lock:
+            self._machine_ids[key] = mid
+        return mid
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def start_run(self, kernel_id: int, machine_id: int, target: str, strategy: str,
+                  options: Mapping[str, Any] | None = None, seed: int | None = None) -> int:
+        """Record the start of a tuning run; runs whose process has died are first recorded as
+        interrupted, so the listing never shows a run as going on when nothing runs it."""
+        options_json = _dumps(dict(options or {}), "run options", sort_keys=True)
+
+        def insert(conn: sqlite3.Connection) -> int:
+            for table, rid in (("kernels", kernel_id), ("machines", machine_id)):
+                if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (rid,)).fetchone() is None:
+                    raise RecordsError(self._path, f"there is no {table[:-1]} {rid}")
+            now = time.time()
+            self._sweep(conn, now, STALE_AFTER_S)
+            cur = conn.execute(
+                "INSERT INTO runs(kernel_id, machine_id, target, strategy, options, seed, host, "
+                "pid, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (kernel_id, machine_id, target, strategy, options_json, seed, self._host,
+                 os.getpid(), now, now))
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+        run_id = self._write("starting a run", insert)
+        with self._lock:
+            self._open_runs.add(run_id)
+        return run_id
+
+    def finish_run(self, run_id: int, stopped_by: str = "", status: str = "finished") -> None:
+        """Record the end of a run and why it stopped (``finished`` or ``interrupted``)."""
+        if status not in ("finished", "interrupted"):
+            raise ValueError(f"a run ends 'finished' or 'interrupted', not {status!r}")
+
+        def update(conn: sqlite3.Connection) -> None:
+            cur = conn.execute("UPDATE runs SET status = ?, stopped_by = ?, ended_at = ? "
+                               "WHERE id = ?", (status, stopped_by, time.time(), run_id))
+            if cur.rowcount == 0:
+                raise RecordsError(self._path, f"there is no run {run_id}")
+
+        self._write("finishing a run", update)
+        with self._lock:
+            self._open_runs.discard(run_id)
+
+    def mark_interrupted(self, stale_after_s: float | None = STALE_AFTER_S) -> list[int]:
+        """Record as interrupted the runs still marked running whose process is gone.
+
+        On this host a run's process is checked directly; a run from another host (a shared
+        file) is presumed gone once it has recorded nothing for ``stale_after_s`` seconds
+        (``None``: never). Returns the ids of the runs marked.
+        """
+        return self._write("marking interrupted runs",
+                           lambda conn: self._sweep(conn, time.time(), stale_after_s))
+
+    def _sweep(self, conn: sqlite3.Connection, now: float,
+               stale_after_s: float | None) -> list[int]:
+        rows = conn.execute("SELECT id, host, pid, heartbeat_at FROM runs "
+                            "WHERE status = 'running'").fetchall()
+        marked = []
+        for run_id, host, pid, heartbeat in rows:
+            if run_id in self._open_runs:
+                continue
+            why = ""
+            if (host == self._host and pid is not None and pid != os.getpid()
+                    and _pid_alive(pid) is False):
+                why = f"process {pid} on {host} ended without finishing the run"
+            if not why and stale_after_s is not None and now - heartbeat > stale_after_s:
+                why = f"nothing recorded for {now - heartbeat:.0f} s; presumed ended"
+            if why:
+                conn.execute("UPDATE runs SET status = 'interrupted', stopped_by = ?, "
+                             "ended_at = ? WHERE id = ? AND status = 'running'",
+                             (why, heartbeat, run_id))
+                marked.append(run_id)
+        return marked
+
+    def runs(self, kernel_id: int, machine_id: int | None = None) -> list[dict[str, Any]]:
+        """The runs of a kernel (on one machine, or all), oldest first, each with its number
+        of evaluations and its best measured time (``best_s``, None if nothing was timed)."""
+        sql = ("SELECT r.*, (SELECT count(*) FROM evaluations e WHERE e.run_id = r.id) "
+               "AS evaluations, (SELECT min(e.median_s) FROM evaluations e "
+               "WHERE e.run_id = r.id AND e.status = 'ok') AS best_s "
+               "FROM runs r WHERE r.kernel_id = ?")
+        args: list[Any] = [kernel_id]
+        if machine_id is not None:
+            sql += " AND r.machine_id = ?"
+            args.append(machine_id)
+        rows = self._read("listing runs", sql + " ORDER BY r.id", args)
+        for row in rows:
+            row["options"] = json.loads(row["options"])
+        return rows
+
+    # -- evaluations -----------------------------------------------------------------------
+
+    def add_evaluation(self, run_id: int, evaluation: Mapping[str, Any], flags: str = "") -> int:
+        """Record one evaluation (as ``Evaluation.to_json()``) of run ``run_id``; its id.
+
+        ``flags`` are the compiler flags it was built with. ``index`` defaults to the number
+        of evaluations the run already has.
+        """
+        for key in ("decisions", "status"):
+            if key not in evaluation:
+                raise ValueError(f"an evaluation needs {key!r}")
+        text = _decisions_text(evaluation["decisions"])
+        digest = decisions_hash(text)
+        index = evaluation.get("index")
+        values = (
+            text, digest, _float(evaluation.get("bound_s"), "bound_s"),
+            str(evaluation["status"]), str(evaluation.get("reason") or ""),
+            _float(evaluation.get("median_s"), "median_s"),
+            _float(evaluation.get("min_s"), "min_s"),
+            _float(evaluation.get("spread"), "spread"), int(evaluation.get("reps") or 0),
+            _float(evaluation.get("elapsed_s"), "elapsed_s") or 0.0,
+            str(evaluation.get("source_digest") or ""), flags)
+
+        def insert(conn: sqlite3.Connection) -> int:
+            run = conn.execute("SELECT kernel_id, machine_id FROM runs WHERE id = ?",
+                               (run_id,)).fetchone()
+            if run is None:
+                raise RecordsError(self._path, f"there is no run {run_id}")
+            idx = index
+            if idx is None:
+                idx = conn.execute("SELECT count(*) FROM evaluations WHERE run_id = ?",
+                                   (run_id,)).fetchone()[0]
+            now = time.time()
+            cur = conn.execute(
+                "INSERT INTO evaluations(run_id, kernel_id, machine_id, idx, decisions, "
+                "decisions_hash, bound_s, status, reason, median_s, min_s, spread, reps, "
+                "elapsed_s, source_digest, flags, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, run[0], run[1], int(idx), *values, now))
+            if run_id in self._open_runs:
+                # Alive after all (a sweep elsewhere judged it stale): it is running again.
+                conn.execute("UPDATE runs SET heartbeat_at = ?, status = 'running', "
+                             "ended_at = NULL, stopped_by = '' WHERE id = ?", (now, run_id))
+            else:
+                conn.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (now, run_id))
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+        return self._write("recording an evaluation", insert)
+
+    def evaluations(self, kernel_id: int, machine_id: int | None = None,
+                    run_id: int | None = None) -> list[dict[str, Any]]:
+        """Evaluations of a kernel, in the order they were recorded, optionally only those on
+        one machine or of one run. Each has ``Evaluation``'s fields (decisions decoded) plus
+        ``id``, ``run_id``, ``kernel_id``, ``machine_id``, ``decisions_hash``, ``flags`` and
+        ``created_at``."""
+        sql = f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE kernel_id = ?"
+        args: list[Any] = [kernel_id]
+        if machine_id is not None:
+            sql += " AND machine_id = ?"
+            args.append(machine_id)
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            args.append(run_id)
+        return [_evaluation_row(r) for r in self._read("listing evaluations",
+                                                        sql + " ORDER BY id", args)]
+
+    def seen_decisions(self, kernel_id: int, machine_id: int, target: str, *,
+                       ok_only: bool = False) -> set[str]:
+        """Decisions texts already evaluated for a kernel on a machine and target, to skip on
+        resuming (they compare equal to ``Candidate.decisions_json()``). Failures count too,
+        since compiling the same code fails the same way, unless ``ok_only``."""
+        sql = ("SELECT DISTINCT e.decisions FROM evaluations e JOIN runs r ON r.id = e.run_id "
+               "WHERE e.kernel_id = ? AND e.machine_id = ? AND r.target = ?")
+        if ok_only:
+            sql += " AND e.status = 'ok'"
+        rows = self._read("listing evaluated decisions", sql, (kernel_id, machine_id, target))
+        return {r["decisions"] for r in rows}
+
+    def find_evaluation(self, kernel_id: int, machine_id: int, target: str,
+                        decisions: Any) -> dict[str, Any] | None:
+        """The latest evaluation of exactly ``decisions`` (a list or its JSON text) for a
+        kernel on a machine and target, or None: a measurement to reuse instead of taking."""
+        text = _decisions_text(decisions)
+        rows = self._read(
+            "looking up an evaluation",
+            f"SELECT {', '.join('e.' + c for c in _EVALUATION_FIELDS)} "
+            "FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE e.kernel_id = ? "
+            "AND e.machine_id = ? AND e.decisions_hash = ? AND r.target = ? "
+            "AND e.decisions = ? ORDER BY e.id DESC LIMIT 1",
+            (kernel_id, machine_id, decisions_hash(text), target, text))
+        return _evaluation_row(rows[0]) if rows else None
+
+    # -- best implementations --------------------------------------------------------------
+
+    def offer_best(self, kernel_id: int, machine_id: int, target: str,
+                   evaluation_id: int | None, time_s: float, decisions: Any, source: str,
+                   entry: str, flags: str = "") -> bool:
+        """Make this implementation the best for (kernel, machine, target) if it is strictly
+        faster than the recorded best (or there is none); True if it became the best.
+
+        The comparison and the update are one statement in one transaction, so concurrent
+        offers from several processes leave the fastest, whatever their order.
+        """
+        time_s = float(time_s)
+        if not math.isfinite(time_s) or time_s < 0:
+            raise ValueError(f"a best time must be finite and non-negative, got {time_s!r}")
+        text = _decisions_text(decisions)
+
+        def upsert(conn: sqlite3.Connection) -> bool:
+            if evaluation_id is not None:
+                ev = conn.execute("SELECT kernel_id, machine_id FROM evaluations WHERE id = ?",
+                                  (evaluation_id,)).fetchone()
+                if ev is None:
+                    raise RecordsError(self._path, f"there is no evaluation {evaluation_id}")
+                if tuple(ev) != (kernel_id, machine_id):
+                    raise RecordsError(self._path, f"evaluation {evaluation_id} is of kernel "
+                                                   f"{ev[0]} on machine {ev[1]}, not kernel "
+                                                   f"{kernel_id} on machine {machine_id}")
+            cur = conn.execute(
+                "INSERT INTO best(kernel_id, machine_id, target, evaluation_id, time_s, "
+                "decisions, source, entry, flags, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(kernel_id, machine_id, target) DO UPDATE SET "
+                "evaluation_id = excluded.evaluation_id, time_s = excluded.time_s, "
+                "decisions = excluded.decisions, source = excluded.source, "
+                "entry = excluded.entry, flags = excluded.flags, "
+                "updated_at = excluded.updated_at WHERE excluded.time_s < best.time_s",
+                (kernel_id, machine_id, target, evaluation_id, time_s, text, source, entry,
+                 flags, time.time()))
+            return cur.rowcount > 0
+
+        return self._write("offering a best implementation", upsert)
+
+    def best(self, kernel_id: int, machine_id: int, target: str) -> dict[str, Any] | None:
+        """The fastest implementation recorded for (kernel, machine, target), or None: its
+        evaluation id, time, decisions (decoded), C source, entry name and flags."""
+        rows = self._read("reading the best implementation",
+                          "SELECT * FROM best WHERE kernel_id = ? AND machine_id = ? "
+                          "AND target = ?", (kernel_id, machine_id, target))
+        if not rows:
+            return None
+        out = rows[0]
+        out["decisions"] = json.loads(out["decisions"])
+        return out

@@ -1,0 +1,141 @@
+"""The records database's schema and the ordered steps that build and upgrade it.
+
+Tuning results are expensive to obtain (each one compiles and times a program), so a database
+written by an older version must be upgraded in place rather than thrown away. The schema's
+version lives in ``PRAGMA user_version``; step ``n`` of :data:`MIGRATIONS` turns a version
+``n - 1`` database into version ``n``. All pending steps run in one ``BEGIN IMMEDIATE``
+transaction, so a failed upgrade leaves the file exactly as it was and two processes opening
+the same old file do not both upgrade it.
+
+Steps are append-only: once released, a step is never edited (databases already past it would
+not see the change); a new behaviour is a new step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+APPLICATION_ID = 0x50525444
+"""``PRAGMA application_id`` of a records database ("PRTD"): tells our files from other
+SQLite files that happen to sit at the same path."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema: ``apply`` upgrades a database at ``version - 1`` to ``version``."""
+
+    version: int
+    summary: str
+    apply: Callable[[sqlite3.Connection], None]
+
+
+def decisions_hash(decisions_json: str) -> str:
+    """The key under which an implementation's decisions are looked up.
+
+    Decisions texts can be long (one entry per choice of a deep nest); an index on a fixed-size
+    digest keeps resume look-ups cheap however large the space is.
+    """
+    return hashlib.sha256(decisions_json.encode()).hexdigest()
+
+
+_V1 = (
+    """CREATE TABLE kernels (
+        id INTEGER PRIMARY KEY,
+        structural_hash TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        params TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    """CREATE TABLE machines (
+        id INTEGER PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        model TEXT NOT NULL DEFAULT '',
+        flags TEXT NOT NULL DEFAULT '[]',
+        cores INTEGER,
+        compiler TEXT NOT NULL DEFAULT '',
+        description TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        kernel_id INTEGER NOT NULL REFERENCES kernels(id),
+        machine_id INTEGER NOT NULL REFERENCES machines(id),
+        target TEXT NOT NULL,
+        strategy TEXT NOT NULL,
+        options TEXT NOT NULL DEFAULT '{}',
+        seed INTEGER,
+        host TEXT NOT NULL DEFAULT '',
+        pid INTEGER,
+        started_at REAL NOT NULL,
+        heartbeat_at REAL NOT NULL,
+        ended_at REAL,
+        stopped_by TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL DEFAULT 'running'
+            CHECK (status IN ('running', 'finished', 'interrupted'))
+    )""",
+    "CREATE INDEX runs_by_kernel ON runs(kernel_id, machine_id, target)",
+    "CREATE INDEX runs_by_status ON runs(status)",
+    """CREATE TABLE evaluations (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        kernel_id INTEGER NOT NULL REFERENCES kernels(id),
+        machine_id INTEGER NOT NULL REFERENCES machines(id),
+        idx INTEGER NOT NULL,
+        decisions TEXT NOT NULL,
+        bound_s REAL,
+        status TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        median_s REAL,
+        min_s REAL,
+        spread REAL,
+        reps INTEGER NOT NULL DEFAULT 0,
+        elapsed_s REAL NOT NULL DEFAULT 0,
+        source_digest TEXT NOT NULL DEFAULT '',
+        flags TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX evaluations_by_run ON evaluations(run_id, idx)",
+    "CREATE INDEX evaluations_by_kernel ON evaluations(kernel_id, machine_id)",
+    """CREATE TABLE best (
+        kernel_id INTEGER NOT NULL REFERENCES kernels(id),
+        machine_id INTEGER NOT NULL REFERENCES machines(id),
+        target TEXT NOT NULL,
+        evaluation_id INTEGER REFERENCES evaluations(id),
+        time_s REAL NOT NULL,
+        decisions TEXT NOT NULL,
+        source TEXT NOT NULL,
+        entry TEXT NOT NULL,
+        flags TEXT NOT NULL DEFAULT '',
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (kernel_id, machine_id, target)
+    )""",
+)
+
+
+def _v1(conn: sqlite3.Connection) -> None:
+    for statement in _V1:
+        conn.execute(statement)
+
+
+def _v2(conn: sqlite3.Connection) -> None:
+    # Resuming asks "was this implementation already measured here?" for every proposal;
+    # scanning and comparing whole decisions texts made that cost grow with the history.
+    conn.execute("ALTER TABLE evaluations ADD COLUMN decisions_hash TEXT NOT NULL DEFAULT ''")
+    rows = conn.execute("SELECT id, decisions FROM evaluations").fetchall()
+    conn.executemany("UPDATE evaluations SET decisions_hash = ? WHERE id = ?",
+                     [(decisions_hash(text), rid) for rid, text in rows])
+    conn.execute("CREATE INDEX evaluations_by_decisions "
+                 "ON evaluations(kernel_id, machine_id, decisions_hash)")
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "kernels, machines, runs, evaluations and best implementations", _v1),
+    Migration(2, "evaluations.decisions_hash, backfilled and indexed for resume look-ups", _v2),
+)
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+"""The version this code writes; a database newer than this is refused, not guessed at."""
