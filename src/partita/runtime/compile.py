@@ -15,11 +15,14 @@ last writer wins with an identical file).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -40,6 +43,15 @@ DEFAULT_FLAGS: tuple[str, ...] = (
 
 DEFAULT_CC = "gcc"
 
+_ERROR_FILE = re.compile(r"^p(\d+)_[A-Za-z0-9_]*\.c:(?:\d+:)*\s*(?:fatal )?error",
+                         re.MULTILINE)
+"""A diagnostic line of gcc naming the batch file (``p<i>_<entry>.c``) with an error."""
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
 
 class CompileError(Exception):
     """gcc failed (or could not run) for a program or a batch.
@@ -52,6 +64,8 @@ class CompileError(Exception):
         super().__init__(message)
         self.stderr = stderr
         self.entries = tuple(entries)
+        self.failed: tuple[str, ...] = ()
+        """Entries whose source files gcc reported errors in (empty when it named none)."""
 
     @property
     def first_error(self) -> str:
@@ -129,18 +143,23 @@ def split_batches(programs: Sequence[Program], size: int) -> list[list[Program]]
 class Compiler:
     """Builds shared objects with ``cc`` and ``flags``, through the on-disk cache.
 
-    ``nice`` lowers gcc's scheduling priority, so that compiling the next batch in the
-    background disturbs a measurement running at the same time as little as possible.
+    ``nice`` lowers gcc's scheduling priority (0: unchanged; the evaluator already stops gcc
+    while a kernel is timed, see :meth:`pause`, and a niced gcc starves on a busy machine).
     ``runs`` counts the gcc invocations this instance made (cache hits make none).
     """
 
     cc: str = DEFAULT_CC
     flags: tuple[str, ...] = DEFAULT_FLAGS
     cache_dir: Path | None = None
-    nice: int = 10
+    nice: int = 0
     timeout_s: float = 600.0
     runs: int = field(default=0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _running: set[subprocess.Popen] = field(default_factory=set, init=False, repr=False)
+    _may_run: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._may_run.set()
 
     @property
     def version(self) -> str:
@@ -160,6 +179,51 @@ class Compiler:
         path = Path(root) / "so"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def _run(self, cmd: list[str], cwd: Path, entries: Sequence[str]
+             ) -> subprocess.CompletedProcess[str]:
+        """Run gcc in its own process group (so :meth:`pause` can stop all its stages)."""
+        self._may_run.wait()
+        with self._lock:
+            self.runs += 1
+            try:
+                proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True,
+                                        start_new_session=True)
+            except OSError as e:
+                raise CompileError(f"cannot run {self.cc!r}: {e}", entries=entries) from e
+            self._running.add(proc)
+            if not self._may_run.is_set():  # paused between the wait and the start
+                _signal_group(proc, signal.SIGSTOP)
+        try:
+            stdout, stderr = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired as e:
+            _signal_group(proc, signal.SIGKILL)
+            proc.communicate()
+            raise CompileError(f"{self.cc} ran longer than {self.timeout_s:g} s",
+                               entries=entries) from e
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+    def pause(self) -> None:
+        """Stop running gcc processes and hold new ones until :meth:`resume`.
+
+        Compiling in the background while a kernel is being timed would take cores from it
+        (an OpenMP kernel using every core waits at each barrier for a descheduled thread), so
+        the evaluator pauses compilation for the timed part of each measurement.
+        """
+        with self._lock:
+            self._may_run.clear()
+            for proc in self._running:
+                _signal_group(proc, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        with self._lock:
+            for proc in self._running:
+                _signal_group(proc, signal.SIGCONT)
+            self._may_run.set()
 
     def key(self, units: Sequence[tuple[str, str]]) -> str:
         """sha256 of everything that determines the shared object's bytes."""
@@ -198,41 +262,45 @@ class Compiler:
             cmd = [self.cc, *self.flags, "-o", "out.so", *files, *ALLOC_WRAP_FLAGS]
             if self.nice and shutil.which("nice"):
                 cmd = ["nice", "-n", str(self.nice), *cmd]
-            with self._lock:
-                self.runs += 1
-            try:
-                done = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True,
-                                      timeout=self.timeout_s)
-            except subprocess.TimeoutExpired as e:
-                raise CompileError(f"{self.cc} ran longer than {self.timeout_s:g} s",
-                                   entries=entries) from e
-            except OSError as e:
-                raise CompileError(f"cannot run {self.cc!r}: {e}", entries=entries) from e
+            done = self._run(cmd, build_dir, entries)
             if done.returncode != 0 or not (build_dir / "out.so").exists():
-                raise CompileError(f"{self.cc} failed (exit status {done.returncode})",
-                                   done.stderr, entries)
+                error = CompileError(f"{self.cc} failed (exit status {done.returncode})",
+                                     done.stderr, entries)
+                error.failed = tuple(sorted({entries[int(i)] for i in
+                                             _ERROR_FILE.findall(done.stderr)}))
+                raise error
             os.replace(build_dir / "out.so", target)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
         return SharedObject(target, tuple(entries), key, False, **info)
 
     def build_all(self, programs: Sequence[Program]) -> list[SharedObject | CompileError]:
-        """A shared object or the error for each program: one gcc run for the whole batch,
-        and one per program only when the batch fails."""
+        """A shared object or the error for each program.
+
+        One gcc run for the whole batch. When it fails, the programs gcc named in its errors
+        are compiled alone (for their own diagnostics) and the others together again; when
+        gcc named none (a link error) or the rest fails too, every program is compiled alone.
+        """
         try:
             so = self.build(programs)
             return [so] * len(programs)
         except CompileError as batch_error:
             if len(_unique_units(programs)) <= 1:
                 return [batch_error] * len(programs)
-        out: list[SharedObject | CompileError] = []
-        alone: dict[tuple[str, str], SharedObject | CompileError] = {}
+            suspects = set(batch_error.failed)
+        results: dict[tuple[str, str], SharedObject | CompileError] = {}
+        rest = [p for p in programs if p.entry not in suspects]
+        if suspects and rest:
+            try:
+                so = self.build(rest)
+                results.update({(p.entry, p.source): so for p in rest})
+            except CompileError:
+                pass
         for p in programs:
             unit = (p.entry, p.source)
-            if unit not in alone:
+            if unit not in results:
                 try:
-                    alone[unit] = self.build([p])
+                    results[unit] = self.build([p])
                 except CompileError as e:
-                    alone[unit] = e
-            out.append(alone[unit])
-        return out
+                    results[unit] = e
+        return [results[(p.entry, p.source)] for p in programs]

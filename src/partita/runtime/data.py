@@ -211,7 +211,8 @@ def make_case(program: Program, seed: int, directory: Path,
     for p in params:
         if p.kind == "size" and p.name not in sizes:
             raise ValueError(f"program {program.entry!r}: no value for dynamic size {p.name!r}")
-        if p.kind == "array" and len(p.shape) != len(p.strides):
+        if p.kind == "array" and (len(p.shape) != len(p.strides)
+                                  or (not p.shape and not p.footprint)):
             raise ValueError(f"program {program.entry!r}: array {p.name!r} has no concrete "
                              "shape (give the dynamic sizes to signature())")
     directory.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,9 @@ The parent process (the tuner) never runs candidate code. It compiles programs i
 background thread, so gcc works on the next batch while the current one is being measured, and
 hands each compiled program to a worker process (:mod:`partita.runtime.worker`) that checks and
 times it. Measurements are serialised: one kernel runs at a time, so candidates do not compete
-for cores or memory bandwidth with each other (a gcc run in the background still competes, at a
-lower priority; pass ``overlap=False`` where that matters more than throughput).
+for cores or memory bandwidth with each other, and background gcc processes are stopped while a
+kernel is being timed (they still run while inputs load, outputs are checked and workers
+restart).
 
 Failures map to statuses:
 
@@ -89,6 +90,8 @@ class Measurement:
     entry: str = ""
     warmups: int = 0
     threads: int = 0
+    stop: str = ""
+    """Why timing stopped: ``stable`` median, ``max_reps`` reached, or ``budget`` spent."""
     detail: str = ""
 
     @property
@@ -215,6 +218,9 @@ class Evaluator:
       ``OMP_PROC_BIND``, ``OMP_PLACES``...); the worker otherwise inherits this process's
       environment, with ``OMP_STACKSIZE=64M`` unless set;
     - ``batch_size``: programs per gcc run; ``overlap``: compile ahead in the background;
+      ``quiet_timing``: stop background gcc processes (SIGSTOP) while a kernel is being timed,
+      so compilation overlaps loading, checking and restarts but never takes cores from a
+      timed call;
     - ``references``: numpy references by kernel name, for kernels outside the library.
     """
 
@@ -222,7 +228,8 @@ class Evaluator:
                  setup_timeout_s: float = 300.0, timing: TimingOptions | None = None,
                  compiler: Compiler | None = None, batch_size: int = 16,
                  memory_limit: int | str | None = "auto", env: Mapping[str, str] | None = None,
-                 overlap: bool = True, canary_bytes: int = CANARY_BYTES, alignment: int = 64,
+                 overlap: bool = True, quiet_timing: bool = True,
+                 canary_bytes: int = CANARY_BYTES, alignment: int = 64,
                  references: Mapping[str, Reference] | None = None,
                  workdir: Path | None = None) -> None:
         self.seed = seed
@@ -233,6 +240,7 @@ class Evaluator:
         self.batch_size = batch_size
         self.memory_limit = default_memory_limit() if memory_limit == "auto" else memory_limit
         self.overlap = overlap
+        self.quiet_timing = quiet_timing
         self.canary_bytes = canary_bytes
         self.alignment = alignment
         self.references = dict(references or {})
@@ -306,7 +314,11 @@ class Evaluator:
         if key not in self._pending:
             self.prepare([program])
         future, index = self._pending[key]
-        return future.result()[index]
+        try:
+            return future.result()[index]
+        except Exception as e:  # e.g. the cache directory is not writable
+            return CompileError(f"compilation failed: {type(e).__name__}: {e}",
+                                entries=[program.entry])
 
     # -- evaluation ---------------------------------------------------------------------------
 
@@ -360,7 +372,7 @@ class Evaluator:
             "canary_bytes": self.canary_bytes, "alignment": self.alignment,
         }
         m = self._run(request, timeout_s)
-        m.flags, m.compiler, m.entry = info["flags"], info["compiler"], info["entry"]
+        m.flags, m.compiler, m.entry = built.flags, built.compiler, program.entry
         if m.ok and not case.checked:
             m.reason = case.note
         return m
@@ -370,6 +382,12 @@ class Evaluator:
         return (t.warmups + 2) * timeout_s + t.warmup_s + t.budget_s + 30.0
 
     def _run(self, request: dict[str, Any], timeout_s: float) -> Measurement:
+        try:
+            return self._exchange(request, timeout_s)
+        finally:
+            self.compiler.resume()
+
+    def _exchange(self, request: dict[str, Any], timeout_s: float) -> Measurement:
         worker = self._ensure_worker()
         mark = worker.log_size()
         worker.send(request)
@@ -392,6 +410,8 @@ class Evaluator:
                 phase, limit = "checking outputs", self.setup_timeout_s
             elif event == "timing":
                 phase, limit = "timing", self._timing_limit(timeout_s)
+                if self.quiet_timing:
+                    self.compiler.pause()
             elif event == "result":
                 return self._result(msg)
             deadline = now + limit
@@ -403,13 +423,19 @@ class Evaluator:
         tail = worker.stderr_tail(mark)
         last = _last_line(tail)
         where = f" during {phase}"
-        if any(m in tail for m in OOM_MARKS):
-            return Measurement("oom", f"out of memory{where}: {last}", detail=tail)
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-            if -code == signal.SIGKILL:
-                return Measurement("oom", f"SIGKILL{where} (most likely the out-of-memory "
-                                          "killer)", detail=tail)
+        else:
+            name = f"exit status {code}"
+        oom_lines = [line.strip() for line in tail.splitlines()
+                     if any(m in line for m in OOM_MARKS)]
+        if oom_lines:
+            return Measurement("oom", f"out of memory{where} ({name}): {oom_lines[0]}",
+                               detail=tail)
+        if code == -signal.SIGKILL:
+            return Measurement("oom", f"SIGKILL{where} (most likely the out-of-memory killer)",
+                               detail=tail)
+        if code < 0:
             return Measurement("crash", f"{name}{where}" + (f": {last}" if last else ""),
                                detail=tail)
         return Measurement("crash", f"worker exited with status {code}{where}"
@@ -420,7 +446,7 @@ class Evaluator:
         times = list(msg.get("times") or [])
         m = Measurement(msg["status"], msg.get("reason", ""), max_error=msg.get("max_error"),
                         times=times, reps=len(times), warmups=int(msg.get("warmups", 0)),
-                        threads=int(msg.get("threads", 0)))
+                        threads=int(msg.get("threads", 0)), stop=msg.get("stop", ""))
         if times:
             stats = summarize(times)
             m.median_s, m.min_s, m.spread = stats["median_s"], stats["min_s"], stats["spread"]

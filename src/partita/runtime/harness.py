@@ -79,8 +79,8 @@ static void partita_alloc_failed(const char *what, size_t bytes) {
     char line[160];
     int n = snprintf(line, sizeof line, "partita: allocation failed: %s(%zu bytes)\n",
                      what, bytes);
-    __atomic_add_fetch(&partita_alloc_failures, 1, __ATOMIC_RELAXED);
-    if (n > 0) {
+    /* Reported a few times only: a kernel may fail the same way on every call. */
+    if (__atomic_add_fetch(&partita_alloc_failures, 1, __ATOMIC_RELAXED) <= 8 && n > 0) {
         ssize_t ignored = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line);
         (void)ignored;
     }

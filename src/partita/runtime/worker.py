@@ -18,6 +18,7 @@ process rather than dragging the machine into the kernel's out-of-memory killer.
 
 from __future__ import annotations
 
+import _ctypes
 import argparse
 import ctypes
 import os
@@ -69,8 +70,6 @@ class Worker:
         self.libs[path] = lib
         while len(self.libs) > LOADED_LIBRARIES:
             _, old = self.libs.popitem(last=False)
-            import _ctypes
-
             _ctypes.dlclose(old._handle)
         return lib
 
@@ -126,11 +125,9 @@ class Worker:
         packed(ctypes.cast(args, ctypes.c_void_p))
         self.send({"event": "called"})
 
-        failure = self.check(arrays, buffers, inputs, req)
-        if failure["status"] != "ok":
-            return failure
-        if not req.get("time", True):
-            return failure
+        verdict = self.check(arrays, buffers, inputs, req)
+        if verdict["status"] != "ok" or not req.get("time", True):
+            return verdict
         restore = []
         saved = []
         for spec in arrays:
@@ -141,7 +138,7 @@ class Worker:
         self.send({"event": "timing"})
         timing = measure(lib, packed, args, req["timing"], restore)
         del keep, saved
-        return {**failure, "times": timing.times, "warmups": timing.warmups,
+        return {**verdict, "times": timing.times, "warmups": timing.warmups,
                 "threads": timing.threads, "stop": timing.stop}
 
     @staticmethod

@@ -1,0 +1,106 @@
+"""Batched compilation, the shared-object cache and the fallback for failing batches."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from partita.runtime import DEFAULT_FLAGS, CompileError, Compiler, SharedObject
+from partita.runtime.compile import split_batches
+from tests.runtime import programs as P
+
+
+def test_flags_and_compiler_version_are_exposed(compiler: Compiler) -> None:
+    assert DEFAULT_FLAGS == ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared",
+                             "-std=gnu11")
+    assert compiler.flags_text.startswith(" ".join(DEFAULT_FLAGS))
+    first = subprocess.run(["gcc", "--version"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()[0]
+    assert compiler.version == first.strip()
+
+
+def test_a_batch_is_one_gcc_run_and_one_shared_object(cache_dir: Path) -> None:
+    compiler = Compiler(cache_dir=cache_dir)
+    programs = [P.axpy(), P.axpy(dtype="float64"), P.matmul(), P.matmul(stride_a=3)]
+    built = compiler.build_all(programs)
+    assert compiler.runs == 1
+    assert all(isinstance(b, SharedObject) for b in built)
+    assert len({b.path for b in built}) == 1  # type: ignore[union-attr]
+    lib = ctypes.CDLL(str(built[0].path))  # type: ignore[union-attr]
+    for p in programs:
+        getattr(lib, p.entry)
+        getattr(lib, p.entry + "_packed")
+    lib.partita_measure  # noqa: B018 - the harness is linked in
+
+
+def test_the_same_sources_hit_the_cache(cache_dir: Path) -> None:
+    programs = [P.axpy(), P.matmul()]
+    first = Compiler(cache_dir=cache_dir)
+    a = first.build(programs)
+    assert first.runs == 1 and not a.cached
+    second = Compiler(cache_dir=cache_dir)
+    b = second.build(programs)
+    assert second.runs == 0 and b.cached
+    assert a.path == b.path and a.key == b.key
+    # Nothing half-written is left behind.
+    assert sorted(p.name for p in (cache_dir / "so").iterdir()
+                  if not p.name.endswith(".so")) == []
+
+
+def test_the_key_covers_flags(cache_dir: Path) -> None:
+    programs = [P.axpy()]
+    o3 = Compiler(cache_dir=cache_dir)
+    o2 = Compiler(cache_dir=cache_dir, flags=("-O2", *DEFAULT_FLAGS[1:]))
+    assert o3.key([(p.entry, p.source) for p in programs]) != \
+        o2.key([(p.entry, p.source) for p in programs])
+
+
+def test_the_cache_directory_follows_partita_cache(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARTITA_CACHE", str(tmp_path))
+    so = Compiler().build([P.axpy(n=8)])
+    assert so.path.parent == tmp_path / "so"
+
+
+def test_compile_error_carries_gcc_stderr(compiler: Compiler) -> None:
+    bad = P.broken()
+    with pytest.raises(CompileError) as info:
+        compiler.build([bad])
+    assert "error" in info.value.stderr
+    assert info.value.failed == (bad.entry,)
+    assert "error" in info.value.first_error
+
+
+def test_a_failing_batch_does_not_sink_the_good_programs(cache_dir: Path) -> None:
+    compiler = Compiler(cache_dir=cache_dir)
+    good1, bad, good2 = P.axpy(), P.broken(), P.matmul()
+    built = compiler.build_all([good1, bad, good2])
+    assert isinstance(built[0], SharedObject) and isinstance(built[2], SharedObject)
+    assert isinstance(built[1], CompileError) and built[1].entries == (bad.entry,)
+    # the batch, the good ones together again, the bad one alone for its own diagnostics
+    assert compiler.runs == 3
+    assert built[0].path == built[2].path
+
+
+def test_link_errors_fall_back_to_one_program_at_a_time(cache_dir: Path) -> None:
+    # Both define the same non-static helper: each compiles alone, not together.
+    helper = "int helper_{0}(void) {{ return 1; }}\n"
+    a, b = P.axpy(), P.axpy()
+    a = a.__class__(a.kernel, a.entry, a.source + helper.format("x"), a.params)
+    b = b.__class__(b.kernel, b.entry, b.source + helper.format("x"), b.params)
+    compiler = Compiler(cache_dir=cache_dir)
+    built = compiler.build_all([a, b])
+    assert all(isinstance(x, SharedObject) for x in built)
+    assert compiler.runs == 3
+
+
+def test_batches_keep_entries_distinct() -> None:
+    a, b = P.axpy(entry="same"), P.matmul(entry="same")
+    c = P.axpy()
+    batches = split_batches([a, a, c, b], size=8)
+    assert [[p.entry for p in batch] for batch in batches] == [["same", "same", c.entry],
+                                                               ["same"]]
+    assert [len(batch) for batch in split_batches([P.axpy() for _ in range(5)], 2)] == [2, 2, 1]
