@@ -158,7 +158,8 @@ def test_measurement_json_round_trip(evaluator: Evaluator) -> None:
 def test_kernels_outside_the_library(evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
                                      ) -> None:
     base = P.matmul()
-    renamed = dataclasses.replace(base, kernel=dataclasses.replace(base.kernel, name="mine"))
+    mine = dataclasses.replace(base.kernel, name="mine", meta=())
+    renamed = dataclasses.replace(base, kernel=mine)
     (m,) = evaluator.evaluate([renamed], time_it=False)
     assert m.status == "ok" and "no reference" in m.reason
     # with a reference given by name, outputs are compared against it

@@ -497,6 +497,14 @@ class CPrinter:
             self.emit(indent, f"{{ /* {d} = 0 */")
             self._print_body(node, {**env, **dict.fromkeys(node.dims, "0")}, indent + 1)
             self.emit(indent, "}")
+        elif node.kind == "UNROLL" and self._has_loops(node):
+            # Copies of whole loop nests would bloat the source (and gcc's time) without
+            # changing the code gcc emits: it unrolls them completely on request.
+            var = c_name(d)
+            self.emit(indent, f"#pragma GCC unroll {size}")
+            self.emit(indent, f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{")
+            self._print_body(node, {**env, **dict.fromkeys(node.dims, var)}, indent + 1)
+            self.emit(indent, "}")
         elif node.kind == "UNROLL":
             assert isinstance(size, int)
             for i in range(size):
@@ -510,6 +518,11 @@ class CPrinter:
             self.emit(indent, f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{")
             self._print_body(node, {**env, **dict.fromkeys(node.dims, var)}, indent + 1)
             self.emit(indent, "}")
+
+    def _has_loops(self, node: Node) -> bool:
+        """Whether a loop that is not unrolled or vectorised is inside ``node``."""
+        return any(c.inst is None and (c.kind not in ("UNROLL", "VECTOR")
+                                       or self._has_loops(c)) for c in node.children)
 
     def _print_vector(self, node: Node, env: dict[str, str], indent: int) -> None:
         lanes = self.sizes[node.dims[0]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,4 +88,12 @@ def get_spec(name: str) -> KernelSpec:
 def kernel(name: str, **params: Any) -> Kernel:
     """The library kernel ``name`` built for ``params`` (defaults for the others)."""
     spec = get_spec(name)
-    return spec.build(**spec.resolve(params))
+    k = spec.build(**spec.resolve(params))
+    # The tag lets the runtime find this kernel's numpy reference; a user kernel that only
+    # shares the name does not carry it.
+    return dataclasses.replace(k, meta=(*k.meta, ("library", name)))
+
+
+def library_name(k: Kernel) -> str | None:
+    """The library kernel ``k`` was built as by :func:`kernel`, if any."""
+    return dict(k.meta).get("library")

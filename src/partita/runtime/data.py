@@ -168,13 +168,10 @@ def tolerance(expected: np.ndarray, magnitude: np.ndarray | None, u: float,
 
 def find_reference(kernel: Kernel) -> Reference | None:
     """The library reference of a kernel built by :func:`partita.kernels.kernel`, if any."""
-    from partita.ir.types import KernelError
-    from partita.kernels.registry import get_spec
+    from partita.kernels.registry import get_spec, library_name
 
-    try:
-        return get_spec(kernel.name).reference
-    except KernelError:
-        return None
+    name = library_name(kernel)
+    return get_spec(name).reference if name is not None else None
 
 
 @dataclass
