@@ -145,6 +145,46 @@ def machine_cmd(force: bool, no_measure: bool, as_json: bool) -> None:
     click.echo(json.dumps(d.to_json(), indent=2) if as_json else d.summary())
 
 
+@main.command("sample")
+@click.argument("kernel")
+@click.argument("params", nargs=-1)
+@click.option("--count", type=click.IntRange(1), default=10, show_default=True,
+              help="Random implementations to draw.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the draws and of the input data.")
+@click.option("--target", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.01), default=10.0,
+              show_default=True, help="Seconds one kernel call may take before it is killed.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, target: str,
+               timeout_s: float, as_json: bool) -> None:
+    """Draw random implementations of KERNEL; compile, run, verify and time each one."""
+    from partita.runtime import Evaluator
+    from partita.search.sampling import sample_and_evaluate
+
+    _, root = _open_space(kernel, params, target)
+    spec = get_spec(kernel)
+    resolved = spec.resolve(_params(params))
+    with Evaluator(seed=seed, timeout_s=timeout_s) as ev:
+        report = sample_and_evaluate(root, count, random.Random(seed), ev.evaluate)
+    result = report.to_json(spec.flops(**resolved))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{report.sampled} random implementations of {kernel} "
+               f"({' '.join(f'{k}={v}' for k, v in resolved.items())})")
+    click.echo(f"  compiled {report.compiled}, verified against numpy {report.verified}, "
+               f"failed {len(report.failed)}")
+    if report.best_time_s is not None:
+        click.echo(f"  best {report.best_time_s * 1e3:.4g} ms "
+                   f"({result['gflops_best']:.3g} GFLOP/s); median of the verified "
+                   f"{sorted(report.times)[len(report.times) // 2] * 1e3:.4g} ms")
+    for f in report.failed[:10]:
+        click.echo(f"  failed: {f['reason']}")
+    if report.verified < report.sampled:
+        sys.exit(1)
+
+
 @main.command("codegen")
 @click.argument("kernel")
 @click.argument("params", nargs=-1)
