@@ -1,0 +1,8 @@
+"""Results made usable outside partita: a tuned implementation exported as a C library
+(:func:`export_c`), and a tuning run's evaluations summarised as an HTML page with plots
+(:func:`write_report`)."""
+
+from partita.report.export import build_flags, export_c, prototype
+from partita.report.html import write_report
+
+__all__ = ["build_flags", "export_c", "prototype", "write_report"]

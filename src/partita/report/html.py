@@ -1,0 +1,443 @@
+"""A tuning run as one HTML page: what was tried, how fast it got, and where the model erred.
+
+The page answers the questions a tuning run leaves: did the search converge (best time
+against evaluations), is the performance model a true lower bound (model bound against
+measured time: a point above the y = x line is an implementation measured faster than its
+bound, a model bug), how spread out are the implementations (histogram of measured times),
+what is the best implementation (its decisions), and what failed and why.
+
+The page is a directory: ``index.html`` plus the plots as PNG files next to it, referenced
+by relative paths, so it can be copied, archived or served as it is. All text from the
+records (reasons, decisions, machine names) is HTML-escaped. The plots are drawn with
+matplotlib's Agg renderer on figures that belong to no pyplot state, so writing a report
+needs no display and never disturbs a caller's own figures.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# The tuner's tolerance, so that the report and the tuner agree on what a model bug is.
+from partita.search.tuner import NOISE
+
+MAX_FAILURES = 50
+"""Failures listed in the table; a run with thousands of them would make the page useless."""
+
+MAX_REASON = 400
+"""Characters of a failure's reason shown (a compiler error can run for pages)."""
+
+PLOTS = {
+    "best": "best_time.png",
+    "bound": "bound_vs_time.png",
+    "histogram": "time_histogram.png",
+}
+"""The image files a report writes next to ``index.html`` (when it has the data)."""
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
+       color: #222; padding: 0 1em; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.8em; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left;
+         vertical-align: top; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.reason { white-space: pre-wrap; font-family: monospace; font-size: 0.9em; }
+pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
+img { max-width: 100%; height: auto; display: block; margin: 0.5em 0; }
+.warn { color: #b00020; font-weight: bold; }
+.note { color: #666; }
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def format_time(time_s: float | None) -> str:
+    """A duration with a unit that keeps the number readable (``12.3 us``, ``4.56 ms``)."""
+    if time_s is None or not math.isfinite(time_s):
+        return "n/a"
+    if time_s == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(time_s) >= scale:
+            return f"{time_s / scale:.4g} {unit}"
+    return f"{time_s / 1e-9:.4g} ns"
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, or None (missing, non-numeric or non-finite values are not plotted)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _measured(ev: Mapping[str, Any]) -> float | None:
+    """The time an evaluation counts for: its median, for a successful evaluation only."""
+    if ev.get("status") != "ok":
+        return None
+    t = _number(ev.get("median_s"))
+    return t if t is not None and t > 0 else None
+
+
+def is_violation(ev: Mapping[str, Any], noise: float = NOISE) -> bool:
+    """Whether the model's bound exceeds the measured time beyond noise: the bound claims
+    the implementation cannot be that fast, so the model is wrong."""
+    if ev.get("status") != "ok":
+        return False
+    bound = _number(ev.get("bound_s"))
+    fastest = _number(ev.get("min_s")) or _number(ev.get("median_s"))
+    return bound is not None and fastest is not None and bound > fastest * (1 + noise)
+
+
+def _decisions(value: Any) -> list[Any]:
+    """Decisions as a list, whether decoded or the stored JSON text."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _table(headers: Sequence[str] | None, rows: Sequence[Sequence[Any]],
+           numeric: Sequence[int] = ()) -> str:
+    """An HTML table of escaped cells; ``headers`` None for a key-value table."""
+    out = ["<table>"]
+    if headers is not None:
+        out.append("<tr>" + "".join(f"<th>{_esc(h)}</th>" for h in headers) + "</tr>")
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            cls = ' class="num"' if i in numeric else ""
+            cells.append(f"<td{cls}>{_esc(cell)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------- plots
+
+
+def _figure(width: float = 7.0, height: float = 4.2) -> Any:
+    """A figure outside pyplot, rendered by Agg (no display, no global state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    # No software tag or dates: the same records give byte-identical images.
+    fig.savefig(path, format="png", metadata={"Software": None})
+
+
+def _plot_best(evals: Sequence[Mapping[str, Any]], path: Path) -> bool:
+    """Best time so far against the number of evaluations: how fast the search converged,
+    and whether more evaluations would likely pay."""
+    xs: list[int] = []
+    best: list[float] = []
+    current = math.inf
+    for i, ev in enumerate(evals, start=1):
+        t = _measured(ev)
+        if t is not None and t < current:
+            current = t
+        if math.isfinite(current):
+            xs.append(i)
+            best.append(current)
+    if not xs:
+        return False
+    if xs[-1] != len(evals):
+        xs.append(len(evals))
+        best.append(current)
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.step(xs, best, where="post", color="tab:blue", label="best measured time")
+    ok = [(i, t) for i, ev in enumerate(evals, start=1) if (t := _measured(ev)) is not None]
+    ax.scatter([i for i, _ in ok], [t for _, t in ok], s=8, color="tab:gray", alpha=0.4,
+               label="each measured implementation")
+    ax.set_yscale("log")
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("time (s)")
+    ax.set_title("Best time against evaluations")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper right", fontsize="small")
+    _save(fig, path)
+    return True
+
+
+def _plot_bound(evals: Sequence[Mapping[str, Any]], path: Path, noise: float) -> bool:
+    """Model bound against measured time, log-log: the bound must stay below y = x; points
+    above it are model violations, drawn in red."""
+    fine: list[tuple[float, float]] = []
+    bad: list[tuple[float, float]] = []
+    for ev in evals:
+        t = _measured(ev)
+        bound = _number(ev.get("bound_s"))
+        if t is None or bound is None or bound <= 0:
+            continue
+        (bad if is_violation(ev, noise) else fine).append((t, bound))
+    points = fine + bad
+    if not points:
+        return False
+    fig = _figure(6.0, 5.0)
+    ax = fig.add_subplot()
+    lo = min(min(p) for p in points) / 1.5
+    hi = max(max(p) for p in points) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="bound = measured time")
+    if fine:
+        ax.scatter([p[0] for p in fine], [p[1] for p in fine], s=12, color="tab:blue",
+                   alpha=0.6, label="bound below measured time")
+    if bad:
+        ax.scatter([p[0] for p in bad], [p[1] for p in bad], s=40, color="tab:red",
+                   marker="x", label=f"model violation ({len(bad)})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured time (s)")
+    ax.set_ylabel("model bound (s)")
+    ax.set_title("Model bound against measured time")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    _save(fig, path)
+    return True
+
+
+def _plot_histogram(evals: Sequence[Mapping[str, Any]], path: Path) -> bool:
+    """Distribution of measured times on a log scale: how much choosing well matters (a
+    wide spread) and how rare the fast implementations are."""
+    import numpy as np
+
+    times = [t for ev in evals if (t := _measured(ev)) is not None]
+    if not times:
+        return False
+    lo, hi = min(times), max(times)
+    if hi <= lo * 1.0001:
+        lo, hi = lo / 1.1, hi * 1.1
+    bins = np.logspace(math.log10(lo), math.log10(hi), max(5, min(40, len(times) // 2 + 1)))
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.hist(times, bins=bins, color="tab:blue", edgecolor="white")
+    ax.set_xscale("log")
+    ax.set_xlabel("measured time (s)")
+    ax.set_ylabel("implementations")
+    ax.set_title("Distribution of measured times")
+    ax.grid(True, which="both", alpha=0.3)
+    _save(fig, path)
+    return True
+
+
+# ---------------------------------------------------------------------- page sections
+
+
+def _summary(evals: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None,
+             flops: float | None, peak: str, noise: float) -> str:
+    statuses = Counter(str(ev.get("status", "")) for ev in evals)
+    measured = [t for ev in evals if (t := _measured(ev)) is not None]
+    best_time = _number(best.get("time_s")) if best else None
+    if best_time is None and measured:
+        best_time = min(measured)
+    failures = sum(n for s, n in statuses.items() if s != "ok")
+    violations = sum(1 for ev in evals if is_violation(ev, noise))
+    rows: list[tuple[str, str]] = [
+        ("Evaluations", str(len(evals))),
+        ("Measured (ok)", str(statuses.get("ok", 0))),
+        ("Failures", str(failures)),
+    ]
+    rows += [(f"Failures: {status or '(no status)'}", str(n))
+             for status, n in sorted(statuses.items()) if status != "ok"]
+    rows.append(("Best time", format_time(best_time)))
+    if measured:
+        rows.append(("Median measured time", format_time(sorted(measured)[len(measured) // 2])))
+    if flops and best_time:
+        rows.append(("Best GFLOP/s", f"{flops / best_time / 1e9:.4g}"))
+    if peak:
+        rows.append(("Peak", peak))
+    rows.append(("Model violations", str(violations)))
+    parts = ['<h2 id="summary">Summary</h2>', _table(None, rows, numeric=(1,))]
+    if violations:
+        parts.append(f'<p class="warn">{violations} implementation(s) ran faster than their '
+                     f"model bound (beyond {noise:.0%} noise): the model is not a lower bound "
+                     "for them.</p>")
+        found: list[tuple[Any, ...]] = []
+        for i, ev in enumerate(evals, start=1):
+            if is_violation(ev, noise) and len(found) < MAX_FAILURES:
+                bound = _number(ev.get("bound_s")) or 0.0
+                fastest = _number(ev.get("min_s")) or _number(ev.get("median_s")) or 0.0
+                found.append((i, format_time(bound), format_time(fastest),
+                              f"{bound / fastest:.3g}" if fastest else "n/a"))
+        parts.append(_table(("evaluation", "model bound", "fastest measured",
+                             "bound / measured"), found, numeric=(0, 1, 2, 3)))
+    return "\n".join(parts)
+
+
+def _machine(machine: Mapping[str, Any] | None) -> str:
+    if not machine:
+        return ""
+    rows = []
+    for key, value in machine.items():
+        if isinstance(value, Mapping):
+            continue  # nested descriptions (the measured CPU) are too long for a table
+        if isinstance(value, list | tuple):
+            text = " ".join(str(v) for v in value)
+            value = text if len(text) <= 200 else f"{len(value)} items"
+        rows.append((key, value))
+    return '<h2 id="machine">Machine</h2>\n' + _table(None, rows)
+
+
+def _best(best: Mapping[str, Any] | None, flops: float | None) -> str:
+    parts = ['<h2 id="best">Best implementation</h2>']
+    if not best:
+        parts.append('<p class="note">No implementation was measured successfully.</p>')
+        return "\n".join(parts)
+    time_s = _number(best.get("time_s"))
+    facts = [("Time", format_time(time_s))]
+    if flops and time_s:
+        facts.append(("GFLOP/s", f"{flops / time_s / 1e9:.4g}"))
+    for key, label in (("entry", "Entry point"), ("flags", "Flags")):
+        if best.get(key):
+            facts.append((label, str(best[key])))
+    parts.append(_table(None, facts))
+    decisions = _decisions(best.get("decisions"))
+    parts.append(f"<h3>Decisions ({len(decisions)})</h3>")
+    rows = []
+    for i, d in enumerate(decisions, start=1):
+        if isinstance(d, list | tuple) and len(d) == 3:
+            choice, args, values = d
+            args_text = ", ".join(str(a) for a in args) if isinstance(args, list) else args
+            values_text = (", ".join(str(v) for v in values) if isinstance(values, list)
+                           else values)
+            rows.append((i, choice, args_text, values_text))
+        else:
+            rows.append((i, json.dumps(d), "", ""))
+    parts.append(_table(("#", "choice", "of", "value"), rows, numeric=(0,)))
+    if best.get("source"):
+        parts.append("<details><summary>C source</summary>"
+                     f"<pre>{_esc(best['source'])}</pre></details>")
+    return "\n".join(parts)
+
+
+def _failures(evals: Sequence[Mapping[str, Any]]) -> str:
+    failed = [(i, ev) for i, ev in enumerate(evals) if ev.get("status") != "ok"]
+    parts = [f'<h2 id="failures">Failures ({len(failed)})</h2>']
+    if not failed:
+        parts.append('<p class="note">None.</p>')
+        return "\n".join(parts)
+    # Numbered by position, as on the convergence plot: records' own indices restart with
+    # every run.
+    rows = ["<table>", "<tr><th>evaluation</th><th>status</th><th>reason</th></tr>"]
+    for i, ev in failed[:MAX_FAILURES]:
+        index = i + 1
+        reason = str(ev.get("reason") or "")
+        if len(reason) > MAX_REASON:
+            reason = reason[:MAX_REASON] + " ..."
+        rows.append(f'<tr><td class="num">{_esc(index)}</td><td>{_esc(ev.get("status"))}</td>'
+                    f'<td class="reason">{_esc(reason)}</td></tr>')
+    rows.append("</table>")
+    parts.append("\n".join(rows))
+    if len(failed) > MAX_FAILURES:
+        parts.append(f'<p class="note">The first {MAX_FAILURES} of {len(failed)} are '
+                     "listed.</p>")
+    return "\n".join(parts)
+
+
+def _figure_section(heading: str, anchor: str, file: str | None, alt: str, missing: str) -> str:
+    body = (f'<img src="{_esc(file)}" alt="{_esc(alt)}">' if file
+            else f'<p class="note">{_esc(missing)}</p>')
+    return f'<h2 id="{anchor}">{_esc(heading)}</h2>\n{body}'
+
+
+# ---------------------------------------------------------------------- the report
+
+
+def write_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: str,
+                 evaluations: list[dict[str, Any]], best: dict[str, Any] | None,
+                 machine: dict[str, Any] | None, peak: str = "",
+                 flops: float | None = None, noise: float = NOISE) -> Path:
+    """Write ``index.html`` and its plots into ``out_dir``; return the page's path.
+
+    ``evaluations`` are records' evaluations (:meth:`partita.db.Records.evaluations`) in the
+    order they were taken; ``best`` the best implementation
+    (:meth:`partita.db.Records.best`), or None; ``machine`` a machine fingerprint (its
+    scalar and list fields are shown); ``kernel_desc`` a description of the kernel (shown
+    preformatted, e.g. ``Kernel.describe()``); ``peak`` a line about the machine's peak, to
+    read the best time against. ``flops`` (floating-point operations per call) adds
+    GFLOP/s. A bound above the measured time by more than ``noise`` counts as a violation.
+
+    Plots without data (no successful evaluation, no bounds) are left out with a note; the
+    page is written whatever the evaluations hold. Image files from an earlier report in
+    the same directory that this one does not draw are removed, so the page never shows a
+    stale plot.
+    """
+    try:
+        import matplotlib  # noqa: F401 - fail early, with the reason
+    except ImportError as exc:
+        raise RuntimeError("the HTML report needs matplotlib (pip install matplotlib)") from exc
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    evals = list(evaluations)
+
+    drawers: dict[str, Callable[[Path], bool]] = {
+        "best": lambda path: _plot_best(evals, path),
+        "bound": lambda path: _plot_bound(evals, path, noise),
+        "histogram": lambda path: _plot_histogram(evals, path),
+    }
+    drawn: dict[str, str | None] = {}
+    for key, draw in drawers.items():
+        path = out / PLOTS[key]
+        ok = draw(path)
+        if not ok and path.exists():
+            path.unlink()
+        drawn[key] = PLOTS[key] if ok else None
+
+    sections = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_esc(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{_esc(title)}</h1>",
+        '<h2 id="kernel">Kernel</h2>',
+        f"<pre>{_esc(kernel_desc)}</pre>",
+        _summary(evals, best, flops, peak, noise),
+        _machine(machine),
+        _figure_section("Best time against evaluations", "convergence", drawn["best"],
+                        "best measured time against the number of evaluations (log time)",
+                        "No successful evaluation: nothing to plot."),
+        _figure_section("Model bound against measured time", "bound", drawn["bound"],
+                        "model bound against measured time, log-log, with the line y = x",
+                        "No successful evaluation with a model bound: nothing to plot."),
+        _figure_section("Distribution of measured times", "distribution",
+                        drawn["histogram"], "histogram of measured times (log time)",
+                        "No successful evaluation: nothing to plot."),
+        _best(best, flops),
+        _failures(evals),
+        "</body>",
+        "</html>",
+        "",
+    ]
+    page = out / "index.html"
+    page.write_text("\n".join(s for s in sections if s), encoding="utf-8")
+    return page
