@@ -1,7 +1,7 @@
 """partita: fast code for data-parallel kernels, found by searching spaces of partially
 specified implementations."""
 
-from partita.api import kernel, space
+from partita.api import Tuned, kernel, load, space, tune
 from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType, KernelError
@@ -11,5 +11,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Candidate", "DType", "DeadEnd", "Decision", "Kernel", "KernelBuilder", "KernelError",
-    "Space", "kernel", "space",
+    "Space", "Tuned", "kernel", "load", "space", "tune",
 ]

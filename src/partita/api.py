@@ -15,3 +15,8 @@ def space(k: Kernel, target: str = "cpu", cpu: CpuCapabilities | None = None) ->
 
 
 __all__ = ["kernel", "space"]
+
+
+from partita.tuning import Tuned, load, tune  # noqa: E402  (the layers above come first)
+
+__all__ += ["Tuned", "load", "tune"]

@@ -180,11 +180,35 @@ class MonteCarlo(Strategy):
         return leaf
 
     def _rollout(self, cand: Candidate) -> Candidate | None:
+        """Complete ``cand`` by sampling (eq. 6.2) without computing every child.
+
+        A value drawn uniformly is accepted with probability ``(T_best - bound) / T_best``,
+        which picks children with probability proportional to ``max(T_best - bound, 0)`` at
+        the cost of one propagation per draw instead of one per child. Dead or pruned values
+        are dropped and the draw repeats; a choice with none left backtracks (returns None).
+        """
         while not cand.is_implementation:
-            kids = self.children(cand)
-            if not kids:
-                return None
-            cand = kids[self._weighted([b for _, b in kids])][0]
+            slot = cand.open_slots()[0]
+            values = _bits(cand.vec[slot])
+            best = self.state.best_time
+            while True:
+                if not values:
+                    return None
+                v = values.pop(self.rng.randrange(len(values)))
+                child = cand.restrict_slot(slot, 1 << v)
+                if isinstance(child, DeadEnd):
+                    self.state.dead_ends += 1
+                    continue
+                if math.isinf(best):
+                    break
+                b = self.bound(child)
+                if b >= best:
+                    self.state.pruned += 1
+                    continue
+                if self.rng.random() * best < best - b:
+                    break
+                values.append(v)  # rejected by chance, not pruned: it may be drawn again
+            cand = child
         return cand
 
     def _weighted(self, bounds: list[float]) -> int:
@@ -243,6 +267,15 @@ class MonteCarlo(Strategy):
                 node.top.append((time_s, i))
                 node.top.sort()
                 del node.top[self.topk:]
+
+
+def _bits(d: int) -> list[int]:
+    out = []
+    while d:
+        low = d & -d
+        out.append(low.bit_length() - 1)
+        d ^= low
+    return out
 
 
 class RandomSearch(Strategy):

@@ -114,13 +114,19 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                strategy: str = "mcts", seed: int = 0, batch: int = 4,
                known_best: float = math.inf,
                on_evaluation: Callable[[Evaluation], None] | None = None,
-               skip: Iterable[str] = (), **strategy_options: Any) -> TuneResult:
+               skip: Iterable[str] = (), state: SearchState | None = None,
+               prepare: Callable[[list[Program]], None] | None = None,
+               **strategy_options: Any) -> TuneResult:
     """Search ``space`` until ``stop``; ``known_best`` prunes with a time already measured
-    (resuming), and implementations whose decisions are in ``skip`` are not re-evaluated."""
+    (resuming), and implementations whose decisions are in ``skip`` are not re-evaluated.
+    ``state`` (the best time, pruning counters) is shared with the caller as it changes.
+    With ``prepare`` (start compiling programs in the background), the next batch is proposed
+    and compiled while the current one is measured."""
     root = space.root()
     if isinstance(root, DeadEnd):
         raise ValueError(f"the space has no implementation: {root.reason}")
-    state = SearchState(best_time=known_best)
+    state = state or SearchState()
+    state.best_time = min(state.best_time, known_best)
     rng = random.Random(seed)
 
     def bound(c: Candidate) -> float:
@@ -131,27 +137,37 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
     progress = Progress(root_bound=result.root_bound_s, best_time=known_best)
     seen = set(skip)
     start = time.perf_counter()
+
+    def next_batch() -> list[tuple[Candidate, Program | None, str]]:
+        """Proposals, printed; their compilation starts at once (``prepare``)."""
+        out = []
+        for c in strat.propose(batch):
+            key = c.decisions_json()
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                out.append((c, print_c(c, entry_name(space.kernel.name, c)), ""))
+            except CodegenError as exc:
+                out.append((c, None, str(exc)))
+        if prepare is not None:
+            prepare([p for _, p, _ in out if p is not None])
+        return out
+
+    current = next_batch()
     while not stop.done(progress):
-        cands = [c for c in strat.propose(batch) if c.decisions_json() not in seen]
-        if not cands:
+        if not current:
             if getattr(strat, "exhausted", False):
                 progress.exhausted = True
                 result.stopped_by = "the search space is exhausted"
                 break
+            current = next_batch()
             continue
-        programs: list[Program | None] = []
-        failures: list[str] = []
-        for c in cands:
-            seen.add(c.decisions_json())
-            try:
-                programs.append(print_c(c, entry_name(space.kernel.name, c)))
-                failures.append("")
-            except CodegenError as exc:
-                programs.append(None)
-                failures.append(str(exc))
-        printable = [p for p in programs if p is not None]
+        # The next batch is proposed and compiled while this one is measured.
+        upcoming = next_batch() if prepare is not None else []
+        printable = [p for _, p, _ in current if p is not None]
         measured = iter(evaluate(printable) if printable else [])
-        for cand, prog, failure in zip(cands, programs, failures, strict=True):
+        for cand, prog, failure in current:
             m = next(measured) if prog is not None else None
             ev = Evaluation(len(result.evaluations), [d.to_json() for d in cand.decisions],
                             bound(cand), "codegen_error" if m is None else m.status,
@@ -173,6 +189,7 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
             if on_evaluation is not None:
                 on_evaluation(ev)
         progress.elapsed_s = time.perf_counter() - start
+        current = upcoming if prepare is not None else next_batch()
     else:
         result.stopped_by = str(stop)
     result.elapsed_s = time.perf_counter() - start

@@ -117,6 +117,13 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
     S.require("unrolled values fit the vector registers", [Var("i", "Insts")],
               Compare("register_values", ("i",), "<=", limit),
               doc="Beyond the register file, unrolling spills: never the fastest code.")
+    x, y = Var("x", "Dims"), Var("y", "Dims")
+    S.require("unrolled loops enclose no loop", [x, y],
+              Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
+              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
+              Is("dim_kind", ("y",), REGISTER_KINDS),
+              doc="Unrolling is for the innermost loops (a register tile); copies of whole "
+                  "loop nests would only grow the code and the compile time.")
     t, a, b = Var("t", "Temporaries"), Var("a", "TempDims", of="t"), Var("b", "Dims")
     for side in ("a", "b"):
         S.require(f"register temporaries are unrolled ({side})", [t, a, b],

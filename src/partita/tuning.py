@@ -1,0 +1,370 @@
+"""Tuning a kernel end to end, with records: what ``partita.tune`` and ``partita tune`` run.
+
+kernel -> space -> search (model bounds) -> C -> worker (check, time) -> records. The records
+make tuning incremental: a kernel already tuned on this machine is returned at once (unless
+asked to continue), a continued or interrupted run skips what was evaluated and prunes with
+the best time known, and every evaluation is stored as it completes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partita.codegen.program import Param, Program, signature
+from partita.db import Records
+from partita.db.records import host_fingerprint
+from partita.ir.kernel import Kernel
+from partita.kernels.registry import get_spec, library_name
+from partita.model import Model
+from partita.model.cpu import cpu_rates
+from partita.runtime import Compiler, Evaluator, TimingOptions, compiler_version
+from partita.runtime.data import generate_inputs, view
+from partita.search.stop import Evaluations, Stop, WallTime
+from partita.search.strategies import SearchState
+from partita.search.tuner import Evaluation, TuneResult, tune_space
+from partita.space.candidate import Candidate, Space
+
+
+def _params_of(k: Kernel) -> dict[str, Any]:
+    return {s.name: s.value for s in k.sizes} | {"dtype": k.arrays[0].dtype.value}
+
+
+@dataclass
+class Tuned:
+    """The best implementation of a kernel found so far, callable on numpy arrays.
+
+    Call it with the kernel's inputs in signature order (scalars, then ``in`` and ``inout``
+    arrays); it returns the output array (or a tuple of them). ``out=`` (an array, or a dict by
+    name) writes the outputs in place. Arguments are checked against the kernel: a wrong
+    dtype raises TypeError, a wrong shape or memory layout ValueError, each naming the
+    argument.
+    """
+
+    kernel: Kernel
+    source: str
+    entry: str
+    decisions: list[Any]
+    time: float | None
+    params: tuple[Param, ...]
+    flags: str = ""
+    evaluations: int = 0
+    result: TuneResult | None = field(default=None, repr=False)
+    code_path: Path | None = None
+    _fn: Any = field(default=None, repr=False)
+
+    # -- calling ---------------------------------------------------------------------------
+
+    def _load(self) -> Any:
+        if self._fn is None:
+            prog = Program(self.kernel, self.entry, self.source, self.params)
+            so = Compiler().build([prog])
+            lib = ctypes.CDLL(str(so.path))
+            self._lib = lib
+            self._fn = getattr(lib, f"{self.entry}_packed")
+            self._fn.argtypes = [ctypes.c_void_p]
+            self._fn.restype = None
+        return self._fn
+
+    @property
+    def inputs(self) -> list[Param]:
+        return [p for p in self.params if p.kind == "scalar"
+                or (p.kind == "array" and p.role in ("in", "inout"))]
+
+    @property
+    def outputs(self) -> list[Param]:
+        return [p for p in self.params if p.kind == "array" and p.role in ("out", "inout")]
+
+    def __call__(self, *args: Any, out: Any = None) -> Any:
+        inputs = self.inputs
+        if len(args) != len(inputs):
+            names = ", ".join(p.name for p in inputs)
+            raise TypeError(f"{self.kernel.name} takes {len(inputs)} arguments ({names}), "
+                            f"got {len(args)}")
+        given = dict(zip((p.name for p in inputs), args, strict=True))
+        outs = self._outputs(out, given)
+        keep: list[Any] = []
+        ptrs: list[int] = []
+        for p in self.params:
+            if p.kind == "size":
+                raise TypeError(f"{self.kernel.name}: dynamic size {p.name!r} needs a value")
+            if p.kind == "scalar":
+                v = np.array([given[p.name]], dtype=p.dtype)
+                keep.append(v)
+                ptrs.append(v.ctypes.data)
+                continue
+            arr = outs[p.name] if p.role in ("out", "inout") else self._check(p, given[p.name])
+            keep.append(arr)
+            ptrs.append(arr.ctypes.data)
+        packed = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        self._load()(packed)
+        result = tuple(outs[p.name] for p in self.outputs)
+        return result[0] if len(result) == 1 else result
+
+    def _check(self, p: Param, a: Any) -> np.ndarray:
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"argument {p.name!r} must be a numpy array, got {type(a).__name__}")
+        if a.dtype != np.dtype(p.dtype):
+            raise TypeError(f"argument {p.name!r} must have dtype {p.dtype}, got {a.dtype}")
+        if a.shape != tuple(p.shape):
+            raise ValueError(f"argument {p.name!r} must have shape {tuple(p.shape)}, "
+                             f"got {a.shape}")
+        want = tuple(s * a.itemsize for s in p.strides)
+        dims = [i for i, n in enumerate(p.shape) if n > 1]
+        if any(a.strides[i] != want[i] for i in dims):
+            raise ValueError(f"argument {p.name!r} must have strides {want} bytes (the "
+                             f"layout the kernel was tuned for), got {a.strides}")
+        if p.role != "in" and not a.flags.writeable:
+            raise ValueError(f"argument {p.name!r} is written and must be writeable")
+        return a
+
+    def _outputs(self, out: Any, given: dict[str, Any]) -> dict[str, np.ndarray]:
+        outs: dict[str, np.ndarray] = {}
+        targets = self.outputs
+        if out is not None and not isinstance(out, dict):
+            if len(targets) != 1:
+                raise TypeError("out= must be a dict by output name for this kernel")
+            out = {targets[0].name: out}
+        for p in targets:
+            if out is not None and p.name in out:
+                arr = self._check(p, out[p.name])
+                if p.role == "inout" and arr is not given.get(p.name):
+                    arr[...] = self._check(p, given[p.name])
+            elif p.role == "inout":
+                arr = self._check(p, given[p.name]).copy()
+                arr = self._restride(p, arr)
+            else:
+                arr = self._restride(p, np.empty(p.shape, dtype=p.dtype))
+            outs[p.name] = arr
+        return outs
+
+    @staticmethod
+    def _restride(p: Param, arr: np.ndarray) -> np.ndarray:
+        """A fresh array with the parameter's layout, holding ``arr``'s values."""
+        buf = np.empty(max(p.footprint, 1), dtype=p.dtype)
+        v = view(buf, p)
+        v[...] = arr
+        return v
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def report(self) -> str:
+        lines = [f"{self.kernel.name}: best {self._ms(self.time)} "
+                 f"after {self.evaluations} evaluations"]
+        if self.result is not None:
+            acc = self.result.accuracy()
+            lines.append(f"  model: {len(self.result.violations)} bound violations; "
+                         f"{100 * acc['within_10x']:.0f}% of bounds within 10x")
+        if self.code_path is not None:
+            lines.append(f"  C source: {self.code_path}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _ms(t: float | None) -> str:
+        return "n/a" if t is None else f"{t * 1e3:.4g} ms"
+
+
+# -- the machine ------------------------------------------------------------------------------
+
+
+def machine_model(kernel: Kernel, measure: bool = True) -> Model:
+    """The lower-bound model with this machine's measured rates (measured once, cached)."""
+    from partita.targets.cpu.measure import describe
+
+    d = describe(measure_if_missing=measure)
+    return Model(cpu_rates(d, kernel.arrays[0].dtype.value))
+
+
+def code_dir() -> Path:
+    import os
+
+    root = os.environ.get("PARTITA_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "partita"
+    return base / "code"
+
+
+def write_code(kernel: Kernel, source: str) -> Path:
+    path = code_dir() / f"{kernel.name}_{kernel.structural_hash}.c"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    return path
+
+
+# -- tuning -------------------------------------------------------------------------------------
+
+
+def call_limit(best_s: float, floor_s: float = 0.5, factor: float = 20.0,
+               default_s: float = 10.0) -> float:
+    """How long one call of a candidate may run: ``factor`` times the best time so far (an
+    implementation that slow cannot win, and a hang must not stall the search)."""
+    return default_s if math.isinf(best_s) else max(floor_s, factor * best_s)
+
+
+def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
+    stops: list[Stop] = []
+    if budget_s is not None:
+        stops.append(WallTime(budget_s))
+    if evaluations is not None:
+        stops.append(Evaluations(evaluations))
+    if not stops:
+        stops.append(WallTime(60.0))
+    out = stops[0]
+    for s in stops[1:]:
+        out = out | s
+    return out
+
+
+def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None = None,
+         stop: Stop | None = None, target: str = "cpu", search: str = "mcts", seed: int = 0,
+         db: str | Path | None = None, continue_: bool = False, batch: int = 4,
+         model: Model | None = None,
+         on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
+         **search_options: Any) -> Tuned:
+    """Tune ``kernel`` on this machine and return its best implementation.
+
+    Every evaluated implementation is checked against the kernel's numpy reference before it
+    is timed; a wrong one is recorded as failed and never becomes the best.
+
+    With a best already recorded for this kernel and machine, it is returned at once unless
+    ``continue_``; a continued run starts from the records (it prunes with the known best and
+    skips implementations already evaluated).
+    """
+    if target != "cpu":
+        raise ValueError(f"timed tuning on target {target!r} needs a device this machine "
+                         "does not have (use `partita sample --target gpu` for correctness "
+                         "runs)")
+    import partita
+
+    params = _params_of(kernel)
+    compiler = Compiler()
+    with Records(db) as rec:
+        kid = rec.kernel_id(kernel, params)
+        mid = rec.machine_id(host_fingerprint(compiler_version(compiler.cc)))
+        best = rec.best(kid, mid, target)
+        if best is not None and not continue_:
+            return _from_record(kernel, best, len(rec.evaluations(kid, mid)))
+        space: Space = partita.space(kernel, target)
+        model = model or machine_model(kernel)
+        stop = stop or budget_stop(budget, evaluations)
+        options = {"search": search, "batch": batch, "stop": str(stop), **search_options}
+        run = rec.start_run(kid, mid, target, search, options, seed)
+        known = best["time_s"] if best else math.inf
+        seen = rec.seen_decisions(kid, mid, target)
+        programs: dict[str, Program] = {}
+        result_box: list[TuneResult] = []
+        state = SearchState(best_time=known)
+        timing = TimingOptions()
+        status = "interrupted"
+        try:
+            with Evaluator(seed=seed, timing=timing, compiler=compiler) as ev:
+                def evaluate(progs: list[Program]) -> list[Any]:
+                    for p in progs:
+                        programs[p.digest] = p
+                    best_s = state.best_time
+                    return ev.evaluate(progs, timeout_s=call_limit(best_s))
+
+                def record(e: Evaluation) -> None:
+                    eid = rec.add_evaluation(run, e.to_json(), compiler.flags_text)
+                    if e.ok and e.median_s is not None:
+                        prog = programs.get(e.source_digest)
+                        if prog is not None:
+                            rec.offer_best(kid, mid, target, eid, e.median_s,
+                                           json.dumps(e.decisions), prog.source, prog.entry,
+                                           compiler.flags_text)
+                    if on_evaluation is not None:
+                        on_evaluation(e, state)
+
+                result = tune_space(space, model, evaluate, stop, strategy=search, seed=seed,
+                                    batch=batch, known_best=known, on_evaluation=record,
+                                    skip=seen, state=state, prepare=ev.prepare,
+                                    **search_options)
+                result_box.append(result)
+            status = "finished"
+        finally:
+            stopped = result_box[0].stopped_by if result_box else "interrupted"
+            rec.finish_run(run, stopped, status=status)
+        best = rec.best(kid, mid, target)
+        total = len(rec.evaluations(kid, mid))
+    if best is None:
+        failures = {e.status for e in result.evaluations}
+        raise RuntimeError(f"no implementation of {kernel.name} was verified in "
+                           f"{len(result.evaluations)} evaluations (statuses: "
+                           f"{', '.join(sorted(failures)) or 'none'})")
+    tuned = _from_record(kernel, best, total)
+    tuned.result = result
+    return tuned
+
+
+def _from_record(kernel: Kernel, best: dict[str, Any], evaluations: int) -> Tuned:
+    decisions = best["decisions"]
+    if isinstance(decisions, str):
+        decisions = json.loads(decisions)
+    tuned = Tuned(kernel, best["source"], best["entry"], decisions, best["time_s"],
+                  signature(kernel), best.get("flags", ""), evaluations)
+    tuned.code_path = write_code(kernel, best["source"])
+    return tuned
+
+
+def load(kernel: Kernel, *, target: str = "cpu", db: str | Path | None = None) -> Tuned:
+    """The best implementation recorded for ``kernel`` on this machine, without tuning."""
+    with Records(db) as rec:
+        kid = rec.kernel_id(kernel, _params_of(kernel))
+        mid = rec.machine_id(host_fingerprint(compiler_version(Compiler().cc)))
+        best = rec.best(kid, mid, target)
+        total = len(rec.evaluations(kid, mid))
+    if best is None:
+        raise LookupError(f"no implementation of {kernel.name} is recorded on this machine "
+                          f"({rec.path}): tune it first")
+    return _from_record(kernel, best, total)
+
+
+# -- the numpy comparison ------------------------------------------------------------------------
+
+
+def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7) -> float | None:
+    """Median time of the kernel's numpy reference on the same inputs (library kernels)."""
+    name = library_name(kernel)
+    if name is None:
+        return None
+    reference = get_spec(name).reference
+    params = signature(kernel)
+    values = generate_inputs(params, seed)
+    args = []
+    for p in params:
+        if p.kind == "scalar":
+            args.append(values[p.name])
+        elif p.kind == "array" and p.role in ("in", "inout"):
+            args.append(view(values[p.name], p))
+    reference(*args)  # warm-up (threads, caches)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        reference(*args)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def kernel_rates(kernel: Kernel, t: float) -> tuple[float | None, float | None]:
+    """(GFLOP/s, GB/s) of a library kernel run in ``t`` seconds."""
+    name = library_name(kernel)
+    if name is None or not t:
+        return None, None
+    spec = get_spec(name)
+    params = spec.resolve({k: v for k, v in _params_of(kernel).items()
+                           if k in {p.name for p in spec.params}})
+    return spec.flops(**params) / t / 1e9, spec.bytes(**params) / t / 1e9
+
+
+def candidate_of(space: Space, decisions: list[Any]) -> Candidate:
+    cand = space.replay(decisions)
+    if not isinstance(cand, Candidate):
+        raise ValueError(f"recorded decisions lead to a dead end: {cand.reason}")
+    return cand
