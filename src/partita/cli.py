@@ -185,6 +185,310 @@ def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, targ
         sys.exit(1)
 
 
+def _duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``5m`` or ``1h``."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1:])
+    number = raw[:-1] if scale else raw
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a duration (90, 90s, 5m, 1h)") from None
+    if value <= 0:
+        raise click.BadParameter(f"{text!r}: the budget must be positive")
+    return value
+
+
+def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
+    """GFLOP/s, GB/s, and the speed as a fraction of the machine's peak that bounds it."""
+    from partita.targets.cpu.measure import describe
+    from partita.tuning import kernel_rates
+
+    gflops, gbs = kernel_rates(k, t)
+    if gflops is None:
+        return None, None, ""
+    d = describe(measure_if_missing=False)
+    peak = d.peak_gflops_fp64 if k.arrays[0].dtype.value == "float64" else d.peak_gflops_fp32
+    bw = d.stream_triad_gbs
+    # The bounding resource is the one whose ideal time (work / peak rate) is longer.
+    if gbs is not None and gflops / peak < gbs / bw:
+        return gflops, gbs, f"{gbs:.3g} GB/s = {100 * gbs / bw:.0f}% of STREAM triad ({bw:.3g})"
+    return gflops, gbs, f"{gflops:.3g} GFLOP/s = {100 * gflops / peak:.0f}% of peak ({peak:.3g})"
+
+
+@main.command("tune")
+@click.argument("kernel")
+@click.argument("params", nargs=-1)
+@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@click.option("--search", type=click.Choice(["mcts", "bnb", "random"]), default="mcts",
+              show_default=True, help="Search strategy.")
+@click.option("--policy", type=click.Choice(["tag", "uct"]), default="tag", show_default=True,
+              help="MCTS tree policy.")
+@click.option("--budget", default="1m", show_default=True,
+              help="Wall-time budget (90, 90s, 5m, 1h).")
+@click.option("--evaluations", type=click.IntRange(1), help="Stop after this many.")
+@click.option("--stop", "stop_expr",
+              help="Stop condition, e.g. 'time=300 or evals=500 or stall=100 or bound=1.1' "
+                   "(replaces --budget and --evaluations).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+@click.option("--continue", "continue_", is_flag=True,
+              help="Search further even if a best implementation is recorded.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, policy: str,
+             budget: str, evaluations: int | None, stop_expr: str | None, seed: int,
+             db: str | None, continue_: bool, as_json: bool) -> None:
+    """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
+    from partita.db import RecordsError
+    from partita.search.stop import parse_stop
+    from partita.tuning import budget_stop, numpy_time, tune
+
+    try:
+        k = library_kernel(kernel, **_params(params))
+    except KernelError as exc:
+        _fail(str(exc))
+    if target != "cpu":
+        _fail("timed tuning on the gpu target needs a CUDA device, and this machine has "
+              "none; `partita sample KERNEL --target gpu` checks GPU code on OpenCL")
+    try:
+        stop = parse_stop(stop_expr) if stop_expr else budget_stop(
+            _duration(budget), evaluations)
+    except (ValueError, click.BadParameter) as exc:
+        _fail(f"--stop/--budget: {exc}")
+    options = {"policy": policy} if search == "mcts" else {}
+    progress_cb, finish = _progress(k, as_json)
+    try:
+        tuned = tune(k, stop=stop, target=target, search=search, seed=seed, db=db,
+                     continue_=continue_, on_evaluation=progress_cb, **options)
+    except RecordsError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot write: {exc}")
+    except RuntimeError as exc:
+        _fail(str(exc))
+    finally:
+        finish()
+    t = tuned.time or 0.0
+    np_t = numpy_time(k, seed)
+    gflops, gbs, peak = _peak_line(k, t)
+    result = tuned.result
+    out = {
+        "kernel": kernel, "best_time_s": tuned.time, "gflops": gflops, "gbs": gbs,
+        "numpy_time_s": np_t, "speedup_vs_numpy": (np_t / t) if np_t and t else None,
+        "evaluations": tuned.evaluations,
+        "failed": len(result.failures) if result else 0,
+        "bound_violations": len(result.violations) if result else 0,
+        "verified": True, "code_path": str(tuned.code_path),
+        "from_records": result is None,
+        "decisions": tuned.decisions,
+    }
+    if result is not None:
+        out["accuracy"] = result.accuracy()
+        out["stopped_by"] = result.stopped_by
+        out["pruned"] = result.state.pruned
+        reach = result.time_to_fraction(0.95)
+        out["time_to_95pct_s"], out["evaluations_to_95pct"] = reach or (None, None)
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    how = "recorded earlier" if result is None else f"after {len(result.evaluations)} " \
+        f"evaluations this run ({result.stopped_by})"
+    click.echo(f"best {kernel}: {t * 1e3:.4g} ms, {how}")
+    if peak:
+        click.echo(f"  speed: {peak}")
+    if np_t:
+        click.echo(f"  numpy on the same inputs: {np_t * 1e3:.4g} ms "
+                   f"(partita is {np_t / t:.2f}x {'faster' if np_t > t else 'as fast'})"
+                   if t else "")
+    if result is not None:
+        acc = result.accuracy()
+        click.echo(f"  model: {len(result.violations)} bound violations, "
+                   f"{100 * acc['within_10x']:.0f}% of bounds within 10x; "
+                   f"{len(result.failures)} failed implementations")
+    click.echo(f"  C source: {tuned.code_path}")
+
+
+def _progress(k: Any, quiet: bool) -> tuple[Any, Any]:
+    """A live line: evaluations, best time, speed, pruned candidates."""
+    if quiet or not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+    from rich.live import Live
+
+    from partita.tuning import kernel_rates
+
+    console = Console(stderr=True)
+    live = Live(console=console, refresh_per_second=4, transient=True)
+    live.start()
+    count = [0, 0]
+
+    def update(e: Any, state: Any) -> None:
+        count[0] += 1
+        count[1] += 0 if e.ok else 1
+        best = state.best_time
+        line = f"evaluations {count[0]} (failed {count[1]})  pruned {state.pruned}"
+        if best < float("inf"):
+            gflops, gbs = kernel_rates(k, best)
+            line += f"  best {best * 1e3:.4g} ms"
+            if gflops is not None:
+                line += f"  {gflops:.3g} GFLOP/s  {gbs:.3g} GB/s"
+        live.update(line)
+
+    return update, live.stop
+
+
+def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[Any, ...]:
+    """(kernel, records, kernel id, machine id, fingerprint) for show, export and report."""
+    from partita.db import Records, RecordsError
+    from partita.db.records import host_fingerprint
+    from partita.runtime import compiler_version
+    from partita.tuning import _params_of
+
+    try:
+        k = library_kernel(kernel, **_params(params))
+    except KernelError as exc:
+        _fail(str(exc))
+    try:
+        rec = Records(db)
+        fp = host_fingerprint(compiler_version())
+        return k, rec, rec.kernel_id(k, _params_of(k)), rec.machine_id(fp), fp
+    except RecordsError as exc:
+        _fail(str(exc))
+        raise AssertionError from exc
+
+
+@main.command("show")
+@click.argument("kernel")
+@click.argument("params", nargs=-1)
+@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show_cmd(kernel: str, params: tuple[str, ...], target: str, db: str | None,
+             as_json: bool) -> None:
+    """List the best implementation and the runs recorded for KERNEL on this machine."""
+    k, rec, kid, mid, _ = _records_of(kernel, params, db)
+    with rec:
+        best = rec.best(kid, mid, target)
+        runs = rec.runs(kid, mid)
+    if as_json:
+        click.echo(json.dumps({"best": best, "runs": runs}, default=str))
+        return
+    click.echo(f"{kernel} ({k.structural_hash}) in {rec.path}")
+    if best is None:
+        click.echo("  no implementation recorded: run `partita tune` first")
+    else:
+        click.echo(f"  best {best['time_s'] * 1e3:.4g} ms (evaluation {best.get('evaluation_id')}"
+                   f", entry {best['entry']})")
+    for r in runs:
+        b = r.get("best_s")
+        click.echo(f"  run {r['id']}: {r['strategy']} seed {r['seed']}, {r['status']}, "
+                   f"{r.get('evaluations', 0)} evaluations, best "
+                   f"{'-' if b is None else f'{b * 1e3:.4g} ms'}, started {r['started_at']}")
+
+
+@main.command("export")
+@click.argument("kernel")
+@click.argument("params", nargs=-1)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for the C source, header and Makefile.")
+@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
+               db: str | None) -> None:
+    """Write the best implementation of KERNEL as a C library (source, header, Makefile)."""
+    from partita.codegen.program import signature
+    from partita.report import export_c
+
+    k, rec, kid, mid, _ = _records_of(kernel, params, db)
+    with rec:
+        best = rec.best(kid, mid, target)
+    if best is None:
+        _fail(f"no implementation of {kernel} is recorded on this machine: tune it first")
+    try:
+        files = export_c(out_dir, k, best["source"], best["entry"], signature(k),
+                         best.get("flags", ""), best["decisions"], best["time_s"],
+                         name=f"partita_{kernel}")
+    except OSError as exc:
+        _fail(f"cannot write {out_dir}: {exc}")
+    for f in files:
+        click.echo(str(f))
+
+
+@main.command("report")
+@click.argument("kernel")
+@click.argument("params", nargs=-1)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for index.html and its plots.")
+@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+def report_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
+               db: str | None) -> None:
+    """Write an HTML report of KERNEL's tuning: progress, model accuracy, times, decisions."""
+    from partita.report import write_report
+
+    k, rec, kid, mid, fp = _records_of(kernel, params, db)
+    with rec:
+        best = rec.best(kid, mid, target)
+        evaluations = rec.evaluations(kid, mid)
+    if not evaluations:
+        _fail(f"no evaluation of {kernel} is recorded on this machine: tune it first")
+    spec = get_spec(kernel)
+    resolved = spec.resolve(_params(params))
+    try:
+        path = write_report(out_dir, title=f"{kernel} {' '.join(params)}",
+                            kernel_desc=k.describe(), evaluations=evaluations, best=best,
+                            machine=fp, flops=spec.flops(**resolved))
+    except OSError as exc:
+        _fail(f"cannot write {out_dir}: {exc}")
+    click.echo(str(path))
+
+
+@main.group("stats")
+def stats_group() -> None:
+    """Statistics of decision spaces and of the model."""
+
+
+@stats_group.command("prune")
+@click.argument("kernel")
+@click.argument("params", nargs=-1)
+@click.option("--depth", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--cut", type=click.FloatRange(min=0, min_open=True),
+              help="Cut (seconds): candidates whose bound is at least this are pruned "
+                   "(default: the best time recorded for the kernel, else 4x the root bound).")
+@click.option("--order", type=click.Choice(["default", "reverse"]), default="default",
+              show_default=True, help="Choice order: the default or its reverse.")
+@click.option("--samples", type=click.IntRange(1), default=200, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | None, order: str,
+              samples: int, seed: int, db: str | None, as_json: bool) -> None:
+    """How much the lower bound prunes at a given depth of the search tree (000 Table 6.3)."""
+    from partita.search.pruning import prune_stats
+    from partita.tuning import machine_model
+
+    k, rec, kid, mid, _ = _records_of(kernel, params, db)
+    with rec:
+        best = rec.best(kid, mid, "cpu")
+    space = make_space(k, "cpu")
+    model = machine_model(k, measure=False)
+    if cut is None:
+        root = space.root()
+        cut = best["time_s"] if best else 4 * model.bound(root).time_s
+    stats = prune_stats(space, model, depth, cut, samples, random.Random(seed),
+                        reverse=order == "reverse")
+    result = {"kernel": kernel, "depth": depth, "cut_s": cut, "order": order, **stats}
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{kernel}: depth {depth}, cut {cut:.3g} s, {order} choice order")
+    click.echo(f"  nodes at depth {depth}: {stats['nodes_before']:.3g} before the cut, "
+               f"{stats['nodes_after']:.3g} after ({stats['pruned_factor']:.3g}x pruned)")
+    click.echo(f"  space size after the cut: {stats['size_after']:.3g} "
+               f"(before: {stats['size_before']:.3g})")
+
+
 @main.command("codegen")
 @click.argument("kernel")
 @click.argument("params", nargs=-1)
