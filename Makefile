@@ -25,8 +25,13 @@ test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m pytest
 
+# Tunes a matmul for about two minutes, compares it with numpy and writes an HTML report.
+# The records go to demo/records.sqlite, so the demo always searches afresh.
 demo: $(STAMP)
-	$(VENV)/bin/partita space matmul m=256 n=256 k=32 --samples 40
+	rm -rf demo && mkdir -p demo
+	$(VENV)/bin/partita tune matmul m=256 n=256 k=32 --budget 2m --db demo/records.sqlite
+	$(VENV)/bin/partita report matmul m=256 n=256 k=32 --db demo/records.sqlite --out demo/report
+	$(VENV)/bin/partita export matmul m=256 n=256 k=32 --db demo/records.sqlite --out demo/c
 
 bench: $(STAMP)
 	$(PY) bench/space_bench.py --write BENCHMARKS.md
@@ -35,4 +40,4 @@ lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis demo

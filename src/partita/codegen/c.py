@@ -95,6 +95,8 @@ class Storage:
     slots: list[Slot] = field(default_factory=list)
     accessors: set[str] = field(default_factory=set)
     vector_dim: str | None = None
+    producer: str = ""
+    """The instruction whose value this variable holds (its first writer)."""
 
     @property
     def elements(self) -> int | str:
@@ -209,7 +211,7 @@ class CPrinter:
         for inst in k.instructions:
             if inst.op != "store":
                 self.storage[inst.name] = Storage(f"v_{inst.name}", inst.dtype,
-                                                  accessors={inst.name})
+                                                  accessors={inst.name}, producer=inst.name)
         # Temporaries and accumulators, in instruction order (inits come before).
         self.temps: dict[tuple[str, str], Storage] = {}
         for inst in k.instructions:
@@ -234,9 +236,10 @@ class CPrinter:
         for st in self._all_storage():
             if st.temp is None:
                 node = self._lca(st.accessors)
-                if node.kind == "VECTOR" and any(
-                        self._iterates(i, node) for i in st.accessors
-                        if k.inst(i).op != "store"):
+                # A value varies along the lanes only if the instruction producing it does:
+                # a foreign instruction inside a vector loop computes one scalar, which its
+                # readers broadcast.
+                if node.kind == "VECTOR" and self._iterates(st.producer, node):
                     st.vector_dim = node.dims[0]
 
     def _all_storage(self) -> list[Storage]:

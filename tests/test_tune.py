@@ -1,0 +1,152 @@
+"""Tuning end to end: records, the Tuned object, and the commands around them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import partita
+from partita.cli import main
+from partita.model import Model, Rates
+from partita.search.stop import Evaluations
+
+RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
+              stores_per_cycle=1, fma_latency_cycles=4,
+              bandwidth_gbs=((48 << 10, 300.0), (2 << 20, 150.0), (1 << 62, 20.0)))
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("records") / "records.sqlite"
+
+
+@pytest.fixture(scope="module")
+def tuned(db: Path) -> partita.Tuned:
+    k = partita.kernel("matmul", m=16, n=24, k=8)
+    return partita.tune(k, stop=Evaluations(6), db=db, model=Model(RATES), batch=3, seed=1)
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_tuned_computes_the_product(tuned: partita.Tuned) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 8), dtype=np.float32)
+    b = rng.standard_normal((8, 24), dtype=np.float32)
+    np.testing.assert_allclose(tuned(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    out = np.zeros((16, 24), np.float32)
+    assert tuned(a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    assert tuned.time is not None and tuned.time > 0
+    assert "void " in tuned.source and tuned.decisions
+    assert tuned.result is not None and len(tuned.result.evaluations) == 6
+    assert "best" in tuned.report()
+
+
+def test_tuned_rejects_bad_arguments(tuned: partita.Tuned) -> None:
+    a = np.ones((16, 8), np.float32)
+    b = np.ones((8, 24), np.float32)
+    with pytest.raises(TypeError, match="'A' must have dtype float32"):
+        tuned(a.astype(np.float64), b)
+    with pytest.raises(ValueError, match=r"'B' must have shape \(8, 24\)"):
+        tuned(a, np.ones((24, 8), np.float32))
+    with pytest.raises(ValueError, match="'A' must have strides"):
+        tuned(np.asfortranarray(a), b)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        tuned(a)
+
+
+def test_load_returns_the_recorded_best_without_tuning(tuned: partita.Tuned, db: Path) -> None:
+    k = partita.kernel("matmul", m=16, n=24, k=8)
+    again = partita.load(k, db=db)
+    assert again.time == tuned.time and again.decisions == tuned.decisions
+    # A second tune without --continue answers from the records at once.
+    assert partita.tune(k, db=db, model=Model(RATES)).result is None
+    with pytest.raises(LookupError, match="tune it first"):
+        partita.load(partita.kernel("matmul", m=8, n=8, k=8), db=db)
+
+
+def test_show_export_report(tuned: partita.Tuned, db: Path, tmp_path: Path) -> None:
+    code, out = run("show", "matmul", "m=16", "n=24", "k=8", "--db", str(db), "--json")
+    assert code == 0, out
+    shown = json.loads(out)
+    assert shown["best"]["time_s"] == tuned.time and len(shown["runs"]) >= 1
+    code, out = run("export", "matmul", "m=16", "n=24", "k=8", "--db", str(db),
+                    "--out", str(tmp_path / "c"))
+    assert code == 0, out
+    assert (tmp_path / "c" / "Makefile").exists()
+    built = subprocess.run(["make", "-s"], cwd=tmp_path / "c", capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    code, out = run("report", "matmul", "m=16", "n=24", "k=8", "--db", str(db),
+                    "--out", str(tmp_path / "r"))
+    assert code == 0, out
+    assert "<html" in (tmp_path / "r" / "index.html").read_text().lower()
+
+
+def test_resumed_tune_skips_what_was_evaluated(tuned: partita.Tuned, db: Path) -> None:
+    k = partita.kernel("matmul", m=16, n=24, k=8)
+    more = partita.tune(k, stop=Evaluations(3), db=db, model=Model(RATES), batch=3,
+                        seed=1, continue_=True)
+    assert more.result is not None
+    first = {json.dumps(e.decisions) for e in tuned.result.evaluations}
+    assert not first & {json.dumps(e.decisions) for e in more.result.evaluations}
+    assert more.time <= tuned.time
+
+
+@pytest.mark.parametrize("args,message", [
+    (["tune", "nosuch"], "unknown kernel 'nosuch'"),
+    (["tune", "matmul", "q=3"], "has no parameter 'q'"),
+    (["tune", "matmul", "m=0"], "size m must be >= 1"),
+    (["tune", "matmul", "m=abc"], "m must be an integer"),
+    (["tune", "axpy", "n=64", "--budget", "soon"], "not a duration"),
+    (["tune", "axpy", "n=64", "--stop", "time=x"], "invalid stop condition"),
+    (["tune", "axpy", "n=64", "--target", "gpu"], "needs a CUDA device"),
+    (["codegen", "axpy", "n=64"], "exactly one of --decisions"),
+    (["sample", "matmul", "dtype=float16"], "dtype must be float32 or float64"),
+])
+def test_bad_input_is_one_line_and_nonzero(args: list[str], message: str) -> None:
+    code, out = run(*args)
+    assert code != 0
+    assert message in out
+    assert "Traceback" not in out
+
+
+def test_a_database_that_is_not_ours_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "junk.sqlite"
+    bad.write_bytes(b"this is not a database" * 100)
+    code, out = run("show", "axpy", "n=64", "--db", str(bad))
+    assert code != 0 and str(bad) in out and "Traceback" not in out
+    assert bad.read_bytes() == b"this is not a database" * 100
+
+
+def test_sample_json_keys() -> None:
+    code, out = run("sample", "axpy", "n=1000", "--count", "3", "--seed", "2", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert {"sampled", "compiled", "verified", "failed", "best_time_s",
+            "gflops_best"} <= set(result)
+    assert result["sampled"] == result["verified"] == 3
+
+
+def test_codegen_replays_decisions(tmp_path: Path) -> None:
+    code, out = run("codegen", "matmul", "m=8", "n=8", "k=8", "--seed", "4", "--json")
+    assert code == 0, out
+    first = json.loads(out)
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(first["decisions"]))
+    code, out = run("codegen", "matmul", "m=8", "n=8", "k=8", "--decisions", str(path))
+    assert code == 0 and out == first["source"]
+
+
+def test_machine_json_keys() -> None:
+    code, out = run("machine", "--no-measure", "--json")
+    assert code == 0, out
+    d = json.loads(out)
+    assert {"cores", "peak_gflops_fp32", "peak_gflops_fp64", "stream_triad_gbs"} <= set(d)
