@@ -1,0 +1,155 @@
+"""Search strategies on small spaces, with a synthetic machine (no compilation): the
+branch-and-bound search finds the brute-force optimum, MCTS and random search improve, stop
+conditions combine."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import zlib
+
+import pytest
+
+import partita
+from partita.codegen.program import Program
+from partita.model import Model, Rates
+from partita.search.stop import (
+    BoundReached,
+    Evaluations,
+    NoImprovement,
+    Progress,
+    WallTime,
+    parse_stop,
+)
+from partita.search.strategies import BranchAndBound, MonteCarlo, SearchState
+from partita.search.tuner import tune_space
+from partita.space.candidate import Candidate
+from partita.targets import AVX512_REFERENCE
+
+RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
+              stores_per_cycle=1, fma_latency_cycles=4,
+              bandwidth_gbs=((48 << 10, 300.0), (1 << 62, 20.0)))
+
+
+class FakeMeasurement:
+    """A deterministic 'measured' time: the bound times a factor drawn from the decisions."""
+
+    def __init__(self, time_s: float) -> None:
+        self.status = "ok"
+        self.reason = ""
+        self.median_s = self.min_s = time_s
+        self.spread = 0.0
+        self.reps = 1
+
+
+def fake_time(model: Model, cand: Candidate) -> float:
+    factor = 1 + zlib.crc32(cand.decisions_json().encode()) % 1000 / 100
+    return model.bound(cand).time_s * factor
+
+
+def small_space():
+    # axpy with a 2-level tiling of a small vector: a few hundred implementations.
+    b = partita.KernelBuilder("axpy_small")
+    n = b.size("n", 16)
+    alpha = b.scalar("alpha")
+    x = b.array("x", "float32", [n])
+    y = b.array("y", "float32", [n], role="inout")
+    i = b.dim("i", n, tiles=[[1, 4]])
+    r = b.fma(alpha, b.load(x, [i], name="ld_x"), b.load(y, [i], name="ld_y"), dims=[i])
+    b.store(y, [i], r)
+    return partita.space(b.build(), "cpu", cpu=AVX512_REFERENCE)
+
+
+def all_implementations(root: Candidate) -> list[Candidate]:
+    out, stack = [], [root]
+    while stack:
+        c = stack.pop()
+        if c.is_implementation:
+            out.append(c)
+            continue
+        stack.extend(k for _, k in c.children(c.open_slots()[0]) if isinstance(k, Candidate))
+    return out
+
+
+def test_branch_and_bound_finds_the_brute_force_optimum() -> None:
+    space = small_space()
+    model = Model(RATES)
+    root = space.root()
+    assert isinstance(root, Candidate)
+    leaves = all_implementations(root)
+    assert 10 < len(leaves) < 5000
+    optimum = min(fake_time(model, c) for c in leaves)
+    programs: dict[str, Candidate] = {}
+
+    def evaluate(progs: list[Program]) -> list[FakeMeasurement]:
+        return [FakeMeasurement(fake_time(model, programs[p.entry])) for p in progs]
+
+    import partita.search.tuner as tuner
+
+    original = tuner.print_c
+
+    def fake_print(c: Candidate, entry: str) -> Program:
+        programs[entry] = c
+        return original(c, entry)
+
+    tuner.print_c = fake_print
+    try:
+        result = tune_space(space, model, evaluate, Evaluations(10 ** 6), strategy="bnb",
+                            batch=8)
+    finally:
+        tuner.print_c = original
+    assert result.stopped_by == "the search space is exhausted"
+    assert result.best is not None and result.best.median_s == pytest.approx(optimum)
+    # Each implementation is evaluated at most once.
+    assert len(result.evaluations) <= len(leaves)
+    assert len({json.dumps(e.decisions) for e in result.evaluations}) == len(result.evaluations)
+
+
+@pytest.mark.parametrize("policy", ["tag", "uct"])
+def test_mcts_proposes_distinct_implementations_and_learns(policy: str) -> None:
+    space = small_space()
+    model = Model(RATES)
+    root = space.root()
+    assert isinstance(root, Candidate)
+    state = SearchState()
+    mcts = MonteCarlo(root, lambda c: model.bound(c).time_s, state, random.Random(1),
+                      policy=policy)
+    seen = set()
+    for _ in range(15):
+        for c in mcts.propose(2):
+            assert c.is_implementation
+            seen.add(c.decisions_json())
+            t = fake_time(model, c)
+            state.best_time = min(state.best_time, t)
+            mcts.observe(c, t)
+    assert len(seen) >= 10
+    assert mcts.tree.visits > 0 and mcts.tree.top
+    # Every time kept at the root is among the best seen.
+    assert all(t >= state.best_time for t, _ in mcts.tree.top)
+
+
+def test_branch_and_bound_never_returns_a_pruned_candidate() -> None:
+    space = small_space()
+    model = Model(RATES)
+    root = space.root()
+    assert isinstance(root, Candidate)
+    state = SearchState(best_time=model.bound(root).time_s * 1.5)
+    bnb = BranchAndBound(root, lambda c: model.bound(c).time_s, state, random.Random(0))
+    for c in bnb.propose(1000):
+        assert model.bound(c).time_s < state.best_time
+
+
+def test_stop_conditions_combine() -> None:
+    p = Progress(elapsed_s=10, evaluations=5, best_time=1.0, since_improvement=3,
+                 root_bound=0.5)
+    assert (WallTime(5) | Evaluations(100)).done(p)
+    assert not (WallTime(5) & Evaluations(100)).done(p)
+    assert NoImprovement(3).done(p) and not BoundReached(1.5).done(p)
+    assert BoundReached(2.0).done(p)
+    stop = parse_stop("time=20 or evals=5 and stall=2")
+    assert stop.done(p)
+    assert not parse_stop("time=20 or evals=6").done(p)
+    with pytest.raises(ValueError, match="invalid stop condition"):
+        parse_stop("walltime=3")
+    assert math.isinf(Progress().best_time)
