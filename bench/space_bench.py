@@ -17,6 +17,7 @@ import partita
 from partita.space.candidate import DeadEnd
 from partita.space.estimate import chen_size, space_stats
 from partita.targets import AVX512_REFERENCE
+from sections import replace_section
 
 
 @dataclass
@@ -94,18 +95,16 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.write:
-        with open(args.write, "w") as fh:
-            fh.write(REPORT.format(table=text, machine=platform.processor() or platform.machine(),
-                                   python=platform.python_version()))
+        replace_section(args.write, "space", REPORT.format(
+            table=text, machine=platform.processor() or platform.machine(),
+            python=platform.python_version()))
 
 
-REPORT = """# Benchmarks
+REPORT = """## Decision spaces
 
 Measured with `make bench` (`python bench/space_bench.py --write BENCHMARKS.md`), seed 0, on
 this machine ({machine}, Python {python}). The spaces use the fixed AVX-512 reference machine
 description (2 cores, 32 vector registers) so that the figures do not depend on the host.
-
-## Decision spaces
 
 Dead ends are the fraction of uniform random descents (first open choice in the space's order,
 a uniformly chosen value) that end with an emptied domain. Descents per second are complete

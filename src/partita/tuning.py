@@ -225,7 +225,7 @@ def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
 def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None = None,
          stop: Stop | None = None, target: str = "cpu", search: str = "mcts", seed: int = 0,
          db: str | Path | None = None, continue_: bool = False, batch: int = 4,
-         model: Model | None = None,
+         model: Model | None = None, reference: Callable[..., dict[str, Any]] | None = None,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
          **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
@@ -235,7 +235,9 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
 
     With a best already recorded for this kernel and machine, it is returned at once unless
     ``continue_``; a continued run starts from the records (it prunes with the known best and
-    skips implementations already evaluated).
+    skips implementations already evaluated). ``reference`` computes a kernel built with the
+    builder in numpy (called like the kernel, returning a dict of outputs by name); library
+    kernels have theirs.
     """
     if target != "cpu":
         raise ValueError(f"timed tuning on target {target!r} needs a device this machine "
@@ -264,7 +266,8 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
         timing = TimingOptions()
         status = "interrupted"
         try:
-            with Evaluator(seed=seed, timing=timing, compiler=compiler) as ev:
+            refs = {kernel.name: reference} if reference is not None else None
+            with Evaluator(seed=seed, timing=timing, compiler=compiler, references=refs) as ev:
                 def evaluate(progs: list[Program]) -> list[Any]:
                     for p in progs:
                         programs[p.digest] = p

@@ -1,0 +1,137 @@
+"""Tuning benchmark: each case is tuned with a fixed budget, then its best implementation and
+numpy are timed on the same inputs in the same run; ratios go to BENCHMARKS.md.
+
+Run with ``make bench`` (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python
+bench/tune_bench.py --budget 300 --write BENCHMARKS.md``). numpy is timed in-process (warm-up
+first, median of repetitions); partita's time is the worker's median (compiled outside the
+timed region, threads created before it, warm-up first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import partita
+from partita.kernels.registry import get_spec
+from partita.search.stop import WallTime
+from partita.targets.cpu.measure import describe
+from partita.tuning import numpy_time
+from sections import replace_section
+
+
+@dataclass
+class Case:
+    label: str
+    kernel: str
+    params: dict
+    target: str
+    """The issue's target: 'ratio<=X' (partita / numpy time) or 'stream>=X' (fraction)."""
+
+
+CASES = [
+    Case("sgemm 256x256x32", "matmul", {"m": 256, "n": 256, "k": 32}, "ratio<=0.8"),
+    Case("sgemm 1024^3", "matmul", {"m": 1024, "n": 1024, "k": 1024}, "ratio<=1.10"),
+    Case("batched 512x32x32x64", "batched_matmul", {"b": 512, "m": 32, "n": 32, "k": 64},
+         "ratio<=0.7"),
+    Case("strided sgemm 1024^3 (A stride 32)", "matmul",
+         {"m": 1024, "n": 1024, "k": 1024, "stride_a": 32}, "ratio<=0.5"),
+    Case("axpy 2^26", "axpy", {"n": 1 << 26}, "stream>=0.9"),
+    Case("dot 2^24", "dot", {"n": 1 << 24}, "stream>=0.9"),
+    Case("gemv 4096^2", "gemv", {"m": 4096, "n": 4096}, "stream>=0.9"),
+]
+
+
+def run(case: Case, budget: float, db: Path, seed: int) -> dict:
+    k = partita.kernel(case.kernel, **case.params)
+    spec = get_spec(case.kernel)
+    params = spec.resolve(case.params)
+    t0 = time.perf_counter()
+    tuned = partita.tune(k, stop=WallTime(budget), db=db, seed=seed)
+    elapsed = time.perf_counter() - t0
+    t = tuned.time or math.nan
+    np_t = numpy_time(k, seed) or math.nan
+    d = describe()
+    peak = d.peak_gflops_fp32 if params.get("dtype", "float32") == "float32" \
+        else d.peak_gflops_fp64
+    res = tuned.result
+    reach = res.time_to_fraction(0.95) if res else None
+    return {
+        "case": case, "time": t, "numpy": np_t, "ratio": t / np_t,
+        "gflops": spec.flops(**params) / t / 1e9, "gbs": spec.bytes(**params) / t / 1e9,
+        "peak": peak, "stream": d.stream_triad_gbs,
+        "evals": len(res.evaluations) if res else 0,
+        "failed": len(res.failures) if res else 0,
+        "violations": len(res.violations) if res else 0,
+        "within10": res.accuracy()["within_10x"] if res else math.nan,
+        "reach": reach, "elapsed": elapsed,
+    }
+
+
+def verdict(r: dict) -> str:
+    kind, value = r["case"].target.split("<=") if "<=" in r["case"].target \
+        else r["case"].target.split(">=")
+    if kind == "ratio":
+        return f"{r['ratio']:.2f} (≤ {value}) {'met' if r['ratio'] <= float(value) else 'not met'}"
+    frac = r["gbs"] / r["stream"]
+    return f"{frac:.0%} of STREAM (≥ {float(value):.0%}) " \
+           f"{'met' if frac >= float(value) else 'not met'}"
+
+
+def table(rows: list[dict], budget: float) -> str:
+    head = ("| case | partita | numpy | partita ÷ numpy, or bandwidth (target) | GFLOP/s "
+            "(% of peak) | GB/s | evaluations (failed) | to 95% of best | bound violations "
+            "| bounds within 10x |\n|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        reach = "-" if not r["reach"] else f"{r['reach'][0]:.0f} s, {r['reach'][1]} evals"
+        lines.append(
+            f"| {r['case'].label} | {r['time'] * 1e3:.4g} ms | {r['numpy'] * 1e3:.4g} ms | "
+            f"{verdict(r)} | {r['gflops']:.3g} ({100 * r['gflops'] / r['peak']:.0f}%) | "
+            f"{r['gbs']:.3g} | {r['evals']} ({r['failed']}) | {reach} | {r['violations']} | "
+            f"{100 * r['within10']:.0f}% |")
+    return head + "\n".join(lines) + "\n"
+
+
+REPORT = """## Tuning against numpy/OpenBLAS
+
+Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_bench.py
+--budget {budget:g} --write BENCHMARKS.md` (part of `make bench`): each case is tuned from empty
+records for {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation
+(worker median) and numpy on the same inputs are compared. Peak: {peak:.0f} GFLOP/s fp32,
+STREAM triad {stream:.1f} GB/s ({how} by `partita machine`).
+
+{table}
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds per case")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", help="comma-separated substrings of case labels")
+    parser.add_argument("--write", help="rewrite the tuning section of this Markdown file")
+    args = parser.parse_args()
+    cases = [c for c in CASES if not args.only
+             or any(s in c.label for s in args.only.split(","))]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:
+            print(f"tuning {case.label} for {args.budget:g} s ...", flush=True)
+            rows.append(run(case, args.budget, Path(tmp) / "records.sqlite", args.seed))
+            print(table(rows[-1:], args.budget), flush=True)
+    text = table(rows, args.budget)
+    print(text)
+    if args.write:
+        d = describe()
+        replace_section(args.write, "tune", REPORT.format(
+            budget=args.budget, seed=args.seed, table=text, peak=d.peak_gflops_fp32,
+            stream=d.stream_triad_gbs, how=d.source))
+
+
+if __name__ == "__main__":
+    main()

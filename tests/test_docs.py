@@ -1,0 +1,26 @@
+"""The examples in the documentation run as written (with a smaller tuning budget)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+def test_the_fifteen_line_matmul_tunes_and_matches_numpy(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    monkeypatch.setenv("PARTITA_DB", str(tmp_path / "records.sqlite"))
+    (code,) = python_blocks(DOCS / "kernels.md")
+    builder = code.split("fast = partita.tune")[0]
+    assert len([line for line in builder.splitlines()
+                if line.strip() and not line.startswith(("import", "from"))]) <= 16
+    code = code.replace("budget=20", "evaluations=3")
+    exec(compile(code, "docs/kernels.md", "exec"), {})
