@@ -27,6 +27,7 @@ from partita.kernels.registry import get_spec, library_name
 from partita.model import Model
 from partita.model.cpu import cpu_rates
 from partita.runtime import Compiler, Evaluator, TimingOptions, compiler_version
+from partita.runtime.compile import cache_root
 from partita.runtime.data import generate_inputs, view
 from partita.search.stop import Evaluations, Stop, WallTime
 from partita.search.strategies import SearchState
@@ -184,11 +185,8 @@ def machine_model(kernel: Kernel, measure: bool = True) -> Model:
 
 
 def code_dir() -> Path:
-    import os
-
-    root = os.environ.get("PARTITA_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "partita"
-    return base / "code"
+    """Where the C of tuned kernels is written: ``code/`` in partita's cache directory."""
+    return cache_root() / "code"
 
 
 def write_code(kernel: Kernel, source: str) -> Path:
