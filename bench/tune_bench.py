@@ -66,6 +66,7 @@ def run(case: Case, budget: float, db: Path, seed: int) -> dict:
         "peak": peak, "stream": d.stream_triad_gbs,
         "evals": len(res.evaluations) if res else 0,
         "failed": len(res.failures) if res else 0,
+        "timeouts": sum(1 for e in res.failures if e.status == "timeout") if res else 0,
         "violations": len(res.violations) if res else 0,
         "within10": res.accuracy()["within_10x"] if res else math.nan,
         "reach": reach, "elapsed": elapsed,
@@ -84,15 +85,17 @@ def verdict(r: dict) -> str:
 
 def table(rows: list[dict], budget: float) -> str:
     head = ("| case | partita | numpy | partita ÷ numpy, or bandwidth (target) | GFLOP/s "
-            "(% of peak) | GB/s | evaluations (failed) | to 95% of best | bound violations "
-            "| bounds within 10x |\n|---|---|---|---|---|---|---|---|---|---|\n")
+            "(% of peak) | GB/s | evaluations (failed, of which stopped as too slow) "
+            "| to 95% of best | bound violations | bounds within 10x |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         reach = "-" if not r["reach"] else f"{r['reach'][0]:.0f} s, {r['reach'][1]} evals"
         lines.append(
             f"| {r['case'].label} | {r['time'] * 1e3:.4g} ms | {r['numpy'] * 1e3:.4g} ms | "
             f"{verdict(r)} | {r['gflops']:.3g} ({100 * r['gflops'] / r['peak']:.0f}%) | "
-            f"{r['gbs']:.3g} | {r['evals']} ({r['failed']}) | {reach} | {r['violations']} | "
+            f"{r['gbs']:.3g} | {r['evals']} ({r['failed']}, {r['timeouts']} too slow) | {reach} | "
+            f"{r['violations']} | "
             f"{100 * r['within10']:.0f}% |")
     return head + "\n".join(lines) + "\n"
 
