@@ -8,12 +8,18 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-# System packages: a C compiler with OpenMP (generated code is C). Installed when missing.
+# System packages, installed when missing: a C compiler with OpenMP (generated code is C), make
+# (exported libraries), and PoCL, an OpenCL implementation on the CPU that runs the GPU code.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system:
-	@command -v gcc >/dev/null 2>&1 || { \
-	  echo "installing gcc"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq gcc libgomp1; \
-	  else sudo apt-get update -qq && sudo apt-get install -y -qq gcc libgomp1; fi; }
+	@missing=""; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc libgomp1"; \
+	command -v make >/dev/null 2>&1 || missing="$$missing make"; \
+	[ -e /etc/OpenCL/vendors/pocl.icd ] || missing="$$missing pocl-opencl-icd ocl-icd-opencl-dev"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \
+	fi
 
 $(STAMP): pyproject.toml | system
 	$(PYTHON) -m venv $(VENV)

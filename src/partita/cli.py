@@ -152,26 +152,40 @@ def machine_cmd(force: bool, no_measure: bool, as_json: bool) -> None:
               help="Random implementations to draw.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the draws and of the input data.")
-@click.option("--target", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True,
+              help="gpu: OpenCL code run on PoCL (the CPU) to check it; not timed.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.01), default=10.0,
               show_default=True, help="Seconds one kernel call may take before it is killed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, target: str,
                timeout_s: float, as_json: bool) -> None:
     """Draw random implementations of KERNEL; compile, run, verify and time each one."""
-    from partita.runtime import Evaluator
     from partita.search.sampling import sample_and_evaluate
 
     _, root = _open_space(kernel, params, target)
     spec = get_spec(kernel)
     resolved = spec.resolve(_params(params))
-    with Evaluator(seed=seed, timeout_s=timeout_s) as ev:
-        report = sample_and_evaluate(root, count, random.Random(seed), ev.evaluate)
+    if target == "gpu":
+        from partita.codegen.gpu import print_opencl
+        from partita.gpu.opencl import OpenclUnavailable, run_opencl_batch
+
+        try:
+            report = sample_and_evaluate(root, count, random.Random(seed),
+                                         lambda ps: run_opencl_batch(ps, seed),
+                                         printer=print_opencl)
+        except OpenclUnavailable as exc:
+            _fail(f"no OpenCL device to run GPU code on: {exc}")
+    else:
+        from partita.runtime import Evaluator
+
+        with Evaluator(seed=seed, timeout_s=timeout_s) as ev:
+            report = sample_and_evaluate(root, count, random.Random(seed), ev.evaluate)
     result = report.to_json(spec.flops(**resolved))
     if as_json:
         click.echo(json.dumps(result))
         return
-    click.echo(f"{report.sampled} random implementations of {kernel} "
+    where = " on OpenCL (PoCL)" if target == "gpu" else ""
+    click.echo(f"{report.sampled} random {target} implementations of {kernel}{where} "
                f"({' '.join(f'{k}={v}' for k, v in resolved.items())})")
     click.echo(f"  compiled {report.compiled}, verified against numpy {report.verified}, "
                f"failed {len(report.failed)}")
@@ -495,11 +509,13 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
 @click.option("--decisions", "decisions_file", type=click.Path(dir_okay=False),
               help="JSON file of decisions (as `partita sample --json` or records give them).")
 @click.option("--seed", type=int, help="Print a random implementation drawn with this seed.")
-@click.option("--target", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@click.option("--lang", type=click.Choice(["c", "cuda", "opencl"]),
+              help="Language (default: c on the cpu target, cuda on the gpu target).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object with the source and the decisions.")
 def codegen_cmd(kernel: str, params: tuple[str, ...], decisions_file: str | None,
-                seed: int | None, target: str, as_json: bool) -> None:
+                seed: int | None, target: str, lang: str | None, as_json: bool) -> None:
     """Print the C of one implementation of KERNEL (--decisions FILE or --seed S)."""
     if (decisions_file is None) == (seed is None):
         _fail("give exactly one of --decisions FILE and --seed S")
@@ -519,8 +535,16 @@ def codegen_cmd(kernel: str, params: tuple[str, ...], decisions_file: str | None
             cand = random_implementation(root, random.Random(seed))
         except NoImplementation as exc:
             _fail(str(exc))
+    lang = lang or ("c" if target == "cpu" else "cuda")
+    if (lang == "c") != (target == "cpu"):
+        _fail(f"--lang {lang} does not print the {target} target (cpu: c; gpu: cuda, opencl)")
     try:
-        program = print_c(cand)
+        if lang == "c":
+            program = print_c(cand)
+        else:
+            from partita.codegen.gpu import print_cuda, print_opencl
+
+            program = (print_cuda if lang == "cuda" else print_opencl)(cand)
     except CodegenError as exc:
         _fail(f"cannot print this implementation: {exc}")
     if as_json:

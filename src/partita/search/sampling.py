@@ -58,15 +58,19 @@ class SampleReport:
 
 def sample_and_evaluate(root: Candidate | DeadEnd, count: int, rng: random.Random,
                         evaluate: Callable[[list[Program]], list[Any]],
-                        time_it: bool = True) -> SampleReport:
-    """Draw ``count`` implementations, print, compile, run and verify each one."""
+                        printer: Callable[[Candidate, str], Program] = print_c
+                        ) -> SampleReport:
+    """Draw ``count`` implementations, print, compile, run and verify each one.
+
+    ``evaluate`` returns one result per program with ``status``, ``reason`` and ``median_s``
+    (None when not timed, as on an OpenCL device used for correctness only)."""
     report = SampleReport()
     cands = list(sample_implementations(root, count, rng))
     report.sampled = len(cands)
     programs: list[tuple[Candidate, Program]] = []
     for i, cand in enumerate(cands):
         try:
-            programs.append((cand, print_c(cand, f"partita_sample_{i}")))
+            programs.append((cand, printer(cand, f"partita_sample_{i}")))
         except CodegenError as exc:
             report.failed.append({"reason": f"codegen_error: {exc}",
                                   "decisions": [d.to_json() for d in cand.decisions]})
@@ -76,7 +80,7 @@ def sample_and_evaluate(root: Candidate | DeadEnd, count: int, rng: random.Rando
             report.compiled += 1
         if m.status == "ok":
             report.verified += 1
-            if m.median_s is not None:
+            if getattr(m, "median_s", None) is not None:
                 report.times.append(m.median_s)
                 if report.best_time_s is None or m.median_s < report.best_time_s:
                     report.best_time_s = m.median_s

@@ -1,0 +1,99 @@
+"""Shared fixtures of the GPU tests: the stored implementations, replayed and printed once.
+
+Replaying and printing run in two processes; as soon as they are done, the CUDA kernels start
+compiling in a background nvcc run, which overlaps the OpenCL runs of the other tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pytest
+
+from partita.gpu.nvcc import CudaBuild, compile_cuda, find_nvcc
+from tests.gpu.samples import Printed, load, replay_all
+
+FAST_NVCC = ("-Xcicc", "-O0", "-Xptxas", "-O0")
+"""Optimisations off: what nvcc rejects does not depend on them, and they triple its time."""
+
+
+@pytest.fixture(scope="session")
+def pocl_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A private PoCL kernel cache, so every run really compiles the kernels it checks."""
+    old = os.environ.get("POCL_CACHE_DIR")
+    os.environ["POCL_CACHE_DIR"] = str(tmp_path_factory.mktemp("pocl-cache"))
+    yield
+    if old is None:
+        os.environ.pop("POCL_CACHE_DIR", None)
+    else:
+        os.environ["POCL_CACHE_DIR"] = old
+
+
+_REPLAYED: list[Printed] = []
+
+
+@pytest.fixture(scope="session")
+def printed() -> list[Printed]:
+    _REPLAYED.extend(replay_all())
+    return _REPLAYED
+
+
+@dataclass
+class CudaBuilds:
+    """The two nvcc runs over the printed kernels: every kernel with optimisations off, and
+    one kernel per configuration through the full optimisation pipeline."""
+
+    fast: CudaBuild
+    optimised: CudaBuild
+    optimised_configs: list[str]
+
+
+def _compile_all(printed: list[Printed]) -> CudaBuilds:
+    programs = [p.cuda for p in printed if p.status == "printed"]
+    programs += [p.unaligned[0] for p in printed if p.unaligned]
+    fast = compile_cuda(programs, extra_flags=FAST_NVCC)
+    first = {}
+    for p in printed:
+        if p.status == "printed":
+            first.setdefault(p.config, p.cuda)
+    return CudaBuilds(fast, compile_cuda(list(first.values())), list(first))
+
+
+@pytest.fixture(scope="session")
+def cuda_build(printed: list[Printed]) -> Iterator[Future[CudaBuilds] | None]:
+    """The nvcc runs over the printed CUDA kernels, started in the background."""
+    if find_nvcc() is None:
+        yield None
+        return
+    with ThreadPoolExecutor(1) as pool:
+        yield pool.submit(_compile_all, printed)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_nvcc_early(request: pytest.FixtureRequest) -> None:
+    """Request the nvcc run at the start of the session when the CUDA tests are selected."""
+    names = {item.module.__name__ for item in request.session.items if item.module}
+    if any(n.endswith("test_cuda") for n in names):
+        request.getfixturevalue("cuda_build")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests awaiting the nvcc run go last, so that it overlaps the OpenCL tests."""
+    items.sort(key=lambda item: "cuda_build" in getattr(item, "fixturenames", ()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many stored implementations were checked, and how many the printers refuse."""
+    if not _REPLAYED:
+        return
+    stored = [r for rows in load().values() for r in rows]
+    unsound = sum(r["status"] == "unsound" for r in stored)
+    checked = sum(p.status == "printed" for p in _REPLAYED)
+    stale = sum(p.status == "stale" for p in _REPLAYED)
+    terminalreporter.write_line(
+        f"GPU implementations: {checked} printed and checked; {unsound} of the {len(stored)} "
+        "stored are refused as unsound (register temporaries carrying values between "
+        f"threads, see tests/gpu/test_unsound.py); {stale} no longer in the space")

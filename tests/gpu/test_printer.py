@@ -1,0 +1,69 @@
+"""Details of the GPU printers: alignment proofs, syntax, storage of temporaries."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from partita.api import kernel, space
+from partita.codegen.gpu import CudaPrinter, GpuProgram, OpenclPrinter, print_cuda, print_opencl
+from partita.search.sampling import random_implementation
+from tests.gpu.samples import Printed
+
+
+@pytest.fixture(scope="module")
+def axpy_cand():
+    cand = space(kernel("axpy", n=256), "gpu").root()
+    return random_implementation(cand, random.Random(0))
+
+
+def test_alignment_proofs(axpy_cand) -> None:
+    printer = OpenclPrinter(axpy_cand, "k")
+    env = {"i.0": "bid_x", "i.1": "i_1", "i.2": "0"}
+    assert printer._aligned(lambda e: f"8 * {e['i.0']} + 4 * {e['i.1']}", env, 4)
+    # The constant term or a coefficient off the vector size: not provable.
+    assert not printer._aligned(lambda e: f"8 * {e['i.0']} + 4 * {e['i.1']} + 2", env, 4)
+    assert not printer._aligned(lambda e: f"8 * {e['i.0']} + 6 * {e['i.1']}", env, 4)
+    assert printer._aligned(lambda e: f"8 * {e['i.0']} + 6 * {e['i.1']}", env, 2)
+    # A dynamic size in the address: unknown.
+    assert not printer._aligned(lambda e: f"n * {e['i.0']}", env, 2)
+
+
+def test_fp64_needs_the_extension_in_opencl() -> None:
+    cand = random_implementation(space(kernel("axpy", n=64, dtype="float64"), "gpu").root(),
+                                 random.Random(0))
+    source = print_opencl(cand).source
+    assert source.index("#pragma OPENCL EXTENSION cl_khr_fp64 : enable") < \
+        source.index("__kernel")
+    assert "double alpha" in source and "cl_khr_fp64" not in print_cuda(cand).source
+
+
+def test_entries_and_languages(axpy_cand) -> None:
+    cuda, opencl = print_cuda(axpy_cand, "mine"), print_opencl(axpy_cand, "mine")
+    assert isinstance(cuda, GpuProgram) and isinstance(opencl, GpuProgram)
+    assert (cuda.language, opencl.language) == ("cuda", "opencl")
+    assert 'extern "C" __global__' in cuda.source and "mine(" in cuda.source
+    assert "__kernel" in opencl.source and "void mine(" in opencl.source
+    assert cuda.params == opencl.params and [p.name for p in cuda.params] == \
+        ["alpha", "x", "y"]
+    assert isinstance(CudaPrinter(axpy_cand, "a"), CudaPrinter)
+
+
+def test_workspace_follows_the_parameters(printed: list[Printed]) -> None:
+    p = next(p for p in printed if p.status == "printed" and p.cuda.workspace)
+    for program in (p.cuda, p.opencl):
+        head = program.source[program.source.index(program.entry + "("):]
+        head = head[:head.index(")")]
+        names = [arg.split()[-1] for arg in head.split(",")]
+        assert names == [q.name for q in program.params] + [w.name for w in program.workspace]
+        assert all(n > 0 for n in program.workspace_elements())
+
+
+def test_shared_temporaries_are_block_memory(printed: list[Printed]) -> None:
+    rows = [p for p in printed if p.status == "printed" and p.cuda.shared_bytes]
+    assert rows
+    for p in rows:
+        assert "__shared__" in p.cuda.source and "__local " in p.opencl.source
+        assert p.cuda.shared_bytes == p.opencl.shared_bytes
+        assert p.cuda.dynamic_shared_bytes == 0  # small sizes: static shared memory
