@@ -150,3 +150,19 @@ def test_machine_json_keys() -> None:
     assert code == 0, out
     d = json.loads(out)
     assert {"cores", "peak_gflops_fp32", "peak_gflops_fp64", "stream_triad_gbs"} <= set(d)
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_records(tuned: partita.Tuned, db: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import partita.tuning
+
+    def full(*_: object) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(partita.tuning, "write_code", full)
+    code, out = run("tune", "matmul", "m=16", "n=24", "k=8", "--db", str(db))
+    assert code != 0 and "No space left on device" in out and "Traceback" not in out
+    monkeypatch.undo()
+    assert partita.load(partita.kernel("matmul", m=16, n=24, k=8), db=db).time <= tuned.time
