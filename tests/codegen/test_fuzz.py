@@ -66,3 +66,23 @@ def test_printed_code_is_deterministic() -> None:
     (a,) = sample_implementations(root, 1, random.Random(3))
     (b,) = sample_implementations(root, 1, random.Random(3))
     assert print_c(a).source == print_c(b).source
+
+
+def test_register_blocked_micro_kernels_match_numpy(evaluator: Evaluator) -> None:
+    """Accumulator tiles kept in vector registers (arrays of whole vectors) between the init,
+    the accumulation and the store: the shape of a fast matmul."""
+    cand = partita.space(partita.kernel("matmul", m=32, n=32, k=8)).root()
+    for choice, args, values in [
+        ("size", ["j.2"], [16]), ("size", ["i.2"], [4]), ("dim_kind", ["j.2"], ["VECTOR"]),
+        ("dim_kind", ["i.2"], ["UNROLL"]), ("order", ["r.0", "i.2"], ["OUT"]),
+        ("mem_space", ["tmp_init_acc"], ["REGISTER"]),
+        ("mem_space", ["tmp_acc_st_c"], ["REGISTER"]),
+    ]:
+        cand = cand.restrict(choice, args, values)
+        assert cand, cand
+    impls = list(sample_implementations(cand, 6, random.Random(5)))
+    sources = [print_c(c, f"mk_{i}").source for i, c in enumerate(impls)]
+    assert all("v16f32 tmp_init_acc[" in s for s in sources)
+    report = sample_and_evaluate(cand, 6, random.Random(5),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 6, report.failed[:3]

@@ -97,6 +97,8 @@ class Storage:
     vector_dim: str | None = None
     producer: str = ""
     """The instruction whose value this variable holds (its first writer)."""
+    lanes: int = 1
+    """A register temporary stored as an array of vectors of this many lanes (1: scalars)."""
 
     @property
     def elements(self) -> int | str:
@@ -198,13 +200,30 @@ class CPrinter:
             for a, b in zip(self.k.dims_of(src), self.k.dims_of(dst), strict=True):
                 if space == "GLOBAL" or not self._merged(a, b):
                     slots.append(Slot(a, b, self.sizes[a]))
+        lanes = 1
+        if space == "REGISTER":
+            # Registers have no layout: the (widest) vectorised pair goes last, so the
+            # temporary is an array of whole vectors that gcc keeps in vector registers.
+            def vector_width(sl: Slot) -> int:
+                vec = self._is_vector(sl.producer_dim) or self._is_vector(sl.consumer_dim)
+                return sl.size if vec and isinstance(sl.size, int) else 0
+
+            slots.sort(key=vector_width)
+            last = slots[-1] if slots else None
+            if (last is not None and isinstance(last.size, int) and last.size > 1
+                    and (self._is_vector(last.producer_dim)
+                         or self._is_vector(last.consumer_dim))):
+                lanes = last.size
         stride: int | str = 1
         for s in reversed(slots):
             s.stride = stride
             stride = _fold([stride, s.size]) if not (isinstance(stride, int)
                                                      and isinstance(s.size, int)) \
                 else stride * s.size
-        return Storage(temp.name, temp.dtype, temp, space, slots)
+        return Storage(temp.name, temp.dtype, temp, space, slots, lanes=lanes)
+
+    def _is_vector(self, d: str) -> bool:
+        return self.cand.domain("dim_kind", d) == ("VECTOR",)
 
     def _plan_storage(self) -> None:
         k = self.k
@@ -481,6 +500,9 @@ class CPrinter:
                 if st.vector_dim is not None and not scalar:
                     c = self.vtype(st.dtype, int(self.sizes[st.vector_dim]))
                 self.emit(indent, f"{c} {st.name};")
+            elif st.lanes > 1:
+                vt = self.vtype(st.dtype, st.lanes)
+                self.emit(indent, f"{vt} {st.name}[{int(st.elements) // st.lanes}];")
             else:
                 self.emit(indent, f"{c} {st.name}[{st.elements}] __attribute__((aligned(64)));")
 
@@ -675,7 +697,28 @@ class CPrinter:
                 return f"(({vt or self.vtype(st.dtype, lanes)}){{}} + {st.name})"
             return st.name
         base, step = self.temp_address(st, env, side, lane_dims)
+        if st.lanes > 1:
+            return self._vector_temp_load(st, base, step, lanes if lane_dims else 1)
         return self._load(st.name, base, step, st.dtype, lanes if lane_dims else 1)
+
+    def _vector_element(self, st: Storage, index: str) -> str:
+        """One element of an array-of-vectors register temporary."""
+        if index.isdigit():
+            q, r = divmod(int(index), st.lanes)
+            return f"{st.name}[{q}][{r}]"
+        return f"(({st.dtype.c_type} *){st.name})[{index}]"
+
+    def _vector_temp_load(self, st: Storage, base: str, step: int | str, lanes: int) -> str:
+        if lanes == 1:
+            return self._vector_element(st, base)
+        if step == 1 and lanes == st.lanes and base.isdigit() and int(base) % lanes == 0:
+            return f"{st.name}[{int(base) // lanes}]"
+        vt = self.vtype(st.dtype, lanes)
+        if step == 0:
+            return f"(({vt}){{}} + {self._vector_element(st, base)})"
+        elems = ", ".join(self._vector_element(st, _sum([base, str(i * int(step))]))
+                          for i in range(lanes))
+        return f"(({vt}){{{elems}}})"
 
     def _load(self, arr: str, base: str, step: int | str, dtype: DType, lanes: int) -> str:
         if lanes == 1:
@@ -711,8 +754,20 @@ class CPrinter:
             self.emit(indent, f"{st.name} = {expr};")
             return
         base, step = self.temp_address(st, env, side, lane_dims)
-        self._emit_store(indent, st.name, base, step if lane_dims else 0, expr, st.dtype,
-                         lanes if lane_dims else 1)
+        n = lanes if lane_dims else 1
+        if st.lanes > 1:
+            if n == 1:
+                self.emit(indent, f"{self._vector_element(st, base)} = {expr};")
+            elif step == 1 and n == st.lanes and base.isdigit() and int(base) % n == 0:
+                self.emit(indent, f"{st.name}[{int(base) // n}] = {expr};")
+            else:
+                self.emit(indent, f"{{ {self.vtype(st.dtype, n)} s_ = {expr};")
+                for i in range(n):
+                    target = self._vector_element(st, _sum([base, str(i * int(step))]))
+                    self.emit(indent + 1, f"{target} = s_[{i}];")
+                self.emit(indent, "}")
+            return
+        self._emit_store(indent, st.name, base, step if lane_dims else 0, expr, st.dtype, n)
 
 
 def print_c(cand: Candidate, entry: str | None = None) -> Program:
