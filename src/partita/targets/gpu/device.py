@@ -23,6 +23,14 @@ class GpuCapabilities:
     warp_size: int
     vector_sizes: tuple[int, ...]
     max_unroll: int
+    boost_ghz: float = 0.0
+    fp32_lanes_per_sm: int = 0
+    fp64_lanes_per_sm: int = 0
+    l1_bytes_per_cycle_per_sm: int = 0
+    dram_gbs: float = 0.0
+    l2_bytes: int = 0
+    l2_gbs: float = 0.0
+    fma_latency_cycles: float = 0.0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -45,4 +53,22 @@ H100 = GpuCapabilities(
     vector_sizes=(2, 4),
     # Code-size cap on the product of unrolled dimensions around an instruction.
     max_unroll=512,
+    # H100 SXM5 datasheet: max boost clock 1980 MHz.
+    boost_ghz=1.98,
+    # Whitepaper, SM architecture: 128 FP32 and 64 FP64 lanes per SM (4 partitions of 32 and
+    # 16); 132 SMs x 128 lanes x 2 flop x 1.98 GHz = 67 TFLOP/s, the datasheet's FP32 figure.
+    fp32_lanes_per_sm=128,
+    fp64_lanes_per_sm=64,
+    # Whitepaper: the combined L1/shared memory delivers 128 bytes per clock per SM at most
+    # (one 32-lane access of 4 bytes each cycle).
+    l1_bytes_per_cycle_per_sm=128,
+    # Datasheet: HBM3 at 3.35 TB/s on the SXM5 product; a 50 MB L2.
+    dram_gbs=3350.0,
+    l2_bytes=50 * 1024 * 1024,
+    # No official L2 bandwidth figure; published micro-benchmarks of H100 measure about
+    # 5.5 TB/s, so twice that is a safe upper bound for a lower-bound model.
+    l2_gbs=11000.0,
+    # Dependent FP32 FMAs issue every 4 cycles on Hopper-class SMs (micro-benchmark papers
+    # report 4; a lower latency would only weaken the bound).
+    fma_latency_cycles=4.0,
 )

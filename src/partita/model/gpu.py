@@ -1,0 +1,25 @@
+"""The GPU's rates for the lower-bound model, from a device description (the H100's).
+
+The shared model sees a GPU as ``sms`` cores with very wide vectors: one "vector" operation is
+an SM's worth of lanes (128 FP32 lanes on an H100), loads go through the SM's L1 at its bytes
+per cycle, and only BLOCK dimensions spread work over SMs (threads of a block share one SM).
+"""
+
+from __future__ import annotations
+
+from partita.model.bound import Rates
+from partita.targets.gpu.device import GpuCapabilities
+
+
+def gpu_rates(gpu: GpuCapabilities, dtype: str = "float32") -> Rates:
+    lanes = gpu.fp64_lanes_per_sm if dtype == "float64" else gpu.fp32_lanes_per_sm
+    itemsize = 8 if dtype == "float64" else 4
+    vector_bytes = lanes * itemsize
+    return Rates(
+        cores=gpu.sms, ghz=gpu.boost_ghz, vector_bytes=vector_bytes, arith_per_cycle=1.0,
+        loads_per_cycle=gpu.l1_bytes_per_cycle_per_sm / vector_bytes,
+        stores_per_cycle=gpu.l1_bytes_per_cycle_per_sm / vector_bytes,
+        fma_latency_cycles=gpu.fma_latency_cycles,
+        bandwidth_gbs=((gpu.l2_bytes, gpu.l2_gbs), (1 << 62, gpu.dram_gbs)),
+        parallel_kind="BLOCK", register_space="REGISTER",
+    )
