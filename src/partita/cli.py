@@ -311,10 +311,10 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     click.echo(f"best {kernel}: {t * 1e3:.4g} ms, {how}")
     if peak:
         click.echo(f"  speed: {peak}")
-    if np_t:
-        click.echo(f"  numpy on the same inputs: {np_t * 1e3:.4g} ms "
-                   f"(partita is {np_t / t:.2f}x {'faster' if np_t > t else 'as fast'})"
-                   if t else "")
+    if np_t and t:
+        faster = f"partita is {np_t / t:.2f}x faster" if np_t > t \
+            else f"numpy is {t / np_t:.2f}x faster"
+        click.echo(f"  numpy on the same inputs: {np_t * 1e3:.4g} ms ({faster})")
     if result is not None:
         acc = result.accuracy()
         click.echo(f"  model: {len(result.violations)} bound violations, "
