@@ -17,8 +17,9 @@ from partita.space.nest import (
     declare_enclosing_kind,
     declare_nest,
     declare_sets,
+    produces_into,
 )
-from partita.space.temporaries import declare_temporaries
+from partita.space.temporaries import declare_temporaries, temporary_dims
 from partita.targets.gpu.device import GpuCapabilities
 
 KINDS = ("LOOP", "UNROLL", "VECTOR", "BLOCK", "THREAD")
@@ -63,6 +64,7 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
     _declare_kinds(S, gpu)
     _declare_thread_mapping(S, gpu)
     _declare_memory(S, gpu)
+    _declare_register_temporaries(S)
     return S
 
 
@@ -143,6 +145,34 @@ def _declare_thread_mapping(S: SpaceDef, gpu: GpuCapabilities) -> None:
               when=(Is("dim_kind", ("d",), values("THREAD")),), quotient="thread_classes")
     S.require("at most 3 thread dimensions", [],
               Compare("thread_dims", (), "<=", gpu.max_thread_dims))
+
+
+def _declare_register_temporaries(S: SpaceDef) -> None:
+    """A register is private to a thread: a REGISTER temporary can only carry a value
+    between iterations that the same thread runs.
+
+    For every unfused pair (a, b) it carries: if the producer's ``a`` is a THREAD dim, the
+    consumer's ``b`` is one mapped to the same hardware dimension (else a thread reads
+    iterations others computed); and if ``b`` is a THREAD dim, so is ``a`` (else the producer,
+    replicated in every thread, may be restricted to one of them when it also writes memory
+    other threads see, and the others never get the value).
+    """
+    S.set("StaticTempDims", lambda k, t: [d for d in temporary_dims(k, t)
+                                          if k.dim(d).is_static], param="Temporaries")
+    t = Var("t", "Temporaries")
+    a, b = Var("a", "StaticTempDims", of="t"), Var("b", "StaticDims")
+    carried = Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b"))
+    to_consumer = Static(lambda k, tt, q: q not in k.iteration_dims(
+        (k.array(tt).carries or ("", ""))[1]), ("t", "b"))
+    in_memory = Is("mem_space", ("t",), values("SHARED", "GLOBAL"))
+    S.require("register temporaries stay in their thread (producer)", [t, a, b],
+              carried, to_consumer, in_memory,
+              Is("dim_kind", ("a",), NOT_THREAD),
+              Is("thread_mapping", ("a", "b"), values("MAPPED")))
+    S.require("register temporaries stay in their thread (consumer)", [t, a, b],
+              carried, to_consumer, in_memory,
+              Is("dim_kind", ("b",), NOT_THREAD),
+              Is("dim_kind", ("a",), values("THREAD")))
 
 
 def _declare_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
