@@ -28,7 +28,7 @@ from partita.model import Model
 from partita.model.cpu import cpu_rates
 from partita.runtime import Compiler, Evaluator, TimingOptions, compiler_version
 from partita.runtime.compile import cache_root
-from partita.runtime.data import generate_inputs, view
+from partita.runtime.data import exact_inputs, generate_inputs, view
 from partita.search.stop import Evaluations, Stop, WallTime
 from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation, TuneResult, tune_space
@@ -337,7 +337,7 @@ def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7) -> float | None:
         return None
     reference = get_spec(name).reference
     params = signature(kernel)
-    values = generate_inputs(params, seed)
+    values = generate_inputs(params, seed, exact_inputs(kernel))
     args = []
     for p in params:
         if p.kind == "scalar":

@@ -13,7 +13,7 @@ from partita.codegen.program import Program, signature
 from partita.kernels import kernel
 from partita.runtime import generate_inputs, make_case, tolerance
 from partita.runtime.buffers import ArraySpec, GuardedBuffer, compare, gap_mask
-from partita.runtime.data import LAMBDA, U_REF, abs_reference_bounds
+from partita.runtime.data import LAMBDA, U_REF, abs_reference_bounds, exact_inputs
 from tests.runtime import programs as P
 
 
@@ -39,18 +39,34 @@ def test_scalars_are_drawn_too() -> None:
 def test_case_files_hold_float64_references_and_tolerances(tmp_path: Path) -> None:
     program = P.axpy(n=100)
     case = make_case(program, 5, tmp_path / "c")
-    values = generate_inputs(program.params, 5)
+    # axpy only multiplies and adds: it is checked exactly, on inputs of +-1.
+    assert exact_inputs(program.kernel)
+    values = generate_inputs(program.params, 5, exact=True)
+    assert set(np.unique(values["x"])) <= {-1.0, 1.0}
     alpha = np.float64(values["alpha"])
     x, y = values["x"].astype(np.float64), values["y"].astype(np.float64)
     expected = np.load(case.expected["y"])
     np.testing.assert_array_equal(expected, alpha * x + y)
-    tol = np.load(case.tolerance["y"])
-    scale = np.maximum(abs(alpha) * np.abs(x) + np.abs(y), np.abs(expected))
-    bound = LAMBDA * (2.0 ** -24 + U_REF) * math.sqrt(1 + 2) * scale
-    np.testing.assert_allclose(tol, bound, rtol=1e-12, atol=1e-300)
+    assert not np.load(case.tolerance["y"]).any()
     assert case.scalars == {"alpha": float(values["alpha"])}
     again = make_case(program, 5, tmp_path / "d")
     np.testing.assert_array_equal(np.load(again.inputs["x"]), np.load(case.inputs["x"]))
+
+
+def test_a_single_missing_term_of_a_long_reduction_is_caught(tmp_path: Path) -> None:
+    """The rounding-error tolerance of a 2**20-term dot product is far larger than one term;
+    exact inputs make the check an equality."""
+    k = kernel("dot", n=1 << 20)
+    program = Program(k, "e", "", signature(k))
+    case = make_case(program, 2, tmp_path)
+    x = np.load(case.inputs["x"]).astype(np.float64)
+    y = np.load(case.inputs["y"]).astype(np.float64)
+    expected = np.load(case.expected["out"])
+    assert expected[0] == x @ y
+    missing = x[1:] @ y[1:]
+    assert abs(missing - expected[0]) > np.load(case.tolerance["out"])[0]
+    # the float tolerance would have let it pass
+    assert tolerance(expected, np.array([np.abs(x) @ np.abs(y)]), 2.0 ** -24, 1 << 20)[0] > 1
 
 
 def test_the_strided_view_goes_to_the_reference(tmp_path: Path) -> None:

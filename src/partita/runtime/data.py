@@ -98,6 +98,34 @@ def view(buffer: np.ndarray, param: Param) -> np.ndarray:
         writeable=buffer.flags.writeable)
 
 
+def exact_inputs(kernel: Kernel) -> bool:
+    """Whether the kernel is checked on inputs of +-1, where it computes exactly.
+
+    With values +-1, sums and products of a kernel that only adds, multiplies, takes maxima
+    and uses integer constants are integers; while every partial sum stays below ``2**p`` (p
+    the significand bits), any order of evaluation gives the exact result, so the check can
+    demand equality and catches a single missing or repeated term, which no rounding-error
+    tolerance can in a long reduction.
+    """
+    if not abs_reference_bounds(kernel):
+        return False
+    return all(float(op.value).is_integer() for inst in kernel.instructions
+               for op in inst.operands if isinstance(op, Const))
+
+
+def exact_limit(kernel: Kernel) -> float:
+    """The largest integer every floating-point type of the kernel represents with its
+    neighbours (``2**24`` for float32)."""
+    dtypes = [a.dtype.value for a in kernel.arrays] + [i.dtype.value for i in kernel.instructions]
+    bits = min((np.finfo(np.dtype(d)).nmant + 1 for d in dtypes if np.dtype(d).kind == "f"),
+               default=53)
+    return float(2 ** bits)
+
+
+def _signs(rng: np.random.Generator, dtype: np.dtype, count: int | None) -> Any:
+    return (rng.integers(0, 2, count) * 2 - 1).astype(dtype)
+
+
 def _uniform(rng: np.random.Generator, dtype: np.dtype, count: int | None) -> Any:
     if dtype.kind == "f":
         values = rng.uniform(-1.0, 1.0, count).astype(dtype)
@@ -106,17 +134,19 @@ def _uniform(rng: np.random.Generator, dtype: np.dtype, count: int | None) -> An
     return rng.integers(-8, 8, count).astype(dtype)
 
 
-def generate_inputs(params: Sequence[Param], seed: int) -> dict[str, Any]:
+def generate_inputs(params: Sequence[Param], seed: int, exact: bool = False) -> dict[str, Any]:
     """Scalars (numpy scalars) and ``in``/``inout`` buffers (flat arrays of ``footprint``
-    elements), drawn in signature order so the same seed always gives the same data."""
+    elements), drawn in signature order so the same seed always gives the same data; with
+    ``exact``, floating-point values are +-1 (see :func:`exact_inputs`)."""
     rng = np.random.default_rng(seed)
     values: dict[str, Any] = {}
     for p in params:
         dt = np.dtype(p.dtype)
+        draw = _signs if exact and dt.kind == "f" else _uniform
         if p.kind == "scalar":
-            values[p.name] = dt.type(_uniform(rng, dt, 1)[0])
+            values[p.name] = dt.type(draw(rng, dt, 1)[0])
         elif p.kind == "array" and p.role in ("in", "inout"):
-            values[p.name] = _uniform(rng, dt, p.footprint)
+            values[p.name] = draw(rng, dt, p.footprint)
     return values
 
 
@@ -213,7 +243,8 @@ def make_case(program: Program, seed: int, directory: Path,
             raise ValueError(f"program {program.entry!r}: array {p.name!r} has no concrete "
                              "shape (give the dynamic sizes to signature())")
     directory.mkdir(parents=True, exist_ok=True)
-    values = generate_inputs(params, seed)
+    exact = exact_inputs(program.kernel)
+    values = generate_inputs(params, seed, exact)
     case = Case(directory, seed, sizes,
                 scalars={p.name: values[p.name].item() for p in params if p.kind == "scalar"},
                 inputs={})
@@ -235,6 +266,11 @@ def make_case(program: Program, seed: int, directory: Path,
     length = reduction_length(program.kernel, sizes)
     for name, exp in expected.items():
         tol = tolerance(exp, magnitude.get(name), u, length)
+        mag = magnitude.get(name)
+        if exact and mag is not None and float(np.max(mag, initial=0.0)) <= exact_limit(
+                program.kernel):
+            # Every partial sum is an integer below 2**p: any evaluation order is exact.
+            tol = np.zeros_like(tol)
         exp_path, tol_path = directory / f"exp_{name}.npy", directory / f"tol_{name}.npy"
         np.save(exp_path, exp)
         np.save(tol_path, tol)
