@@ -45,6 +45,8 @@ def cpu_rates(d: CpuDescription, dtype: str = "float32") -> Rates:
     return Rates(
         cores=d.cores, ghz=d.frequency_ghz, vector_bytes=d.vector_bytes,
         arith_per_cycle=d.fma_per_cycle(dtype), loads_per_cycle=d.loads_per_cycle,
-        stores_per_cycle=d.stores_per_cycle, fma_latency_cycles=d.fma_latency_cycles,
+        stores_per_cycle=d.stores_per_cycle,
+        # The compiler may split a multiply-add so that only the add is on the chain.
+        fma_latency_cycles=min(d.fma_latency_cycles, d.add_latency_cycles),
         bandwidth_gbs=tuple(table),
     )
