@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from partita.codegen.looptree import Node, dim_size, loop_tree
-from partita.codegen.program import Param, Program, signature
+from partita.codegen.program import Param, Program, prototype, signature
 from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Const, Index, Instruction, Operand, Reduce, Scalar, Value
 from partita.ir.types import DType
@@ -110,6 +110,9 @@ class Storage:
 
 class CPrinter:
     """Prints one implementation. Use :func:`print_c`."""
+
+    idx_t = "int64_t"
+    """The C type of loop indices."""
 
     def __init__(self, cand: Candidate, entry: str) -> None:
         self.cand = cand
@@ -395,20 +398,8 @@ class CPrinter:
             out.append("")
         return out
 
-    def _c_params(self, params: tuple[Param, ...]) -> list[str]:
-        out = []
-        for p in params:
-            if p.kind == "size":
-                out.append(f"int64_t {p.name}")
-            elif p.kind == "scalar":
-                out.append(f"{DType.parse(p.dtype).c_type} {p.name}")
-            else:
-                const = "const " if p.role == "in" else ""
-                out.append(f"{const}{DType.parse(p.dtype).c_type} *restrict {p.name}")
-        return out
-
     def _print_function(self, params: tuple[Param, ...]) -> None:
-        self.emit(0, f"void {self.entry}({', '.join(self._c_params(params)) or 'void'})")
+        self.emit(0, prototype(self.entry, params))
         self.emit(0, "{")
         heap = [st for st in self._all_storage() if st.temp is not None
                 and st.space == "GLOBAL"]
@@ -440,7 +431,7 @@ class CPrinter:
             for p in loops:
                 var = c_name(p.dims[0])
                 size = self.sizes[p.dims[0]]
-                self.emit(depth, f"for (int64_t {var} = 0; {var} < {size}; ++{var})")
+                self.emit(depth, f"for ({self.idx_t} {var} = 0; {var} < {size}; ++{var})")
         self.emit(depth, "{")
         self._print_body(body, env, depth + 1)
         self.emit(depth, "}")
@@ -522,14 +513,6 @@ class CPrinter:
             self.emit(indent, f"{{ /* {d} = 0 */")
             self._print_body(node, {**env, **dict.fromkeys(node.dims, "0")}, indent + 1)
             self.emit(indent, "}")
-        elif node.kind == "UNROLL" and self._has_loops(node):
-            # Copies of whole loop nests would bloat the source (and gcc's time) without
-            # changing the code gcc emits: it unrolls them completely on request.
-            var = c_name(d)
-            self.emit(indent, f"#pragma GCC unroll {size}")
-            self.emit(indent, f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{")
-            self._print_body(node, {**env, **dict.fromkeys(node.dims, var)}, indent + 1)
-            self.emit(indent, "}")
         elif node.kind == "UNROLL":
             assert isinstance(size, int)
             for i in range(size):
@@ -540,14 +523,9 @@ class CPrinter:
             self._print_vector(node, env, indent)
         else:
             var = c_name(d)
-            self.emit(indent, f"for (int64_t {var} = 0; {var} < {size}; ++{var}) {{")
+            self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {size}; ++{var}) {{")
             self._print_body(node, {**env, **dict.fromkeys(node.dims, var)}, indent + 1)
             self.emit(indent, "}")
-
-    def _has_loops(self, node: Node) -> bool:
-        """Whether a loop that is not unrolled or vectorised is inside ``node``."""
-        return any(c.inst is None and (c.kind not in ("UNROLL", "VECTOR")
-                                       or self._has_loops(c)) for c in node.children)
 
     def _print_vector(self, node: Node, env: dict[str, str], indent: int) -> None:
         lanes = self.sizes[node.dims[0]]
@@ -567,7 +545,7 @@ class CPrinter:
             # The last tile of a dimension with a remainder: one lane at a time.
             self.emit(indent - 1, "} else {")
             var = c_name(node.dims[0])
-            self.emit(indent, f"for (int64_t {var} = 0; {var} < {lanes}; ++{var}) {{")
+            self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {lanes}; ++{var}) {{")
             self._declare(node, indent + 1, scalar=True)
             for child in node.children:
                 self._print_inst(self.k.inst(child.inst or ""),

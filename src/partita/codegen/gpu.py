@@ -66,9 +66,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from partita.codegen.c import CodegenError, CPrinter, Slot, Storage, _fold, _sum, c_name
+from partita.codegen.c import CodegenError, CPrinter, Slot, Storage, _fold, _sum
 from partita.codegen.looptree import Node
-from partita.codegen.program import Param, Program, signature
+from partita.codegen.program import Param, Program, c_parameters, signature
 from partita.ir.kernel import Array
 from partita.ir.operands import Instruction, Reduce, Value
 from partita.ir.types import DType
@@ -688,35 +688,16 @@ class GpuPrinter(CPrinter):
                 self.emit(indent, f"{c} {st.name};")
 
     def _print_node(self, node: Node, env: dict[str, str], indent: int) -> None:
-        if node.inst is not None:
-            self._print_inst(self.k.inst(node.inst), env, indent, None)
-            return
-        d = node.dims[0]
-        size = self.sizes[d]
-        if node.kind in ("BLOCK", "THREAD"):
+        """Block and thread dims bind hardware indices; the rest print as on the CPU."""
+        if node.inst is None and node.kind in ("BLOCK", "THREAD"):
             h = self.hw_of[id(node)]
             hw = f"{'blockIdx' if node.kind == 'BLOCK' else 'threadIdx'}.{HW_NAMES[h]}"
             self.emit(indent, f"{{ /* {node.kind.lower()} {', '.join(node.dims)} = {hw} */")
             self._print_body(node, {**env, **dict.fromkeys(node.dims, self._bound(node))},
                              indent + 1)
             self.emit(indent, "}")
-        elif size == 1 and node.kind != "VECTOR":
-            self.emit(indent, f"{{ /* {d} = 0 */")
-            self._print_body(node, {**env, **dict.fromkeys(node.dims, "0")}, indent + 1)
-            self.emit(indent, "}")
-        elif node.kind == "UNROLL":
-            assert isinstance(size, int)
-            for i in range(size):
-                self.emit(indent, f"{{ /* {d} = {i} */")
-                self._print_body(node, {**env, **dict.fromkeys(node.dims, str(i))}, indent + 1)
-                self.emit(indent, "}")
-        elif node.kind == "VECTOR":
-            self._print_vector(node, env, indent)
         else:
-            var = c_name(d)
-            self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {size}; ++{var}) {{")
-            self._print_body(node, {**env, **dict.fromkeys(node.dims, var)}, indent + 1)
-            self.emit(indent, "}")
+            super()._print_node(node, env, indent)
 
     # -- vector dimensions -----------------------------------------------------------------
 
@@ -1036,18 +1017,8 @@ class CudaPrinter(GpuPrinter):
         return f"__align__(16) {self.ctype(st.dtype)} {st.name}[{st.elements}];"
 
     def c_params(self, params: tuple[Param, ...], workspace: list[Storage]) -> list[str]:
-        out = []
-        for p in params:
-            c = DType.parse(p.dtype).c_type
-            if p.kind == "size":
-                out.append(f"long long {p.name}")
-            elif p.kind == "scalar":
-                out.append(f"{c} {p.name}")
-            else:
-                const = "const " if p.role == "in" else ""
-                out.append(f"{const}{c} *__restrict__ {p.name}")
-        out += [f"{self.ctype(st.dtype)} *__restrict__ {st.name}" for st in workspace]
-        return out
+        return c_parameters(params, "long long", "__restrict__") + [
+            f"{self.ctype(st.dtype)} *__restrict__ {st.name}" for st in workspace]
 
     def kernel_head(self, params: list[str], block: tuple[int, int, int]) -> list[str]:
         return [f'extern "C" __global__ void __launch_bounds__({math.prod(block)})',
@@ -1109,18 +1080,8 @@ class OpenclPrinter(GpuPrinter):
         return f"{self.ctype(st.dtype)} {st.name}[{st.elements}] __attribute__((aligned(16)));"
 
     def c_params(self, params: tuple[Param, ...], workspace: list[Storage]) -> list[str]:
-        out = []
-        for p in params:
-            c = DType.parse(p.dtype).c_type
-            if p.kind == "size":
-                out.append(f"long {p.name}")
-            elif p.kind == "scalar":
-                out.append(f"{c} {p.name}")
-            else:
-                const = "const " if p.role == "in" else ""
-                out.append(f"__global {const}{c} *restrict {p.name}")
-        out += [f"__global {self.ctype(st.dtype)} *restrict {st.name}" for st in workspace]
-        return out
+        return c_parameters(params, "long", "restrict", "__global") + [
+            f"__global {self.ctype(st.dtype)} *restrict {st.name}" for st in workspace]
 
     def preamble(self) -> list[str]:
         k = self.k

@@ -23,6 +23,7 @@ import numpy as np
 
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce
+from partita.ir.types import DType
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,31 @@ def signature(kernel: Kernel, sizes: dict[str, int] | None = None) -> tuple[Para
         else:
             params.append(Param(a.name, "array", a.dtype.value, a.role))
     return tuple(params)
+
+
+def c_parameters(params: tuple[Param, ...] | list[Param], size_type: str = "int64_t",
+                 restrict: str = "restrict", pointer_space: str = "") -> list[str]:
+    """C declarations of an entry point's parameters: sizes as ``size_type``, scalars by
+    value, arrays as ``restrict`` pointers (``const`` when only read), in ``pointer_space``
+    (``__global`` in OpenCL). Every printer and the exported header use this one spelling:
+    a header that differs from the definition in a qualifier does not compile."""
+    out = []
+    space = f"{pointer_space} " if pointer_space else ""
+    for p in params:
+        c = DType.parse(p.dtype).c_type if p.kind != "size" else size_type
+        if p.kind == "size":
+            out.append(f"{size_type} {p.name}")
+        elif p.kind == "scalar":
+            out.append(f"{c} {p.name}")
+        else:
+            const = "const " if p.role == "in" else ""
+            out.append(f"{space}{const}{c} *{restrict} {p.name}")
+    return out
+
+
+def prototype(entry: str, params: tuple[Param, ...] | list[Param]) -> str:
+    """``void entry(...)`` of a C entry point, without the semicolon."""
+    return f"void {entry}({', '.join(c_parameters(params)) or 'void'})"
 
 
 def reduction_length(kernel: Kernel, sizes: dict[str, int] | None = None) -> int:

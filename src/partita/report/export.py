@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from partita.codegen.program import Param, signature
+from partita.codegen.program import Param, prototype, signature
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType
 
@@ -69,28 +69,6 @@ def build_flags(flags: str | Sequence[str]) -> list[str]:
     if "-fPIC" not in out and "-fpic" not in out:
         out.append("-fPIC")
     return out
-
-
-def c_params(params: Sequence[Param]) -> list[str]:
-    """The C declarations of the entry point's parameters, as the C printer writes them:
-    sizes ``int64_t``, scalars by value, arrays ``restrict`` pointers (``const`` if only
-    read). The header must agree with the definition to the qualifier, or including it in
-    the source is a compile error."""
-    out = []
-    for p in params:
-        if p.kind == "size":
-            out.append(f"int64_t {p.name}")
-        elif p.kind == "scalar":
-            out.append(f"{DType.parse(p.dtype).c_type} {p.name}")
-        else:
-            const = "const " if p.role == "in" else ""
-            out.append(f"{const}{DType.parse(p.dtype).c_type} *restrict {p.name}")
-    return out
-
-
-def prototype(entry: str, params: Sequence[Param]) -> str:
-    """``void entry(...)``, without the semicolon."""
-    return f"void {entry}({', '.join(c_params(params)) or 'void'})"
 
 
 def _comment(text: str) -> str:
