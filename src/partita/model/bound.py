@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partita.ir.kernel import Kernel
-from partita.ir.operands import Reduce, Value
+from partita.ir.operands import Reduce
 from partita.space.candidate import Candidate
 
 CACHE_LINE = 64
@@ -85,6 +85,32 @@ class Model:
     def __init__(self, rates: Rates, sizes: dict[str, int] | None = None) -> None:
         self.rates = rates
         self.sizes = sizes or {}
+        self._static: dict[str, _KernelTerms] = {}
+
+    def _terms(self, k: Kernel) -> _KernelTerms:
+        """What the bound needs of a kernel alone, computed once per kernel (lowering adds
+        temporaries, which change the structural hash, not these quantities)."""
+        key = k.structural_hash
+        if key not in self._static:
+            r = self.rates
+            # An instruction runs at least once per point of its iteration space. Nesting in a
+            # foreign loop repeats it in the source, but gcc hoists invariant loads and
+            # arithmetic out of such loops, so the repetition is no bound on compiled code.
+            volumes = {i.name: self.volume(k, i.name) for i in k.instructions}
+            ops = {"load": 0.0, "store": 0.0, "arith": 0.0}
+            for inst in k.instructions:
+                kind = inst.op if inst.op in ("load", "store") else \
+                    "arith" if inst.op not in ("mov", "cast") else None
+                if kind is not None:
+                    ops[kind] += volumes[inst.name]
+            moved, footprint = self.compulsory_bytes(k)
+            chain = max((self.reduction_length(k, i) for i in k.reducing_insts), default=0)
+            itemsize = max((a.dtype.itemsize for a in k.arrays), default=4)
+            self._static[key] = _KernelTerms(
+                volumes, ops["arith"], ops["load"], ops["store"],
+                max(1, r.vector_bytes // itemsize), moved / r.bandwidth(footprint),
+                chain * r.fma_latency_cycles / (r.ghz * 1e9))
+        return self._static[key]
 
     # -- static quantities (per kernel) ----------------------------------------------------
 
@@ -120,25 +146,20 @@ class Model:
 
     # -- per candidate ---------------------------------------------------------------------
 
-    def min_dim_size(self, cand: Candidate, d: str) -> int:
+    def dim_size_range(self, cand: Candidate, d: str) -> tuple[int, int]:
+        """The least and greatest size a dimension can still take (an outer tile's size is
+        the logical size over the product of the inner tiles)."""
         k = cand.kernel
         dim = k.dim(d)
         if dim.sizes is not None:
-            return min(cand.domain("size", d))
+            sizes = cand.domain("size", d)
+            return min(sizes), max(sizes)
         n = self.logical_size(k, dim.logical)
         if dim.static_size is not None or not k.logical(dim.logical).tile_sizes:
-            return n
-        inner = [max(cand.domain("size", e)) for e in k.dims_of(dim.logical)[1:]]
-        return -(-n // math.prod(inner))
-
-    def executions(self, cand: Candidate, inst: str) -> int:
-        """At least how many times an instruction runs in every implementation below.
-
-        Nesting in a foreign loop repeats an instruction in the source, but the compiler
-        hoists invariant loads and arithmetic out of such loops, so only the iteration space
-        itself is a bound that holds for the compiled code.
-        """
-        return self.volume(cand.kernel, inst)
+            return n, n
+        inner = [cand.domain("size", e) for e in k.dims_of(dim.logical)[1:]]
+        return (-(-n // math.prod(max(x) for x in inner)),
+                -(-n // math.prod(min(x) for x in inner)))
 
     def parallel_share(self, cand: Candidate) -> float:
         """The least fraction of the work the busiest core gets.
@@ -166,24 +187,13 @@ class Model:
             if any("MERGED" in dom for dom in fused):
                 return optimistic
             counted.append(dim.name)
-            n *= self.min_dim_size(cand, dim.name)
+            n *= self.dim_size_range(cand, dim.name)[0]
         return math.ceil(n / cores) / n
 
     def may_be_parallel(self, cand: Candidate) -> bool:
         kind = self.rates.parallel_kind
-        return any(kind in cand.domain("dim_kind", d.name) and self._max_size(cand, d.name) > 1
-                   for d in cand.kernel.dims)
-
-    def _max_size(self, cand: Candidate, d: str) -> int:
-        k = cand.kernel
-        dim = k.dim(d)
-        if dim.sizes is not None:
-            return max(cand.domain("size", d))
-        n = self.logical_size(k, dim.logical)
-        if dim.static_size is not None or not k.logical(dim.logical).tile_sizes:
-            return n
-        inner = [min(cand.domain("size", e)) for e in k.dims_of(dim.logical)[1:]]
-        return -(-n // math.prod(inner))
+        return any(kind in cand.domain("dim_kind", d.name)
+                   and self.dim_size_range(cand, d.name)[1] > 1 for d in cand.kernel.dims)
 
     def in_memory(self, cand: Candidate, temp: str) -> bool:
         """A temporary that can no longer live in registers."""
@@ -192,38 +202,27 @@ class Model:
     def bound(self, cand: Candidate) -> Bound:
         k = cand.kernel
         r = self.rates
-        arith = loads = stores = 0.0
-        runs = {i.name: self.executions(cand, i.name) for i in k.instructions}
-        for inst in k.instructions:
-            n = runs[inst.name]
-            if inst.op == "load":
-                loads += n
-            elif inst.op == "store":
-                stores += n
-            elif inst.op not in ("mov", "cast"):
-                arith += n
+        t = self._terms(k)
+        loads, stores = t.loads, t.stores
         for arr in k.arrays:
             if arr.carries is None or not self.in_memory(cand, arr.name):
                 continue
             producer, consumer = arr.carries
-            stores += runs[producer]
-            loads += runs[consumer]
-        itemsize = max((a.dtype.itemsize for a in k.arrays), default=4)
-        lanes = max(1, r.vector_bytes // itemsize)
-        share = self.parallel_share(cand)
-        cycles = max(arith / r.arith_per_cycle, loads / r.loads_per_cycle,
-                     stores / r.stores_per_cycle) / lanes * share
-        terms = {
-            "issue": cycles / (r.ghz * 1e9),
-        }
-        moved, footprint = self.compulsory_bytes(k)
-        terms["memory"] = moved / r.bandwidth(footprint)
-        chain = max((self.reduction_length(k, i.name) for i in k.instructions
-                     if i.name in k.reducing_insts), default=0)
-        terms["latency"] = chain * r.fma_latency_cycles / (r.ghz * 1e9)
+            stores += t.volumes[producer]
+            loads += t.volumes[consumer]
+        cycles = max(t.arith / r.arith_per_cycle, loads / r.loads_per_cycle,
+                     stores / r.stores_per_cycle) / t.lanes * self.parallel_share(cand)
+        terms = {"issue": cycles / (r.ghz * 1e9), "memory": t.memory_s,
+                 "latency": t.latency_s}
         return Bound(max(terms.values()), terms)
 
 
-def operand_producers(k: Kernel, inst: str) -> list[str]:
-    """Instructions whose values ``inst`` reads."""
-    return [op.inst if isinstance(op, Value) else op.init for op in k.inst(inst).values()]
+@dataclass(frozen=True)
+class _KernelTerms:
+    volumes: dict[str, int]
+    arith: float
+    loads: float
+    stores: float
+    lanes: int
+    memory_s: float
+    latency_s: float
