@@ -21,6 +21,11 @@ from partita.space.decl import SpaceError
 from partita.space.estimate import space_stats
 from partita.targets import TARGETS
 
+target_option = click.option("--target", type=click.Choice(TARGETS), default="cpu",
+                             show_default=True)
+db_option = click.option("--db", type=click.Path(dir_okay=False),
+                         help="Records database (default: PARTITA_DB, else the user cache).")
+
 
 def _params(items: tuple[str, ...]) -> dict[str, str]:
     out = {}
@@ -60,7 +65,7 @@ def kernels_cmd(as_json: bool) -> None:
 @main.command("space")
 @click.argument("kernel")
 @click.argument("params", nargs=-1)
-@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@target_option
 @click.option("--samples", type=click.IntRange(1), default=200, show_default=True,
               help="Random descents for the estimates.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -234,7 +239,7 @@ def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
 @main.command("tune")
 @click.argument("kernel")
 @click.argument("params", nargs=-1)
-@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@target_option
 @click.option("--search", type=click.Choice(["mcts", "bnb", "random"]), default="mcts",
               show_default=True, help="Search strategy.")
 @click.option("--policy", type=click.Choice(["tag", "uct"]), default="tag", show_default=True,
@@ -246,7 +251,7 @@ def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
               help="Stop condition, e.g. 'time=300 or evals=500 or stall=100 or bound=1.1' "
                    "(replaces --budget and --evaluations).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+@db_option
 @click.option("--continue", "continue_", is_flag=True,
               help="Search further even if a best implementation is recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
@@ -375,8 +380,8 @@ def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[A
 @main.command("show")
 @click.argument("kernel")
 @click.argument("params", nargs=-1)
-@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
-@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+@target_option
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def show_cmd(kernel: str, params: tuple[str, ...], target: str, db: str | None,
              as_json: bool) -> None:
@@ -406,8 +411,8 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, db: str | None,
 @click.argument("params", nargs=-1)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the C source, header and Makefile.")
-@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
-@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+@target_option
+@db_option
 def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
                db: str | None) -> None:
     """Write the best implementation of KERNEL as a C library (source, header, Makefile)."""
@@ -434,8 +439,8 @@ def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
 @click.argument("params", nargs=-1)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for index.html and its plots.")
-@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
-@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+@target_option
+@db_option
 def report_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
                db: str | None) -> None:
     """Write an HTML report of KERNEL's tuning: progress, model accuracy, times, decisions."""
@@ -474,7 +479,7 @@ def stats_group() -> None:
               show_default=True, help="Choice order: the default or its reverse.")
 @click.option("--samples", type=click.IntRange(1), default=200, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--db", type=click.Path(dir_okay=False), help="Records database (PARTITA_DB).")
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | None, order: str,
               samples: int, seed: int, db: str | None, as_json: bool) -> None:
@@ -509,7 +514,7 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
 @click.option("--decisions", "decisions_file", type=click.Path(dir_okay=False),
               help="JSON file of decisions (as `partita sample --json` or records give them).")
 @click.option("--seed", type=int, help="Print a random implementation drawn with this seed.")
-@click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
+@target_option
 @click.option("--lang", type=click.Choice(["c", "cuda", "opencl"]),
               help="Language (default: c on the cpu target, cuda on the gpu target).")
 @click.option("--json", "as_json", is_flag=True,
