@@ -26,8 +26,8 @@ from partita.ir.kernel import Kernel
 from partita.kernels.registry import get_spec, library_name
 from partita.model import Model
 from partita.model.cpu import cpu_rates
+from partita.paths import cache_root
 from partita.runtime import Compiler, Evaluator, TimingOptions, compiler_version
-from partita.runtime.compile import cache_root
 from partita.runtime.data import exact_inputs, generate_inputs, view
 from partita.search.stop import Evaluations, Stop, WallTime
 from partita.search.strategies import SearchState

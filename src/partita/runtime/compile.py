@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from partita.paths import cache_root
 from partita.runtime.harness import ALLOC_WRAP_FLAGS, HARNESS_C
 
 if TYPE_CHECKING:
@@ -99,12 +100,6 @@ def compiler_version(cc: str = DEFAULT_CC) -> str:
     except (OSError, subprocess.SubprocessError) as e:
         raise CompileError(f"cannot run {cc!r}: {e}") from e
     return out.splitlines()[0].strip() if out else cc
-
-
-def cache_root() -> Path:
-    """``$PARTITA_CACHE`` or ``~/.cache/partita``."""
-    env = os.environ.get("PARTITA_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "partita"
 
 
 def _unique_units(programs: Sequence[Program]) -> list[tuple[str, str]]:

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from partita.paths import cache_root
 from partita.targets.cpu.description import (
     WIDTHS,
     CpuDescription,
@@ -368,9 +369,7 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
 
 def cache_dir() -> Path:
     """``$PARTITA_CACHE/machines``, default ``~/.cache/partita/machines``."""
-    env = os.environ.get("PARTITA_CACHE")
-    root = Path(env) if env else Path.home() / ".cache" / "partita"
-    return root / "machines"
+    return cache_root() / "machines"
 
 
 def cache_path(key: str) -> Path:
