@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 # The tuner's tolerance, so that the report and the tuner agree on what a model bug is.
-from partita.search.tuner import NOISE
+from partita.search.tuner import NOISE, exceeds_measurement
 
 MAX_FAILURES = 50
 """Failures listed in the table; a run with thousands of them would make the page useless."""
@@ -95,11 +95,8 @@ def _measured(ev: Mapping[str, Any]) -> float | None:
 def is_violation(ev: Mapping[str, Any], noise: float = NOISE) -> bool:
     """Whether the model's bound exceeds the measured time beyond noise: the bound claims
     the implementation cannot be that fast, so the model is wrong."""
-    if ev.get("status") != "ok":
-        return False
-    bound = _number(ev.get("bound_s"))
-    fastest = _number(ev.get("min_s")) or _number(ev.get("median_s"))
-    return bound is not None and fastest is not None and bound > fastest * (1 + noise)
+    return ev.get("status") == "ok" and exceeds_measurement(
+        _number(ev.get("bound_s")), _number(ev.get("min_s")), _number(ev.get("median_s")), noise)
 
 
 def _decisions(value: Any) -> list[Any]:
