@@ -32,7 +32,7 @@ from partita.runtime.data import exact_inputs, generate_inputs, view
 from partita.search.stop import Evaluations, Stop, WallTime
 from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation, TuneResult, tune_space
-from partita.space.candidate import Candidate, Space
+from partita.space.candidate import Space
 
 
 def _params_of(k: Kernel) -> dict[str, Any]:
@@ -362,10 +362,3 @@ def kernel_rates(kernel: Kernel, t: float) -> tuple[float | None, float | None]:
     params = spec.resolve({k: v for k, v in _params_of(kernel).items()
                            if k in {p.name for p in spec.params}})
     return spec.flops(**params) / t / 1e9, spec.bytes(**params) / t / 1e9
-
-
-def candidate_of(space: Space, decisions: list[Any]) -> Candidate:
-    cand = space.replay(decisions)
-    if not isinstance(cand, Candidate):
-        raise ValueError(f"recorded decisions lead to a dead end: {cand.reason}")
-    return cand

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partita.space.candidate import Candidate, DeadEnd
+from partita.space.compiler import set_bits
 from partita.space.estimate import random_descent
 
 BoundFn = Callable[[Candidate], float]
@@ -189,7 +190,7 @@ class MonteCarlo(Strategy):
         """
         while not cand.is_implementation:
             slot = cand.open_slots()[0]
-            values = _bits(cand.vec[slot])
+            values = set_bits(cand.vec[slot])
             best = self.state.best_time
             while True:
                 if not values:
@@ -267,15 +268,6 @@ class MonteCarlo(Strategy):
                 node.top.append((time_s, i))
                 node.top.sort()
                 del node.top[self.topk:]
-
-
-def _bits(d: int) -> list[int]:
-    out = []
-    while d:
-        low = d & -d
-        out.append(low.bit_length() - 1)
-        d ^= low
-    return out
 
 
 class RandomSearch(Strategy):

@@ -711,14 +711,13 @@ def _levels(conds: tuple[Condition, ...], bound: list[str], rest: list[Var]) -> 
     return levels
 
 
-def _bits(d: int) -> list[int]:
+def set_bits(d: int) -> list[int]:
+    """Indices of the set bits of a domain, lowest first."""
     out = []
-    i = 0
     while d:
-        if d & 1:
-            out.append(i)
-        d >>= 1
-        i += 1
+        low = d & -d
+        out.append(low.bit_length() - 1)
+        d ^= low
     return out
 
 
@@ -774,7 +773,7 @@ class _Relation:
     def _support(ok: list[list[bool]], na: int, nb: int) -> tuple[list[int], list[int]]:
         sup, alls = [], []
         for db in range(1 << nb):
-            js = _bits(db)
+            js = set_bits(db)
             s = sum(1 << i for i in range(na) if any(ok[i][j] for j in js))
             a = sum(1 << i for i in range(na) if js and all(ok[i][j] for j in js))
             sup.append(s)
@@ -790,7 +789,7 @@ class _Relation:
                 return 1
             return -1 if not da & self.sup_a[db] else 0
         ua, ub = self.sp.universe_of_slot[sa], self.sp.universe_of_slot[sb]
-        pairs = [self.test(ua[i], ub[j]) for i in _bits(da) for j in _bits(db)]
+        pairs = [self.test(ua[i], ub[j]) for i in set_bits(da) for j in set_bits(db)]
         if all(pairs):
             return 1
         return 0 if any(pairs) else -1
@@ -804,10 +803,11 @@ class _Relation:
             return
         ua, ub = self.sp.universe_of_slot[sa], self.sp.universe_of_slot[sb]
         da, db = vec[sa], vec[sb]
-        keep_a = sum(1 << i for i in _bits(da) if any(self.test(ua[i], ub[j]) for j in _bits(db)))
+        keep_a = sum(1 << i for i in set_bits(da)
+                     if any(self.test(ua[i], ub[j]) for j in set_bits(db)))
         R(sa, keep_a, kid)
-        keep_b = sum(1 << j for j in _bits(db)
-                     if any(self.test(ua[i], ub[j]) for i in _bits(vec[sa])))
+        keep_b = sum(1 << j for j in set_bits(db)
+                     if any(self.test(ua[i], ub[j]) for i in set_bits(vec[sa])))
         R(sb, keep_b, kid)
 
 

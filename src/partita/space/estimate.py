@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from partita.space.candidate import Candidate, DeadEnd
+from partita.space.compiler import set_bits
 
 Z95 = 1.959963984540054
 """Two-sided 95% quantile of the standard normal distribution."""
@@ -110,16 +111,6 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return (lo, hi)
 
 
-def _bits(d: int) -> list[int]:
-    """Indices of the set bits of ``d``, lowest first."""
-    out = []
-    while d:
-        low = d & -d
-        out.append(low.bit_length() - 1)
-        d ^= low
-    return out
-
-
 def random_descent(root: Node, rng: random.Random) -> tuple[Node, int, float]:
     """One uniform random descent from ``root``: ``(leaf, depth, knuth_weight)``.
 
@@ -136,7 +127,7 @@ def random_descent(root: Node, rng: random.Random) -> tuple[Node, int, float]:
         if not opens:
             return cand, depth, weight
         slot = opens[0]
-        bits = _bits(cand.vec[slot])
+        bits = set_bits(cand.vec[slot])
         weight *= len(bits)
         cand = cand.restrict_slot(slot, 1 << bits[rng.randrange(len(bits))])
         depth += 1
