@@ -259,7 +259,7 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
         known = best["time_s"] if best else math.inf
         seen = rec.seen_decisions(kid, mid, target)
         programs: dict[str, Program] = {}
-        result_box: list[TuneResult] = []
+        result: TuneResult | None = None
         state = SearchState(best_time=known)
         timing = TimingOptions()
         status = "interrupted"
@@ -267,19 +267,18 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
             refs = {kernel.name: reference} if reference is not None else None
             with Evaluator(seed=seed, timing=timing, compiler=compiler, references=refs) as ev:
                 def evaluate(progs: list[Program]) -> list[Any]:
-                    for p in progs:
-                        programs[p.digest] = p
-                    best_s = state.best_time
-                    return ev.evaluate(progs, timeout_s=call_limit(best_s))
+                    programs.update((p.digest, p) for p in progs)
+                    return ev.evaluate(progs, timeout_s=call_limit(state.best_time))
 
                 def record(e: Evaluation) -> None:
                     eid = rec.add_evaluation(run, e.to_json(), compiler.flags_text)
-                    if e.ok and e.median_s is not None:
-                        prog = programs.get(e.source_digest)
-                        if prog is not None:
-                            rec.offer_best(kid, mid, target, eid, e.median_s,
-                                           json.dumps(e.decisions), prog.source, prog.entry,
-                                           compiler.flags_text)
+                    prog = programs.pop(e.source_digest, None)
+                    # The search has already taken a new best time into its state: only a
+                    # new best's source goes to the records.
+                    if (prog is not None and e.ok and e.median_s is not None
+                            and e.median_s <= state.best_time):
+                        rec.offer_best(kid, mid, target, eid, e.median_s, json.dumps(e.decisions),
+                                       prog.source, prog.entry, compiler.flags_text)
                     if on_evaluation is not None:
                         on_evaluation(e, state)
 
@@ -287,13 +286,13 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
                                     batch=batch, known_best=known, on_evaluation=record,
                                     skip=seen, state=state, prepare=ev.prepare,
                                     **search_options)
-                result_box.append(result)
             status = "finished"
         finally:
-            stopped = result_box[0].stopped_by if result_box else "interrupted"
+            stopped = result.stopped_by if result is not None else "interrupted"
             rec.finish_run(run, stopped, status=status)
         best = rec.best(kid, mid, target)
         total = len(rec.evaluations(kid, mid))
+    assert result is not None
     if best is None:
         failures = {e.status for e in result.evaluations}
         raise RuntimeError(f"no implementation of {kernel.name} was verified in "
