@@ -595,12 +595,11 @@ class CPrinter:
             else:
                 expr = self._arith(inst, ops, vt)
             st = self.storage[inst.name]
-            self._emit_write(indent, st, env, "c" if st.temp is not None and
-                             any(isinstance(o, Reduce) for o in inst.operands) else "p",
-                             lane_dims, lanes, expr)
-            src = self._read_storage(st, env, "c" if st.temp is not None and st.temp.carries
-                                     and st.temp.carries[1] == inst.name else "p",
-                                     lane_dims, lanes)
+            # An accumulation kept in the temporary from its init indexes it as its consumer.
+            side = "c" if st.temp is not None and (st.temp.carries or ("", ""))[1] == inst.name \
+                else "p"
+            self._emit_write(indent, st, env, side, lane_dims, lanes, expr)
+            src = self._read_storage(st, env, side, lane_dims, lanes)
             for (producer, _), tst in self.temps.items():
                 if producer == inst.name:
                     self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
@@ -657,16 +656,11 @@ class CPrinter:
             lanes_init = ", ".join(str(coeff * i) for i in range(lanes))
             return f"(({vt}){{{lanes_init}}} + {base})"
         producer = op.inst if isinstance(op, Value) else op.init
-        if isinstance(op, Reduce):
-            st = self.storage[inst.name]
-            side = "c"
-        elif (producer, inst.name) in self.temps:
-            st = self.temps[(producer, inst.name)]
-            side = "c"
-        else:
-            st = self.storage[producer]
-            side = "c"
-        return self._read_storage(st, env, side, lane_dims, lanes, vt)
+        # Readers index temporaries by their own (consumer-side) dims: the value of a
+        # producer, the temporary between them, or the accumulator of this instruction.
+        st = (self.storage[inst.name] if isinstance(op, Reduce)
+              else self.temps.get((producer, inst.name), self.storage[producer]))
+        return self._read_storage(st, env, "c", lane_dims, lanes, vt)
 
     def _read_storage(self, st: Storage, env: dict[str, str], side: str,
                       lane_dims: set[str], lanes: int, vt: str | None = None) -> str:
