@@ -10,7 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import partita
+from partita.codegen.looptree import Node, loop_tree
 from partita.model import Model, Rates
+from partita.model.bound import PEELED
+from partita.search.sampling import random_implementation
 from partita.space.candidate import Candidate
 from partita.targets import AVX512_REFERENCE
 
@@ -19,7 +22,9 @@ RATES = Rates(cores=2, ghz=3.5, vector_bytes=64, arith_per_cycle=2, loads_per_cy
               bandwidth_gbs=((48 << 10, 400.0), (2 << 20, 200.0), (1 << 62, 30.0)))
 
 KERNELS = [("axpy", {"n": 4096}), ("matmul", {"m": 32, "n": 16, "k": 8}),
-           ("dot", {"n": 1000}), ("batched_matmul", {"b": 2, "m": 8, "n": 8, "k": 4})]
+           ("dot", {"n": 1000}), ("batched_matmul", {"b": 2, "m": 8, "n": 8, "k": 4}),
+           # loops longer than gcc unrolls: repetition by foreign loops counts
+           ("matmul", {"m": 64, "n": 48, "k": 40})]
 
 
 def _root(name: str, params: dict) -> Candidate:
@@ -81,6 +86,72 @@ def test_sequential_implementations_get_no_parallel_speedup() -> None:
         2 * model.bound(root).terms["issue"])
 
 
+def _without(cand: Candidate, kind: str) -> Candidate:
+    for d in cand.kernel.dims:
+        kinds = cand.domain("dim_kind", d.name)
+        if kind in kinds:
+            nxt = cand.restrict("dim_kind", (d.name,), [v for v in kinds if v != kind])
+            assert isinstance(nxt, Candidate)
+            cand = nxt
+    return cand
+
+
+def test_scalar_code_is_charged_one_issue_per_element() -> None:
+    # Code is compiled without auto-vectorisation: only VECTOR dims fill vector lanes.
+    model = Model(RATES)
+    root = _root("axpy", {"n": 1 << 12})
+    scalar = _without(root, "VECTOR")
+    assert model.bound(scalar).terms["issue"] == pytest.approx(
+        16 * model.bound(root).terms["issue"])
+
+
+def test_narrow_scalar_rates_apply_to_scalar_code() -> None:
+    fast_scalar = Rates(**{**RATES.__dict__, "scalar_loads_per_cycle": 4.0,
+                           "scalar_stores_per_cycle": 2.0,
+                           "arith_by_lanes": ((1, 2.0), (16, 2.0))})
+    scalar = _without(_root("axpy", {"n": 1 << 12}), "VECTOR")
+    # 2 loads and 1 store per element: stores limit at 2 per cycle instead of 1.
+    assert Model(fast_scalar).bound(scalar).terms["issue"] == pytest.approx(
+        Model(RATES).bound(scalar).terms["issue"] / 2)
+
+
+def _enclosing(node: Node, inst: str, path: tuple[Node, ...] = ()) -> tuple[Node, ...] | None:
+    if node.inst == inst:
+        return path
+    for child in node.children:
+        found = _enclosing(child, inst, (*path, node) if node.dims else path)
+        if found is not None:
+            return found
+    return None
+
+
+@given(seed=st.integers(0, 2**31))
+@settings(max_examples=8, deadline=None)
+def test_repetition_matches_the_loop_tree(seed: int) -> None:
+    """On implementations, an instruction repeats by the sizes of the foreign loops that
+    enclose one of its own sequential loops longer than gcc unrolls (read off the tree)."""
+    model = Model(RATES)
+    cand = random_implementation(_root("matmul", {"m": 64, "n": 48, "k": 40}),
+                                 random.Random(seed))
+    k = cand.kernel
+    tree = loop_tree(cand)
+    for inst in k.instructions:
+        loops = _enclosing(tree, inst.name)
+        assert loops is not None
+        own = set(k.iteration_dims(inst.name))
+        expected = 1
+        for i, node in enumerate(loops):
+            if own & set(node.dims):
+                continue
+            inner = loops[i + 1:]
+            if any(own & set(n.dims) and n.kind in ("LOOP", "PARALLEL") and n.size > PEELED
+                   for n in inner):
+                expected *= node.size
+        foreign = tuple(d.name for d in k.dims if d.name not in own)
+        got = model.repetition(cand, k.iteration_dims(inst.name), foreign)
+        assert got == expected, (inst.name, cand.decisions_json())
+
+
 def test_accumulation_chain_bounds_a_dot_product() -> None:
     model = Model(RATES)
     b = model.bound(_root("dot", {"n": 1 << 20}))
@@ -123,3 +194,22 @@ def test_gpu_bound_of_axpy_is_hbm_traffic() -> None:
         partita.space(partita.kernel("axpy", n=n), "gpu").root())
     assert b.limiter == "memory"
     assert b.time_s == pytest.approx(12 * n / 3350e9)
+
+
+def test_cpu_rates_from_a_description() -> None:
+    from partita.model.cpu import cpu_rates
+    from partita.targets.cpu.description import CpuDescription
+
+    d = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
+    r = cpu_rates(d, "float32")
+    l1, l2, l3, dram = (lv.bandwidth_gbs * 1e9 for lv in d.levels)
+    # A set in L2 or L3 is charged the closer level's bandwidth (back-to-back calls leave
+    # part of it there); DRAM-sized sets stream at DRAM speed, at least the triad's traffic.
+    assert r.bandwidth(d.levels[1].capacity_bytes) == pytest.approx(l1)
+    assert r.bandwidth(d.levels[2].capacity_bytes) == pytest.approx(l2)
+    assert r.bandwidth(1 << 40) == pytest.approx(max(dram, l3, d.stream_triad_gbs * 1e9 * 4 / 3))
+    assert r.scalar_loads_per_cycle == 3.0 and r.scalar_stores_per_cycle == 2.0
+    # scalar FMAs: the fastest width that holds one lane
+    assert [n for n, _ in r.arith_by_lanes] == [1, 4, 8, 16]
+    assert r.issue_rates(1, 16) == (pytest.approx(2.0), 3.0, 2.0)
+    assert r.issue_rates(16, 16) == (pytest.approx(2.0), pytest.approx(2.0), pytest.approx(1.0))

@@ -219,6 +219,8 @@ def test_measured_numbers_are_sane(measured):
     assert d.fma_latency_cycles >= 1 and d.add_latency_cycles >= 1
     assert d.load_latency_cycles >= 1
     assert d.load_bytes_per_cycle > 0 and d.store_bytes_per_cycle > 0
+    # scalar loads and stores: at least a few tenths per cycle, at most a handful
+    assert 0.3 < d.scalar_loads_per_cycle < 8 and 0.2 < d.scalar_stores_per_cycle < 8
     l1, dram = d.levels[0], d.levels[-1]
     assert [lv.name for lv in d.levels] == ["L1", "L2", "L3", "DRAM"]
     assert all(lv.bandwidth_gbs > 0 for lv in d.levels)

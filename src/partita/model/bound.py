@@ -3,10 +3,15 @@
 The bound (000 Ch. 5) takes each open decision at its locally optimistic value, so it holds for
 every implementation the candidate still allows, and it can only grow as decisions are taken:
 
-- an instruction runs at least once per point of its iteration space, times the sizes of the
-  loops it is certainly nested in without being fused with one of its own (repeated loads);
-- arithmetic, loads and stores go through ports with a peak rate per core and per cycle, on
-  vectors of the widest width (the compiler may vectorise loops the decisions leave scalar);
+- an instruction runs at least once per point of its iteration space, times the sizes of
+  the foreign loops that certainly enclose one of its own sequential loops (of more
+  iterations than the compiler unrolls on its own): the compiler hoists invariant
+  expressions out of a loop, never a whole invariant inner loop;
+- arithmetic, loads and stores go through ports with a peak rate per core and per cycle; an
+  instruction covers several elements per issue only along a dimension that may still be
+  VECTOR, up to the widest vector (code is compiled without auto-vectorisation, so the
+  decisions alone say what runs on vectors); a multiply the compiler may contract into an
+  add is not counted;
 - the cores share the work only if some dimension can still be parallel;
 - the compulsory traffic of the arrays (each accessed element moved once, a cache line per
   element for strides of a line or more) crosses the memory level the data fits in;
@@ -24,10 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partita.ir.kernel import Kernel
-from partita.ir.operands import Reduce
+from partita.ir.operands import Reduce, Value
 from partita.space.candidate import Candidate
 
 CACHE_LINE = 64
+PEELED = 16
+"""Loops of at most this many iterations may be fully unrolled by gcc at -O3 (its
+``max-completely-peel-times``), after which invariant copies can be hoisted."""
+SEQUENTIAL = frozenset({"LOOP", "PARALLEL"})
 
 
 @dataclass(frozen=True)
@@ -45,8 +54,29 @@ class Rates:
     bandwidth_gbs: tuple[tuple[int, float], ...]
     """(working-set bytes up to which it applies, GB/s over all cores), smallest level first;
     the last level (DRAM) applies to any size."""
+    arith_by_lanes: tuple[tuple[int, float], ...] = ()
+    """(lanes, arithmetic instructions per cycle and core) per measured vector width: narrow
+    vectors and scalars may issue faster (or at a higher clock) than the widest."""
+    scalar_loads_per_cycle: float = 0.0
+    scalar_stores_per_cycle: float = 0.0
+    """Loads and stores narrower than the widest vector (0: as fast as the widest)."""
     parallel_kind: str = "PARALLEL"
+    vector_kind: str | None = "VECTOR"
+    """The dim kind that puts elements on vector lanes; None when any instruction may fill
+    them (a GPU's threads, whose count the bound does not follow yet)."""
     register_space: str = "REGISTER"
+
+    def issue_rates(self, lanes: int, widest: int) -> tuple[float, float, float]:
+        """Arithmetic, load and store instructions per cycle and core on ``lanes`` elements:
+        the fastest measured width that holds them, and narrower accesses at the scalar
+        rates (or the widest's, if faster)."""
+        arith = max((r for n, r in self.arith_by_lanes if n >= lanes),
+                    default=self.arith_per_cycle)
+        arith = max(arith, self.arith_per_cycle)
+        if lanes >= widest:
+            return arith, self.loads_per_cycle, self.stores_per_cycle
+        return (arith, max(self.loads_per_cycle, self.scalar_loads_per_cycle),
+                max(self.stores_per_cycle, self.scalar_stores_per_cycle))
 
     def bandwidth(self, working_set: int) -> float:
         for limit, gbs in self.bandwidth_gbs:
@@ -93,22 +123,33 @@ class Model:
         key = k.structural_hash
         if key not in self._static:
             r = self.rates
-            # An instruction runs at least once per point of its iteration space. Nesting in a
-            # foreign loop repeats it in the source, but gcc hoists invariant loads and
-            # arithmetic out of such loops, so the repetition is no bound on compiled code.
+            # An instruction runs at least once per point of its iteration space; nesting in a
+            # foreign loop repeats it only where :meth:`repetition` can prove it.
             volumes = {i.name: self.volume(k, i.name) for i in k.instructions}
-            ops = {"load": 0.0, "store": 0.0, "arith": 0.0}
+            own = {i.name: k.iteration_dims(i.name) for i in k.instructions}
+            foreign = {i.name: tuple(d.name for d in k.dims if d.name not in own[i.name])
+                       for i in k.instructions}
+            contracted = _contractible_muls(k)
+            # Only the innermost tile of a logical dimension can be VECTOR.
+            inner = {i.name: tuple(k.dims_of(ld)[-1] for ld in i.dims) for i in k.instructions}
+            issued: list[tuple[str, int, tuple[str, ...]]] = []
             for inst in k.instructions:
                 kind = inst.op if inst.op in ("load", "store") else \
                     "arith" if inst.op not in ("mov", "cast") else None
-                if kind is not None:
-                    ops[kind] += volumes[inst.name]
+                if kind is None or inst.name in contracted:
+                    continue
+                issued.append((kind, inst.name, inner[inst.name]))
+            temps = [a for a in k.arrays if a.carries is not None]
+            temp_elements = {a.name: math.prod(_size_of(k, x, self.sizes) for x in a.shape)
+                             for a in temps}
+            temp_dims = {a.name: _consumer_dims(k, a.carries) for a in temps}
             moved, footprint = self.compulsory_bytes(k)
             chain = max((self.reduction_length(k, i) for i in k.reducing_insts), default=0)
-            itemsize = max((a.dtype.itemsize for a in k.arrays), default=4)
+            itemsize = min((a.dtype.itemsize for a in k.arrays), default=4)
             self._static[key] = _KernelTerms(
-                volumes, ops["arith"], ops["load"], ops["store"],
-                max(1, r.vector_bytes // itemsize), moved / r.bandwidth(footprint),
+                volumes, own, foreign, inner, tuple(issued), temp_elements, temp_dims,
+                max(1, r.vector_bytes // itemsize),
+                moved / r.bandwidth(footprint),
                 chain * r.fma_latency_cycles / (r.ghz * 1e9))
         return self._static[key]
 
@@ -199,19 +240,82 @@ class Model:
         """A temporary that can no longer live in registers."""
         return self.rates.register_space not in cand.domain("mem_space", temp)
 
+    def lanes(self, cand: Candidate, dims: tuple[str, ...], widest: int) -> int:
+        """The most elements one issue of an instruction can cover: the largest size a dim
+        that may still be VECTOR can take, at most a full vector (1 if none can be)."""
+        if self.rates.vector_kind is None:
+            return widest
+        best = 1
+        for d in dims:
+            if self.rates.vector_kind in cand.domain("dim_kind", d):
+                best = max(best, min(widest, self.dim_size_range(cand, d)[1]))
+        return best
+
+    def repetition(self, cand: Candidate, varying: tuple[str, ...],
+                   reusing: tuple[str, ...]) -> int:
+        """How many times an access certainly repeats: the product of the sizes of the
+        ``reusing`` dimensions (ones it does not vary along) that certainly enclose a
+        ``varying`` dimension certainly run as a sequential loop (LOOP or PARALLEL) of more
+        than :data:`PEELED` iterations, and that no varying dimension may be fused with.
+
+        Invariant code motion hoists an expression only out of the loops inside the
+        innermost loop it varies in; gcc fully unrolls (and may then hoist from) only shorter
+        loops. A reusing dimension that may be fused with one already counted is skipped.
+        """
+        loops = [d for d in varying if self.dim_size_range(cand, d)[0] > PEELED
+                 and all(kd in SEQUENTIAL for kd in cand.domain("dim_kind", d))]
+        if not loops:
+            return 1
+        times = 1
+        counted: list[str] = []
+        for f in reusing:
+            if not any(cand.domain("order", d, f) == ("IN",) for d in loops):
+                continue
+            if any("MERGED" in cand.domain("order", d, f) for d in varying):
+                continue
+            if any("MERGED" in cand.domain("order", f, g) for g in counted):
+                continue
+            counted.append(f)
+            times *= self.dim_size_range(cand, f)[0]
+        return times
+
     def bound(self, cand: Candidate) -> Bound:
         k = cand.kernel
         r = self.rates
         t = self._terms(k)
-        loads, stores = t.loads, t.stores
+        # Cycles each port class is busy: instructions over their rate at their width.
+        busy = [0.0, 0.0, 0.0]
+        slot = {"arith": 0, "load": 1, "store": 2}
+        lanes: dict[tuple[str, ...], int] = {}
+
+        runs: dict[str, int] = {}
+
+        def issue(kind: str, inst: str, times: int | None = None) -> None:
+            dims = t.inner[inst]
+            n = lanes.get(dims)
+            if n is None:
+                n = lanes[dims] = self.lanes(cand, dims, t.widest)
+            if times is None:
+                times = runs.get(inst)
+                if times is None:
+                    times = runs[inst] = t.volumes[inst] * self.repetition(
+                        cand, t.own[inst], t.foreign[inst])
+            busy[slot[kind]] += times / n / r.issue_rates(n, t.widest)[slot[kind]]
+
+        for kind, inst, _ in t.issued:
+            issue(kind, inst)
+        # A temporary out of registers is stored each time its producer runs, and loaded
+        # once per element, times the loops the load cannot be hoisted from (the consumer's
+        # dims that do not index it and its foreign loops).
         for arr in k.arrays:
             if arr.carries is None or not self.in_memory(cand, arr.name):
                 continue
             producer, consumer = arr.carries
-            stores += t.volumes[producer]
-            loads += t.volumes[consumer]
-        cycles = max(t.arith / r.arith_per_cycle, loads / r.loads_per_cycle,
-                     stores / r.stores_per_cycle) / t.lanes * self.parallel_share(cand)
+            issue("store", producer)
+            indexing, others = t.temp_dims[arr.name]
+            issue("load", consumer, t.temp_elements[arr.name] * self.repetition(
+                cand, indexing, others + t.foreign[consumer]))
+        cycles = max(busy) * self.parallel_share(cand)
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": t.memory_s,
                  "latency": t.latency_s}
         return Bound(max(terms.values()), terms)
@@ -220,9 +324,40 @@ class Model:
 @dataclass(frozen=True)
 class _KernelTerms:
     volumes: dict[str, int]
-    arith: float
-    loads: float
-    stores: float
-    lanes: int
+    own: dict[str, tuple[str, ...]]
+    foreign: dict[str, tuple[str, ...]]
+    inner: dict[str, tuple[str, ...]]
+    issued: tuple[tuple[str, str, tuple[str, ...]], ...]
+    """(load, store or arith; instruction; dims that may carry its vector) per instruction."""
+    temp_elements: dict[str, int]
+    temp_dims: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
+    """The consumer's tile dims that index a temporary, and its other own tile dims."""
+    widest: int
     memory_s: float
     latency_s: float
+
+
+def _contractible_muls(k: Kernel) -> frozenset[str]:
+    """Multiplies whose every use is an add or a subtract: the compiler may fuse each into
+    its use (``-ffp-contract=fast``), so they need not issue on their own."""
+    uses: dict[str, list[str]] = {}
+    for inst in k.instructions:
+        for op in inst.operands:
+            if isinstance(op, Value):
+                uses.setdefault(op.inst, []).append(inst.op)
+    return frozenset(i.name for i in k.instructions if i.op == "mul" and uses.get(i.name)
+                     and all(u in ("add", "sub") for u in uses[i.name]))
+
+
+def _consumer_dims(k: Kernel, carries: tuple[str, str]) -> tuple[tuple[str, ...],
+                                                                 tuple[str, ...]]:
+    """(tile dims of the consumer that index the temporary, the consumer's other dims)."""
+    producer, consumer = carries
+    carried: set[str] = set()
+    for op in k.inst(consumer).values():
+        src = op.inst if isinstance(op, Value) else op.init if isinstance(op, Reduce) else None
+        if src == producer:
+            carried.update(dst for _, dst in op.mapping)
+    own = k.iteration_dims(consumer)
+    indexing = tuple(d for d in own if k.dim(d).logical in carried)
+    return indexing, tuple(d for d in own if d not in indexing)

@@ -21,5 +21,5 @@ def gpu_rates(gpu: GpuCapabilities, dtype: str = "float32") -> Rates:
         stores_per_cycle=gpu.l1_bytes_per_cycle_per_sm / vector_bytes,
         fma_latency_cycles=gpu.fma_latency_cycles,
         bandwidth_gbs=((gpu.l2_bytes, gpu.l2_gbs), (1 << 62, gpu.dram_gbs)),
-        parallel_kind="BLOCK", register_space="REGISTER",
+        parallel_kind="BLOCK", register_space="REGISTER", vector_kind=None,
     )

@@ -32,8 +32,9 @@ from partita.codegen.program import Param, prototype, signature
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType
 
-DEFAULT_BUILD_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fPIC",
-                                        "-std=gnu11")
+DEFAULT_BUILD_FLAGS: tuple[str, ...] = (
+    "-O3", "-march=native", "-fopenmp", "-fPIC", "-std=gnu11", "-fno-tree-vectorize",
+    "-fno-tree-slp-vectorize", "-fno-tree-loop-distribute-patterns")
 """Used when no flags were recorded: the code generation flags implementations are timed with."""
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

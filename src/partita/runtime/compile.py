@@ -39,8 +39,14 @@ if TYPE_CHECKING:
 
 DEFAULT_FLAGS: tuple[str, ...] = (
     "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
+    "-fno-tree-vectorize", "-fno-tree-slp-vectorize", "-fno-tree-loop-distribute-patterns",
 )
-"""Code generation flags; :attr:`Compiler.command_flags` adds the allocation-wrapping link flag."""
+"""Code generation flags; :attr:`Compiler.command_flags` adds the allocation-wrapping link flag.
+
+Auto-vectorisation and the rewriting of loops into library calls (memset, memcpy) are off:
+the decisions say which dimensions run on vector lanes (VECTOR dims print as GCC vector
+types), so the code runs as decided and the lower bound can charge a scalar instruction per
+element everywhere else."""
 
 DEFAULT_CC = "gcc"
 

@@ -25,8 +25,9 @@ import numpy as np
 
 from partita.targets.cpu.machine import CpuCapabilities
 
-SCHEMA = 1
-"""Version of the JSON layout; part of the machine key, so a new layout never reads an old file."""
+SCHEMA = 3
+"""Version of the JSON layout and of the way it is measured; part of the machine key, so a
+new layout or method never reads an old file."""
 
 WIDTHS = (0, 128, 256, 512)
 """Vector widths in bits that are measured; 0 stands for scalar code."""
@@ -139,6 +140,10 @@ class CpuDescription:
     load_average: float = 0.0
     """One-minute load average before measuring: a busy machine explains low numbers."""
     samples: tuple[Sample, ...] = ()
+    scalar_loads_per_cycle: float = 0.0
+    """4-byte loads per cycle and core from L1 (0: not measured; the vector rate applies)."""
+    scalar_stores_per_cycle: float = 0.0
+    """4-byte stores per cycle and core to L1 (0: not measured)."""
     schema: int = SCHEMA
 
     # ------------------------------------------------------------------ model helpers
@@ -243,7 +248,9 @@ class CpuDescription:
                      f"{self.add_latency_cycles:.1f}  L1 load {self.load_latency_cycles:.1f}"
                      " cycles")
         lines.append(f"L1 per core load {self.load_bytes_per_cycle:.0f}  store "
-                     f"{self.store_bytes_per_cycle:.0f} B/cycle")
+                     f"{self.store_bytes_per_cycle:.0f} B/cycle; scalar loads "
+                     f"{self.scalar_loads_per_cycle:.1f}  stores "
+                     f"{self.scalar_stores_per_cycle:.1f} per cycle")
         for lv in self.levels:
             lines.append(f"{lv.name:<4} {lv.bandwidth_gbs:8.1f} GB/s  ({at} "
                          f"{lv.working_set_bytes / 2**20:.2f} MiB)")
@@ -289,9 +296,10 @@ class CpuDescription:
 
         Assumes two FMA (or one multiply and one add) pipes per core at every width up to
         ``cpu.vector_bits``, textbook latencies (FMA 4, add 4, L1 load 5 cycles), two vector
-        loads and one store per cycle, and per-core cache bandwidths of 2/1/0.5 of a vector
-        per cycle for L1/L2/L3 with DRAM at 8 GB/s per core (capped at 100 GB/s). These are
-        typical of recent x86 server cores and can be off by a factor of two either way.
+        loads and one store per cycle (three scalar loads and two scalar stores), and per-core
+        cache bandwidths of 2/1/0.5 of a vector per cycle for L1/L2/L3 with DRAM at 8 GB/s per
+        core (capped at 100 GB/s). These are typical of recent x86 server cores and can be off
+        by a factor of two either way.
         """
         ghz = frequency_ghz or _cpuinfo_ghz() or 3.0
         fma = []
@@ -320,6 +328,7 @@ class CpuDescription:
             fma_latency_cycles=4.0, add_latency_cycles=4.0, load_latency_cycles=5.0,
             load_bytes_per_cycle=2.0 * vbytes, store_bytes_per_cycle=float(vbytes),
             levels=levels, stream_triad_gbs=0.8 * dram,
+            scalar_loads_per_cycle=3.0, scalar_stores_per_cycle=2.0,
         )
 
 

@@ -282,8 +282,10 @@ def _specs(threads: int, wide: int, ws: WorkingSets) -> tuple[list[str], list[st
     """Single-thread specs (run first, before any thread team exists) and all-core specs."""
     single = ["iadd"]
     single += [f"fma:{dt}:{w}:1" for dt in ("f32", "f64") for w in WIDTHS]
-    single += [f"fmalat:f32:{wide}", f"addlat:f32:{wide}", f"chase:{ws.l1}", f"load:{ws.l1}",
-               f"store:{ws.l1}"]
+    # Latencies at scalar and widest vectors: wide vectors may run at a lower clock.
+    single += [f"{lat}:f32:{w}" for lat in ("fmalat", "addlat") for w in dict.fromkeys((0, wide))]
+    single += [f"chase:{ws.l1}", f"load:{ws.l1}", f"store:{ws.l1}", f"sload:{ws.l1}",
+               f"sstore:{ws.l1}"]
     multi = [f"fma:{dt}:{w}:{threads}" for dt in ("f32", "f64") for w in WIDTHS]
     multi += [f"read:{getattr(ws, lv)}:{threads}" for lv in ("l1", "l2", "l3", "dram")]
     multi += [f"triad:{ws.dram}:{threads}"]
@@ -353,12 +355,16 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
         source="measured", frequency_ghz=hz / 1e9, vector_bits=wide, fma=tuple(fma),
         peak_gflops_fp32=max(f.gflops_all for f in fma if f.dtype == "fp32"),
         peak_gflops_fp64=max(f.gflops_all for f in fma if f.dtype == "fp64"),
-        fma_latency_cycles=hz / rate(f"fmalat:f32:{wide}"),
-        add_latency_cycles=hz / rate(f"addlat:f32:{wide}"),
+        # The fastest chain seen, at any width: the bound's latency term must not exceed any
+        # real chain.
+        fma_latency_cycles=min(hz / peak(f"fmalat:f32:{w}") for w in dict.fromkeys((0, wide))),
+        add_latency_cycles=min(hz / peak(f"addlat:f32:{w}") for w in dict.fromkeys((0, wide))),
         load_latency_cycles=hz / rate(f"chase:{ws.l1}"),
-        load_bytes_per_cycle=rate(f"load:{ws.l1}") / hz,
-        store_bytes_per_cycle=rate(f"store:{ws.l1}") / hz,
+        load_bytes_per_cycle=peak(f"load:{ws.l1}") / hz,
+        store_bytes_per_cycle=peak(f"store:{ws.l1}") / hz,
         levels=levels, stream_triad_gbs=rate(f"triad:{ws.dram}:{n}") / 1e9,
+        scalar_loads_per_cycle=peak(f"sload:{ws.l1}") / 4 / hz,
+        scalar_stores_per_cycle=peak(f"sstore:{ws.l1}") / 4 / hz,
         seconds=time.monotonic() - started, quick=quick, load_average=load_average,
         samples=tuple(samples.values()),
     )

@@ -217,6 +217,38 @@ static __attribute__((noinline)) double k_load(long n, char *buf, size_t bytes) 
     return (double)n * (double)(nv * sizeof(vwide));
 }
 
+/* Scalar loads and stores (4-byte elements): some cores issue more of them per cycle than
+   of the widest vectors. The vectorisers are off so that they stay scalar. */
+#define SCALAR_FN __attribute__((noinline, optimize("no-tree-vectorize", "no-tree-slp-vectorize")))
+static SCALAR_FN double k_sload(long n, char *buf, size_t bytes) {
+    float *p = (float *)buf;
+    size_t ne = bytes / sizeof(float) / 8 * 8;
+    for (long r = 0; r < n; r++) {
+        for (size_t i = 0; i < ne; i += 8) {
+            float v0 = p[i], v1 = p[i + 1], v2 = p[i + 2], v3 = p[i + 3];
+            float v4 = p[i + 4], v5 = p[i + 5], v6 = p[i + 6], v7 = p[i + 7];
+            KEEP(v0); KEEP(v1); KEEP(v2); KEEP(v3); KEEP(v4); KEEP(v5); KEEP(v6); KEEP(v7);
+        }
+        CLOBBER();
+    }
+    return (double)n * (double)(ne * sizeof(float));
+}
+
+static SCALAR_FN double k_sstore(long n, char *buf, size_t bytes) {
+    float *p = (float *)buf;
+    size_t ne = bytes / sizeof(float) / 8 * 8;
+    float v = 1.5f;
+    for (long r = 0; r < n; r++) {
+        KEEP(v);
+        for (size_t i = 0; i < ne; i += 8) {
+            p[i] = v; p[i + 1] = v; p[i + 2] = v; p[i + 3] = v;
+            p[i + 4] = v; p[i + 5] = v; p[i + 6] = v; p[i + 7] = v;
+        }
+        CLOBBER();
+    }
+    return (double)n * (double)(ne * sizeof(float));
+}
+
 /* Pure vector stores of an opaque register. */
 static __attribute__((noinline)) double k_store(long n, char *buf, size_t bytes) {
     vwide *p = (vwide *)buf;
@@ -290,7 +322,7 @@ static __attribute__((noinline)) double k_triad(long n, char *a, char *b, char *
 
 /* ---------- specs ---------- */
 
-enum { IADD, FMA_TP, FMA_LAT, ADD_LAT, CHASE, LOAD, STORE, READ, TRIAD };
+enum { IADD, FMA_TP, FMA_LAT, ADD_LAT, CHASE, LOAD, STORE, READ, TRIAD, SLOAD, SSTORE };
 
 typedef struct {
     int kind, dbl, bits, threads;
@@ -322,7 +354,7 @@ static int setup(spec_t *s, int tid) {
         double *pb = (double *)s->buf[tid][1], *pc = (double *)s->buf[tid][2];
         for (size_t i = 0; i < s->bytes / 8; i++) { pb[i] = 1.0; pc[i] = 0.5; }
     }
-    if (s->kind == READ || s->kind == LOAD) {
+    if (s->kind == READ || s->kind == LOAD || s->kind == SLOAD) {
         float *f = (float *)s->buf[tid][0];
         for (size_t i = 0; i < s->bytes / 4; i++) f[i] = 1.0f;
     }
@@ -353,6 +385,8 @@ static double run_kernel(spec_t *s, int tid, long n) {
     case CHASE: return k_chase(n, (void **)b[0]);
     case LOAD: return k_load(n, b[0], s->bytes);
     case STORE: return k_store(n, b[0], s->bytes);
+    case SLOAD: return k_sload(n, b[0], s->bytes);
+    case SSTORE: return k_sstore(n, b[0], s->bytes);
     case READ: return k_read(n, b[0], s->bytes, &s->cursor[tid]);
     case TRIAD: return k_triad(n, b[0], b[1], b[2], s->bytes, &s->cursor[tid]);
     }
@@ -360,7 +394,8 @@ static double run_kernel(spec_t *s, int tid, long n) {
 }
 
 /* spec syntax:  iadd | fma:f32:512:T | fmalat:f64:0 | addlat:f32:256 | chase:BYTES
-                 | load:BYTES | store:BYTES | read:BYTES:T | triad:BYTES:T            */
+                 | load:BYTES | store:BYTES | sload:BYTES | sstore:BYTES
+                 | read:BYTES:T | triad:BYTES:T                                       */
 static int parse(const char *text, spec_t *s) {
     char kind[16] = {0}, dt[8] = {0};
     unsigned long long bytes = 0;
@@ -382,6 +417,12 @@ static int parse(const char *text, spec_t *s) {
         s->threads = threads;
         s->fn = compute_kernel(s->dbl, bits, s->kind - FMA_TP);
         return s->fn ? 0 : 1;
+    }
+    if (!strcmp(kind, "sload") || !strcmp(kind, "sstore")) {
+        if (sscanf(text + strlen(kind), ":%llu", &bytes) != 1) return -1;
+        s->kind = !strcmp(kind, "sload") ? SLOAD : SSTORE;
+        s->bytes = (size_t)bytes;
+        return s->bytes < 512 ? -1 : 0;
     }
     if (!strcmp(kind, "chase") || !strcmp(kind, "load") || !strcmp(kind, "store")) {
         if (sscanf(text + strlen(kind), ":%llu", &bytes) != 1) return -1;
