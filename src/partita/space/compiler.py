@@ -77,6 +77,9 @@ class CounterInstance:
     terms: list[tuple[tuple[tuple[int, int], ...], Any, tuple[int, ...] | None, str]]
     merged_bit: int = 0
     """The quotient's value bit in its choice's domains (0 without a quotient)."""
+    partners: list[tuple[tuple[int, int], ...]] | None = None
+    """Per term, ``(order slot, term index)`` of the terms it may be fused with: earlier
+    ones first (the slots of its quotient check), then later ones. None without a quotient."""
 
 
 class CompiledSpace:
@@ -230,8 +233,10 @@ class CompiledSpace:
                 if len(set(ids)) != len(ids):
                     continue
                 lo_slot = base + 2 * len(self.counters)
+                terms = self._counter_terms(decl, ids)
                 ci = CounterInstance(name, self.names(ids), ids, decl.kind, decl.half, lo_slot,
-                                     self._counter_terms(decl, ids), self._merged_bit(decl))
+                                     terms, self._merged_bit(decl),
+                                     self._partners(decl, terms) if decl.quotient else None)
                 self._table_set(table, ids, len(self.counters))
                 self.counters.append(ci)
             self.counter_table[name] = table
@@ -261,6 +266,21 @@ class CompiledSpace:
             quot = self._quotient_earlier(decl.quotient, x) if decl.quotient else None
             terms.append((conds, value, quot, self.objects[x]))
         return terms
+
+    def _partners(self, decl: CounterDecl, terms: list) -> list[tuple[tuple[int, int], ...]]:
+        """For each term, the order slots to the terms it may be fused with, with their
+        indices (see :attr:`CounterInstance.partners`)."""
+        index = {self.oid[name]: i for i, (_, _, _, name) in enumerate(terms)}
+        earlier: list[list[tuple[int, int]]] = [[] for _ in terms]
+        later: list[list[tuple[int, int]]] = [[] for _ in terms]
+        for i, (_, _, _, name) in enumerate(terms):
+            for s, y in self._quotient_pairs(decl.quotient, self.oid[name]):
+                j = index.get(y)
+                if j is None:
+                    continue
+                earlier[i].append((s, j))
+                later[j].append((s, i))
+        return [tuple(e + lt) for e, lt in zip(earlier, later, strict=True)]
 
     def _check_term_value(self, decl: CounterDecl, x: int, value: int | tuple[int]) -> None:
         """Intervals assume sums of non-negative terms and products of terms >= 1."""
@@ -304,6 +324,11 @@ class CompiledSpace:
 
     def _quotient_earlier(self, qname: str, x: int) -> tuple[int, ...]:
         """Order slots between x and earlier members of the quotient's set, or () if none."""
+        return tuple(s for s, _ in self._quotient_pairs(qname, x))
+
+    def _quotient_pairs(self, qname: str, x: int) -> list[tuple[int, int]]:
+        """(order slot, member) for the earlier members of the quotient's set that x may be
+        merged with."""
         q = self.sdef.quotients[qname]
         members = self.set_ids[q.set]
         out = []
@@ -316,8 +341,8 @@ class CompiledSpace:
             real = s if s >= 0 else ~s
             bit = 1 << self.sdef.enums[q.choice].values.index(q.value)
             if self.init_domains[real] & bit:  # the pair can be merged at all
-                out.append(real)
-        return tuple(out)
+                out.append((real, y))
+        return out
 
     def lookup_slot(self, choice: str, ids: tuple[int, ...]) -> int:
         table = self.slot_table[choice]

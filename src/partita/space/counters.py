@@ -79,6 +79,8 @@ def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
     Integer universes are sorted, so the extreme values are the extreme set bits.
     """
     c = sp.counters[ci]
+    if c.partners is not None:
+        return _store(vec, c, *_quotient_interval(sp, vec, c)[:2])
     is_mul = c.kind == "mul"
     lo = hi = 1 if is_mul else 0
     mbit = c.merged_bit
@@ -119,6 +121,10 @@ def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
             if certain:
                 lo += vmin
             hi += vmax
+    return _store(vec, c, lo, hi)
+
+
+def _store(vec: list[int], c: CounterInstance, lo: int, hi: int) -> bool:
     if c.half:
         hi = INF
     s = c.lo_slot
@@ -127,6 +133,61 @@ def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
     vec[s] = lo
     vec[s + 1] = hi
     return True
+
+
+def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance
+                       ) -> tuple[int, int, list[tuple[bool, bool, int, int]]]:
+    """``(lo, hi, statuses)`` of a counter over a quotient (fused objects count once).
+
+    ``hi`` counts every term that may be its class's representative. ``lo`` counts, in
+    order, the terms whose conditions certainly hold and that cannot be fused with a term it
+    already counts: each lies in a distinct class, and the class's representative has the
+    same conditions and value (fused dims are one loop), so every class counted is counted
+    once in the end. ``statuses`` is ``(in lo, possible, min, max)`` per term.
+    """
+    is_mul = c.kind == "mul"
+    lo = hi = 1 if is_mul else 0
+    mbit = c.merged_bit
+    universes = sp.universe_of_slot
+    partners = c.partners
+    assert partners is not None
+    out: list[tuple[bool, bool, int, int]] = []
+    for idx, (conds, value, quot, _) in enumerate(c.terms):
+        certain = True
+        possible = True
+        for slot, mask in conds:
+            d = vec[slot]
+            if not d & mask:
+                possible = False
+                break
+            if d & ~mask:
+                certain = False
+        if possible and quot:
+            possible = all(vec[s] != mbit for s in quot)
+        if not possible:
+            out.append((False, False, 0, 0))
+            continue
+        if type(value) is tuple:
+            d = vec[value[0]]
+            u = universes[value[0]]
+            vmin, vmax = u[(d & -d).bit_length() - 1], u[d.bit_length() - 1]
+        else:
+            vmin = vmax = value
+        if certain:
+            for s, j in partners[idx]:
+                if j < idx and out[j][0] and vec[s] & mbit:
+                    certain = False
+                    break
+        out.append((certain, True, vmin, vmax))
+        if is_mul:
+            if certain:
+                lo *= vmin
+            hi *= vmax
+        else:
+            if certain:
+                lo += vmin
+            hi += vmax
+    return lo, hi, out
 
 
 def enforce_counter_bound(sp: CompiledSpace, vec: list[int], R: Callable, ci: int,
@@ -148,21 +209,32 @@ def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterIns
                    exact: set[int] | None = None) -> None:
     is_mul = c.kind == "mul"
     mbit = c.merged_bit
-    statuses = []
-    for conds, value, quot, _ in c.terms:
-        certain, possible = _term_status(vec, conds, quot, mbit)
-        vmin, vmax = _term_range(sp, vec, value) if possible else (0, 0)
-        statuses.append((certain, possible, vmin, vmax))
+    if c.partners is not None:
+        statuses = _quotient_interval(sp, vec, c)[2]
+    else:
+        statuses = []
+        for conds, value, quot, _ in c.terms:
+            certain, possible = _term_status(vec, conds, quot, mbit)
+            vmin, vmax = _term_range(sp, vec, value) if possible else (0, 0)
+            statuses.append((certain, possible, vmin, vmax))
     lo, hi = vec[c.lo_slot], vec[c.lo_slot + 1]
-    for (conds, value, quot, _), (certain, possible, vmin, vmax) in zip(
-            c.terms, statuses, strict=True):
+    for idx, ((conds, value, quot, _), (certain, possible, vmin, vmax)) in enumerate(zip(
+            c.terms, statuses, strict=True)):
         if not possible:
             continue
+        if certain:
+            others_lo = (lo // vmin if vmin else lo) if is_mul else lo - vmin
+        else:
+            # Terms counted in lo that this one may be fused with would not count apart.
+            others_lo = lo
+            for s, j in c.partners[idx] if c.partners is not None else ():
+                if statuses[j][0] and vec[s] & mbit:
+                    vj = statuses[j][2]
+                    others_lo = (others_lo // vj if vj else others_lo) if is_mul \
+                        else others_lo - vj
         if is_mul:
-            others_lo = lo // vmin if certain and vmin else lo
             others_hi = hi // max(vmax, 1) if not c.half else hi
         else:
-            others_lo = lo - vmin if certain else lo
             others_hi = hi - max(vmax, 0) if not c.half else hi
 
         def fits(v: int, olo: int = others_lo, ohi: int = others_hi) -> bool:
@@ -182,12 +254,12 @@ def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterIns
             if certain:
                 R(value[0], keep, kid)
             elif not keep:
-                _force_false(vec, R, conds, quot, kid)
+                _force_false(vec, R, conds, kid)
         elif not fits(value):
             if certain:
                 R(conds[0][0] if conds else sp.absent_slot, 0, kid)
             else:
-                _force_false(vec, R, conds, quot, kid)
+                _force_false(vec, R, conds, kid)
         # A term that must count to reach the lower bound is forced on.
         if low is not None and not c.half and not certain:
             without = others_hi
@@ -196,10 +268,13 @@ def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterIns
 
 
 def _force_false(vec: list[int], R: Callable, conds: tuple[tuple[int, int], ...],
-                 quot: tuple[int, ...] | None, kid: int) -> None:
-    """Make a conjunction false when all but one of its conditions are certainly true."""
-    if quot:
-        return
+                 kid: int) -> None:
+    """Make a conjunction false when all but one of its conditions are certainly true.
+
+    For a quotient counter this is sound whether or not the term's object ends up its
+    class's representative: conditions are class properties, so if they held, the class
+    would count with this value.
+    """
     open_conds = [(s, m) for s, m in conds if vec[s] & ~m]
     if len(open_conds) == 1:
         s, m = open_conds[0]

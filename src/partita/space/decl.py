@@ -154,7 +154,9 @@ class CounterDecl:
     ``value`` is an int, a callable ``f(kernel, obj)``, or the name of an integer choice
     applied to the quantified object; ``default`` (int or callable) is the value of objects
     without an instance of that choice. ``half`` counters keep only a lower bound.
-    ``quotient`` counts a term only once per class of the named quotient.
+    ``quotient`` counts a term only once per class of the named quotient; the conditions and
+    the value of a term must then be the same for every member of a class (fused dims are one
+    loop: same kind, same nesting, same size), which propagation relies on.
     """
 
     name: str
