@@ -46,8 +46,9 @@ def variants(name: str) -> list[dict[str, int]]:
 def test_new_kernels_are_registered() -> None:
     assert set(NEW) <= set(NAMES)
     defaults = {n: {p.name: p.default for p in get_spec(n).params} for n in NEW}
-    assert defaults["dot"] == {"n": 1 << 24, "dtype": "float32"}
-    assert defaults["gemv"] == {"m": 4096, "n": 4096, "transpose": 0, "dtype": "float32"}
+    assert defaults["dot"] == {"n": 1 << 24, "partials": 1, "dtype": "float32"}
+    assert defaults["gemv"] == {"m": 4096, "n": 4096, "transpose": 0, "partials": 1,
+                                "dtype": "float32"}
     assert defaults["matmul_chain"] == {"m": 512, "n": 512, "k": 512, "l": 512,
                                         "dtype": "float32"}
 

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from partita.ir.builder import KernelBuilder
-from partita.ir.kernel import Kernel
+from partita.ir.kernel import Kernel, LogicalDim
+from partita.ir.operands import Affine
+from partita.ir.types import KernelError
 from partita.kernels.registry import KernelSpec, ParamSpec, register
 
 POW2 = (1, 2, 4, 8, 16, 32, 64)
@@ -61,13 +63,32 @@ def batched_matmul(b: int, m: int, n: int, k: int, reuse_b: int = 0,
     return kb.build()
 
 
-def dot(n: int, dtype: str = "float32") -> Kernel:
-    """``out[0] = sum_i x[i] * y[i]``: a reduction to one element."""
+def dot(n: int, partials: int = 1, dtype: str = "float32") -> Kernel:
+    """``out[0] = sum_i x[i] * y[i]``: a reduction to one element.
+
+    With ``partials = P > 1`` the sum is reassociated: ``i = P * q + p``, P partial sums (along
+    ``p``, a dimension the search may vectorise, unroll or run in parallel) accumulate over
+    ``q``, and a second reduction adds them up at the end.
+    """
     b = KernelBuilder("dot", dtype)
     size = b.size("n", n)
     x = b.array("x", None, [size])
     y = b.array("y", None, [size])
     out = b.array("out", None, [1], role="out")
+    if _partials("dot", partials, n) > 1:
+        q, p = _split_reduction(b, n, partials)
+        qx, px = b.mapped_dim(q, "q_x"), b.mapped_dim(p, "p_x")
+        qy, py = b.mapped_dim(q, "q_y"), b.mapped_dim(p, "p_y")
+        pi, pf = b.mapped_dim(p, "p_init"), b.mapped_dim(p, "p_f")
+        ld_x = b.load(x, [Affine.of(qx) * partials + px], name="ld_x")
+        ld_y = b.load(y, [Affine.of(qy) * partials + py], name="ld_y")
+        init = b.mov(0.0, dims=[pi], name="init")
+        acc = b.fma(b.value(ld_x, {qx: q, px: p}), b.value(ld_y, {qy: q, py: p}),
+                    b.reduce(init, [q], {pi: p}), dims=[p, q], name="acc")
+        init_f = b.mov(0.0, name="init_f")
+        fin = b.add(b.value(acc, {p: pf}), b.reduce(init_f, [pf]), dims=[pf], name="fin")
+        b.store(out, [0], b.value(fin), name="st_out")
+        return b.build()
     i = b.dim("i", size, tiles=[(1, 2, 4, 8, 16, 32, 64, 128), VECTOR_TILES])
     ix, iy = b.mapped_dim(i, "i_x"), b.mapped_dim(i, "i_y")
     ld_x = b.load(x, [ix], name="ld_x")
@@ -79,17 +100,38 @@ def dot(n: int, dtype: str = "float32") -> Kernel:
     return b.build()
 
 
-def gemv(m: int, n: int, transpose: int = 0, dtype: str = "float32") -> Kernel:
-    """``y = A @ x`` with A ``m x n``; A is stored transposed (column-major) with ``transpose``."""
+def gemv(m: int, n: int, transpose: int = 0, partials: int = 1,
+         dtype: str = "float32") -> Kernel:
+    """``y = A @ x`` with A ``m x n``; A is stored transposed (column-major) with ``transpose``.
+
+    ``partials = P > 1`` reassociates each row's sum as :func:`dot` does: ``r = P * q + p``.
+    """
     b = KernelBuilder("gemv", dtype)
     m_, n_ = b.size("m", m), b.size("n", n)
     A = b.array("A", None, [m_, n_], layout="col" if transpose else "row")
     x = b.array("x", None, [n_])
     y = b.array("y", None, [m_], role="out")
     i = b.dim("i", m_, tiles=[POW2, VECTOR_TILES])
-    r = b.dim("r", n_, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)])
-    ia, ra, rx = b.mapped_dim(i, "i_a"), b.mapped_dim(r, "r_a"), b.mapped_dim(r, "r_x")
+    ia = b.mapped_dim(i, "i_a")
     ii, is_ = b.mapped_dim(i, "i_init"), b.mapped_dim(i, "i_st")
+    if _partials("gemv", partials, n) > 1:
+        q, p = _split_reduction(b, n, partials)
+        qa, pa = b.mapped_dim(q, "q_a"), b.mapped_dim(p, "p_a")
+        qx, px = b.mapped_dim(q, "q_x"), b.mapped_dim(p, "p_x")
+        pi, pf = b.mapped_dim(p, "p_init"), b.mapped_dim(p, "p_f")
+        i_f, if_init = b.mapped_dim(i, "i_f"), b.mapped_dim(i, "i_init_f")
+        ld_a = b.load(A, [ia, Affine.of(qa) * partials + pa], name="ld_a")
+        ld_x = b.load(x, [Affine.of(qx) * partials + px], name="ld_x")
+        init = b.mov(0.0, dims=[ii, pi], name="init")
+        acc = b.fma(b.value(ld_a, {ia: i, qa: q, pa: p}), b.value(ld_x, {qx: q, px: p}),
+                    b.reduce(init, [q], {ii: i, pi: p}), dims=[i, p, q], name="acc")
+        init_f = b.mov(0.0, dims=[if_init], name="init_f")
+        fin = b.add(b.value(acc, {i: i_f, p: pf}), b.reduce(init_f, [pf], {if_init: i_f}),
+                    dims=[i_f, pf], name="fin")
+        b.store(y, [is_], b.value(fin, {i_f: is_}), name="st_y")
+        return b.build()
+    r = b.dim("r", n_, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)])
+    ra, rx = b.mapped_dim(r, "r_a"), b.mapped_dim(r, "r_x")
     ld_a = b.load(A, [ia, ra], name="ld_a")
     ld_x = b.load(x, [rx], name="ld_x")
     init = b.mov(0.0, dims=[ii], name="init")
@@ -97,6 +139,23 @@ def gemv(m: int, n: int, transpose: int = 0, dtype: str = "float32") -> Kernel:
                 b.reduce(init, [r], {ii: i}), dims=[i, r], name="acc")
     b.store(y, [is_], b.value(acc, {i: is_}), name="st_y")
     return b.build()
+
+
+def _partials(kernel: str, partials: int, n: int) -> int:
+    """``partials`` checked: a positive integer dividing the reduction length ``n``."""
+    if (isinstance(partials, bool) or not isinstance(partials, int) or partials < 1
+            or not isinstance(n, int) or n % partials):
+        raise KernelError(f"kernel {kernel!r}: partials must be a positive integer dividing "
+                          f"the reduction length n = {n}, got {partials!r}")
+    return partials
+
+
+def _split_reduction(b: KernelBuilder, n: int, partials: int) -> tuple[LogicalDim, LogicalDim]:
+    """The reduction ``r = partials * q + p``: ``q`` (the reduction, ``n / partials`` long)
+    and ``p`` (the partial sums, which the search may vectorise)."""
+    q = b.dim("q", n // partials, tiles=[(1, 2, 4, 8, 16, 32, 64, 128)])
+    p = b.dim("p", partials, tiles=[(1, 2, 4, 8, 16, 32, 64, 128), VECTOR_TILES])
+    return q, p
 
 
 def matmul_chain(m: int, n: int, k: int, l: int, dtype: str = "float32") -> Kernel:  # noqa: E741
@@ -197,8 +256,10 @@ def _matmul_chain_ref(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> dict[str, 
     return {"E": (A @ B) @ C}
 
 
-SIZE, FLAG = "size", "flag"
+SIZE, FLAG, FACTOR = "size", "flag", "factor"
 DTYPE = ParamSpec("dtype", "dtype", "float32", "element type")
+PARTIALS = ParamSpec("partials", FACTOR, 1,
+                     "partial sums (reassociated reduction); 1 = one sequential chain")
 
 register(KernelSpec(
     "axpy", "y = alpha * x + y",
@@ -235,17 +296,17 @@ register(KernelSpec(
 
 register(KernelSpec(
     "dot", "out[0] = sum_i x[i] * y[i]",
-    (ParamSpec("n", SIZE, 1 << 24, "vector length"), DTYPE),
+    (ParamSpec("n", SIZE, 1 << 24, "vector length"), PARTIALS, DTYPE),
     dot, _dot_ref,
-    flops=lambda n, dtype: 2 * n,
-    bytes=lambda n, dtype: (2 * n + 1) * np.dtype(dtype).itemsize,
+    flops=lambda n, **_: 2 * n,
+    bytes=lambda n, dtype, **_: (2 * n + 1) * np.dtype(dtype).itemsize,
     outputs=("out",),
 ))
 
 register(KernelSpec(
     "gemv", "y = A @ x (A optionally stored transposed)",
     (ParamSpec("m", SIZE, 4096, "rows of A"), ParamSpec("n", SIZE, 4096, "columns of A"),
-     ParamSpec("transpose", FLAG, 0, "A stored column-major"), DTYPE),
+     ParamSpec("transpose", FLAG, 0, "A stored column-major"), PARTIALS, DTYPE),
     gemv, _gemv_ref,
     flops=lambda m, n, **_: 2 * m * n,
     bytes=lambda m, n, dtype, **_: (m * n + n + m) * np.dtype(dtype).itemsize,

@@ -1,0 +1,151 @@
+"""``partials``: dot and gemv with their reduction reassociated into P partial sums.
+
+``r = P * q + p``: P partial sums (along ``p``, not a reduction) accumulate over ``q``, and a
+second reduction adds them up. The search may then vectorise, unroll or parallelise ``p``;
+every implementation must still match numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+import partita
+from partita.cli import main
+from partita.codegen.c import print_c
+from partita.codegen.program import reduction_length
+from partita.ir.types import KernelError
+from partita.kernels import get_spec, kernel
+from partita.runtime import Evaluator, TimingOptions
+from partita.search.sampling import random_implementation, sample_and_evaluate
+
+
+@pytest.fixture(scope="module")
+def evaluator() -> Iterator[Evaluator]:
+    with Evaluator(seed=11, timeout_s=20.0, timing=TimingOptions(min_reps=1, max_reps=1)) as ev:
+        yield ev
+
+
+def verified(evaluator: Evaluator, root, count: int, seed: int) -> None:
+    report = sample_and_evaluate(root, count, random.Random(seed),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.sampled == count
+    assert report.verified == count, report.failed[:3]
+
+
+# -- building ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("dot", {"n": 4096}), ("dot", {"n": 13, "dtype": "float64"}),
+    ("gemv", {"m": 64, "n": 256}), ("gemv", {"m": 7, "n": 5, "transpose": 1}),
+])
+def test_one_partial_sum_is_the_sequential_kernel(name: str, params: dict) -> None:
+    plain, one = kernel(name, **params), kernel(name, **params, partials=1)
+    assert one.structural_hash == plain.structural_hash
+    assert one.instructions == plain.instructions
+    assert one.logical_dims == plain.logical_dims
+
+
+def test_registered_with_default_one() -> None:
+    for name in ("dot", "gemv"):
+        (p,) = [p for p in get_spec(name).params if p.name == "partials"]
+        assert p.default == 1 and "partial sums" in p.doc
+    assert get_spec("dot").resolve({"n": "4096", "partials": "16"})["partials"] == 16
+    assert get_spec("dot").flops(n=4096, partials=16, dtype="float32") == 2 * 4096
+    assert get_spec("gemv").flops(m=8, n=64, transpose=0, partials=4, dtype="float32") == 1024
+
+
+def test_structure_of_the_split_reduction() -> None:
+    k = kernel("dot", n=4096, partials=16)
+    assert [a.name for a in k.arrays] == ["x", "y", "out"]
+    assert k.array("x").shape == ("n",)
+    assert k.static_size(k.logical("q").size) == 256
+    assert k.static_size(k.logical("p").size) == 16
+    assert sorted(k.reducing_insts) == ["acc", "fin"]
+    assert k.inst("acc").dims == ("p", "q") and k.inst("fin").dims == ("p_f",)
+    # p is a parallel dimension; q and p_f carry the two reductions.
+    assert not set(k.dims_of("p")) & k.reduction_dims
+    assert set(k.dims_of("q")) | set(k.dims_of("p_f")) <= k.reduction_dims
+    # The error of the two-stage sum is that of a sum of n/P + P terms at most; the
+    # tolerance is computed for a longer chain (never a tighter one).
+    assert reduction_length(k) >= 4096 // 16 + 16
+    g = kernel("gemv", m=64, n=256, transpose=1, partials=16)
+    assert g.inst("acc").dims == ("i", "p", "q")
+    assert g.array("A").shape == ("m", "n")
+    assert reduction_length(g) >= 256 // 16 + 16
+
+
+@pytest.mark.parametrize("bad", [0, -4, 3, 5000])
+@pytest.mark.parametrize("name", ["dot", "gemv"])
+def test_bad_partials_are_reported(name: str, bad: int) -> None:
+    sizes = {"n": 4096} if name == "dot" else {"m": 8, "n": 4096}
+    with pytest.raises(KernelError, match=r"partials.*4096"):
+        kernel(name, **sizes, partials=bad)
+
+
+def test_bad_partials_on_the_command_line() -> None:
+    result = CliRunner().invoke(main, ["sample", "dot", "n=100", "partials=3", "--count", "1"])
+    assert result.exit_code != 0
+    assert "partials" in result.output
+
+
+# -- random implementations match numpy ----------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("partials", [16, 64])
+def test_dot_implementations_match_numpy(evaluator: Evaluator, partials: int,
+                                         dtype: str) -> None:
+    root = partita.space(kernel("dot", n=4096, partials=partials, dtype=dtype)).root()
+    verified(evaluator, root, 4, seed=partials + len(dtype))
+
+
+@pytest.mark.parametrize(("n", "partials"), [(96, 3), (13, 13)])
+def test_dot_odd_splits_match_numpy(evaluator: Evaluator, n: int, partials: int) -> None:
+    root = partita.space(kernel("dot", n=n, partials=partials, dtype="float64")).root()
+    verified(evaluator, root, 3, seed=n)
+
+
+@pytest.mark.parametrize("transpose", [0, 1])
+def test_gemv_implementations_match_numpy(evaluator: Evaluator, transpose: int) -> None:
+    k = kernel("gemv", m=64, n=256, transpose=transpose, partials=16)
+    verified(evaluator, partita.space(k).root(), 3, seed=transpose)
+
+
+# -- the partial sums can be vectorised ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("dot", {"n": 4096, "partials": 16}), ("gemv", {"m": 64, "n": 256, "partials": 16}),
+])
+def test_partial_sums_vectorise_and_match_numpy(evaluator: Evaluator, name: str,
+                                                params: dict) -> None:
+    k = kernel(name, **params)
+    root = partita.space(k).root()
+    inner_p, inner_q = k.dims_of("p")[-1], k.dims_of("q")[-1]
+    assert "VECTOR" in root.domain("dim_kind", inner_p)
+    assert all("VECTOR" not in root.domain("dim_kind", d) for d in k.dims_of("q"))
+    assert inner_q in k.reduction_dims
+    vec = root.restrict("dim_kind", [inner_p], ["VECTOR"])
+    assert vec, vec
+    cand = random_implementation(vec, random.Random(2))
+    assert cand.assignment()[("dim_kind", (inner_p,))] == "VECTOR"
+    assert "vector_size" in print_c(cand).source
+    verified(evaluator, vec, 3, seed=5)
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def test_cli_samples_partial_sums() -> None:
+    result = CliRunner().invoke(main, ["sample", "dot", "n=4096", "partials=16", "--count", "2",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["verified"] == 2
+    listing = CliRunner().invoke(main, ["kernels"])
+    assert "partials=1" in listing.output
