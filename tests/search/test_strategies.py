@@ -153,3 +153,27 @@ def test_stop_conditions_combine() -> None:
     with pytest.raises(ValueError, match="invalid stop condition"):
         parse_stop("walltime=3")
     assert math.isinf(Progress().best_time)
+
+
+def test_nothing_compiles_while_a_batch_is_measured() -> None:
+    """The next batch is proposed while this one compiles, and compiled only after this one
+    was measured: a compiler beside a timed kernel would slow it down on a small machine."""
+    space = small_space()
+    model = Model(RATES)
+    events: list[tuple[str, tuple[str, ...]]] = []
+
+    def prepare(progs: list[Program]) -> None:
+        events.append(("compile", tuple(p.entry for p in progs)))
+
+    def evaluate(progs: list[Program]) -> list[FakeMeasurement]:
+        events.append(("measure", tuple(p.entry for p in progs)))
+        return [FakeMeasurement(1e-3 * (1 + i)) for i, _ in enumerate(progs)]
+
+    tune_space(space, model, evaluate, Evaluations(12), strategy="mcts", batch=3,
+               prepare=prepare)
+    measured = [e for e in events if e[0] == "measure"]
+    assert len(measured) >= 3
+    for i, (what, entries) in enumerate(events):
+        if what == "measure":
+            # the batch measured is the one compiled just before, and nothing else compiled
+            assert events[i - 1] == ("compile", entries)

@@ -121,3 +121,24 @@ def test_gpu_counters_respect_the_device() -> None:
         lo, hi = cand.counter("threads")
         assert lo == hi <= 1024
         assert cand.counter("thread_dims")[1] <= 3
+
+
+def test_cpu_register_tiles_fit_the_register_file() -> None:
+    """Read off the loop tree: an instruction has at most one copy per vector register in
+    the source (its unrolled loops), and its unrolled and vector loops keep at most a full
+    register file of elements live."""
+    regs = AVX512_REFERENCE.vector_registers
+    lanes = AVX512_REFERENCE.lanes(4)
+    for cand in implementations(partita.kernel("matmul", m=64, n=64, k=32), "cpu", count=6,
+                                seed=3):
+        for node, path in walk(loop_tree(cand)):
+            if node.inst is None:
+                continue
+            copies = values = 1
+            for loop in path:
+                if loop.kind == "UNROLL":
+                    copies *= loop.size
+                if loop.kind in ("UNROLL", "VECTOR"):
+                    values *= loop.size
+            assert copies <= regs, (node.inst, copies)
+            assert values <= regs * lanes, (node.inst, values)

@@ -193,14 +193,13 @@ class Model:
         k = cand.kernel
         dim = k.dim(d)
         if dim.sizes is not None:
-            sizes = cand.domain("size", d)
-            return min(sizes), max(sizes)
+            return cand.int_range("size", (d,))
         n = self.logical_size(k, dim.logical)
         if dim.static_size is not None or not k.logical(dim.logical).tile_sizes:
             return n, n
-        inner = [cand.domain("size", e) for e in k.dims_of(dim.logical)[1:]]
-        return (-(-n // math.prod(max(x) for x in inner)),
-                -(-n // math.prod(min(x) for x in inner)))
+        inner = [cand.int_range("size", (e,)) for e in k.dims_of(dim.logical)[1:]]
+        return (-(-n // math.prod(hi for _, hi in inner)),
+                -(-n // math.prod(lo for lo, _ in inner)))
 
     def parallel_share(self, cand: Candidate) -> float:
         """The least fraction of the work the busiest core gets.
@@ -247,9 +246,15 @@ class Model:
             return widest
         best = 1
         for d in dims:
-            if self.rates.vector_kind in cand.domain("dim_kind", d):
+            if cand.allows("dim_kind", (d,), self.rates.vector_kind):
                 best = max(best, min(widest, self.dim_size_range(cand, d)[1]))
         return best
+
+    @staticmethod
+    def _unrolled_kinds(cand: Candidate) -> tuple[str, ...]:
+        """The dim kinds of the space that are not sequential loops."""
+        return tuple(v for v in cand.compiled.sdef.enums["dim_kind"].values
+                     if v not in SEQUENTIAL)
 
     def repetition(self, cand: Candidate, varying: tuple[str, ...],
                    reusing: tuple[str, ...]) -> int:
@@ -262,18 +267,19 @@ class Model:
         innermost loop it varies in; gcc fully unrolls (and may then hoist from) only shorter
         loops. A reusing dimension that may be fused with one already counted is skipped.
         """
-        loops = [d for d in varying if self.dim_size_range(cand, d)[0] > PEELED
-                 and all(kd in SEQUENTIAL for kd in cand.domain("dim_kind", d))]
+        loops = [d for d in varying if not any(
+            cand.allows("dim_kind", (d,), kind) for kind in self._unrolled_kinds(cand))
+            and self.dim_size_range(cand, d)[0] > PEELED]
         if not loops:
             return 1
         times = 1
         counted: list[str] = []
         for f in reusing:
-            if not any(cand.domain("order", d, f) == ("IN",) for d in loops):
+            if not any(cand.is_only("order", (d, f), "IN") for d in loops):
                 continue
-            if any("MERGED" in cand.domain("order", d, f) for d in varying):
+            if any(cand.allows("order", (d, f), "MERGED") for d in varying):
                 continue
-            if any("MERGED" in cand.domain("order", f, g) for g in counted):
+            if any(cand.allows("order", (f, g), "MERGED") for g in counted):
                 continue
             counted.append(f)
             times *= self.dim_size_range(cand, f)[0]

@@ -192,20 +192,27 @@ class MonteCarlo(Strategy):
             slot = cand.open_slots()[0]
             values = set_bits(cand.vec[slot])
             best = self.state.best_time
+            # Children rejected by chance are kept: a value drawn again costs no propagation.
+            tried: dict[int, tuple[Candidate, float]] = {}
             while True:
                 if not values:
                     return None
                 v = values.pop(self.rng.randrange(len(values)))
-                child = cand.restrict_slot(slot, 1 << v)
-                if isinstance(child, DeadEnd):
-                    self.state.dead_ends += 1
-                    continue
-                if math.isinf(best):
-                    break
-                b = self.bound(child)
-                if b >= best:
-                    self.state.pruned += 1
-                    continue
+                if v in tried:
+                    child, b = tried[v]
+                else:
+                    found = cand.restrict_slot(slot, 1 << v)
+                    if isinstance(found, DeadEnd):
+                        self.state.dead_ends += 1
+                        continue
+                    child = found
+                    if math.isinf(best):
+                        break
+                    b = self.bound(child)
+                    if b >= best:
+                        self.state.pruned += 1
+                        continue
+                    tried[v] = (child, b)
                 if self.rng.random() * best < best - b:
                     break
                 values.append(v)  # rejected by chance, not pruned: it may be drawn again

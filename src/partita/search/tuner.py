@@ -129,7 +129,8 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
     (resuming), and implementations whose decisions are in ``skip`` are not re-evaluated.
     ``state`` (the best time, pruning counters) is shared with the caller as it changes.
     With ``prepare`` (start compiling programs in the background), the next batch is proposed
-    and compiled while the current one is measured."""
+    while the current one compiles, and nothing else runs while it is measured: on a machine
+    with few cores, a compiler or the search beside a timed kernel slows it down."""
     root = space.root()
     if isinstance(root, DeadEnd):
         raise ValueError(f"the space has no implementation: {root.reason}")
@@ -147,7 +148,7 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
     start = time.perf_counter()
 
     def next_batch() -> list[tuple[Candidate, Program | None, str]]:
-        """Proposals, printed; their compilation starts at once (``prepare``)."""
+        """Proposals, printed."""
         out = []
         for c in strat.propose(batch):
             key = c.decisions_json()
@@ -158,11 +159,14 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                 out.append((c, print_c(c, entry_name(space.kernel.name, c)), ""))
             except CodegenError as exc:
                 out.append((c, None, str(exc)))
-        if prepare is not None:
-            prepare([p for _, p, _ in out if p is not None])
         return out
 
+    def compile_soon(batch: list[tuple[Candidate, Program | None, str]]) -> None:
+        if prepare is not None:
+            prepare([p for _, p, _ in batch if p is not None])
+
     current = next_batch()
+    compile_soon(current)
     while not stop.done(progress):
         if not current:
             if getattr(strat, "exhausted", False):
@@ -170,8 +174,10 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                 result.stopped_by = "the search space is exhausted"
                 break
             current = next_batch()
+            compile_soon(current)
             continue
-        # The next batch is proposed and compiled while this one is measured.
+        # The next batch is proposed while this one compiles; it compiles once this one is
+        # measured.
         upcoming = next_batch() if prepare is not None else []
         printable = [p for _, p, _ in current if p is not None]
         measured = iter(evaluate(printable) if printable else [])
@@ -198,6 +204,7 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                 on_evaluation(ev)
         progress.elapsed_s = time.perf_counter() - start
         current = upcoming if prepare is not None else next_batch()
+        compile_soon(current)
     else:
         result.stopped_by = str(stop)
     result.elapsed_s = time.perf_counter() - start

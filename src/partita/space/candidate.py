@@ -149,6 +149,42 @@ class Candidate:
             raise SpaceError(f"choice {choice}({', '.join(args)}) does not exist")
         return (s, False) if s >= 0 else (~s, True)
 
+    def value_bit(self, choice: str, args: tuple[str, ...], value: Any) -> tuple[int, int]:
+        """``(slot, bit)`` of one value of a choice instance (cached per compiled space):
+        ``vec[slot] & bit`` says whether the value is still possible. For hot loops (the
+        performance model) where building :meth:`domain` tuples would dominate."""
+        sp = self.compiled
+        key = (choice, args, value)
+        found = sp.bit_cache.get(key)
+        if found is None:
+            s, flipped = self.slot(choice, args)
+            if flipped:
+                value = sp.sdef.enums[choice].swapped(value)
+            found = sp.bit_cache[key] = (s, 1 << sp.universe_of_slot[s].index(value))
+        return found
+
+    def int_range(self, choice: str, args: tuple[str, ...]) -> tuple[Any, Any]:
+        """Least and greatest value left of an integer choice (universes are sorted)."""
+        sp = self.compiled
+        key = (choice, args, None)
+        found = sp.bit_cache.get(key)
+        if found is None:
+            found = sp.bit_cache[key] = (self.slot(choice, args)[0], 0)
+        s = found[0]
+        d = self.vec[s]
+        u = sp.universe_of_slot[s]
+        return u[(d & -d).bit_length() - 1], u[d.bit_length() - 1]
+
+    def allows(self, choice: str, args: tuple[str, ...], value: Any) -> bool:
+        """``value`` is still in the domain of ``choice(args)``."""
+        s, bit = self.value_bit(choice, args, value)
+        return bool(self.vec[s] & bit)
+
+    def is_only(self, choice: str, args: tuple[str, ...], value: Any) -> bool:
+        """``value`` is all that is left in the domain of ``choice(args)``."""
+        s, bit = self.value_bit(choice, args, value)
+        return self.vec[s] == bit
+
     def domain(self, choice: str, *args: str) -> tuple[Any, ...]:
         """Values still possible for ``choice(args)``, in declaration order."""
         s, flipped = self.slot(choice, tuple(args))

@@ -100,6 +100,8 @@ class CompiledSpace:
         k = self.kernel
         self.objects: list[str] = []
         self.oid: dict[str, int] = {}
+        self.bit_cache: dict[tuple[str, tuple[str, ...], Any], tuple[int, int]] = {}
+        """(choice, args, value) -> (slot, bit), filled by Candidate.value_bit."""
         self.set_ids: dict[str, list[int]] = {}
         self.pset_ids: dict[str, dict[int, list[int]]] = {}
         for decl in self._sets_in_dependency_order():
@@ -363,20 +365,39 @@ class CompiledSpace:
 
     # ------------------------------------------------------------------ tables
 
+    def _watch(self, watch: dict[int, set[int] | None], slot: int,
+               masks: tuple[int, ...] | None) -> None:
+        if slot == self.absent_slot:
+            return
+        if masks is None or (slot in watch and watch[slot] is None):
+            watch[slot] = None
+            return
+        full = (1 << len(self.universe_of_slot[slot])) - 1
+        seen = watch.setdefault(slot, set())
+        assert seen is not None
+        seen.update(m & full for m in masks)
+
     def _build_tables(self) -> None:
         self.choice_of_slot = [inst.choice for inst in self.instances]
         self.pair_choice = {n: d.is_pair for n, d in self.sdef.enums.items()}
         self.counter_deps: list[list[int]] = [[] for _ in range(self.size)]
+        self.counter_watch: list[list[tuple[int, tuple[int, ...] | None]]] = [
+            [] for _ in range(self.size)]
+        """Per slot, ``(counter, masks)``: the counter can only move when, for some mask,
+        whether the slot's domain meets it changes (None: on any change)."""
         for ci, c in enumerate(self.counters):
-            slots: set[int] = set()
+            watch: dict[int, set[int] | None] = {}
             for conds, value, quot, _ in c.terms:
-                slots.update(s for s, _ in conds)
-                slots.update(quot or ())
+                for slot, mask in conds:
+                    self._watch(watch, slot, (mask, ~mask))
+                for slot in quot or ():
+                    self._watch(watch, slot, (c.merged_bit, ~c.merged_bit))
                 if isinstance(value, tuple):
-                    slots.add(value[0])
-            for s in slots:
-                if s != self.absent_slot:
-                    self.counter_deps[s].append(ci)
+                    self._watch(watch, value[0], None)
+            for slot, masks in watch.items():
+                self.counter_deps[slot].append(ci)
+                self.counter_watch[slot].append(
+                    (ci, None if masks is None else tuple(sorted(masks))))
 
         rank = {c: i for i, c in enumerate(self.sdef.choice_order)}
         last = len(rank)

@@ -80,7 +80,7 @@ def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
     """
     c = sp.counters[ci]
     if c.partners is not None:
-        return _store(vec, c, *_quotient_interval(sp, vec, c)[:2])
+        return _store(vec, c, *_quotient_interval(sp, vec, c, False)[:2])
     is_mul = c.kind == "mul"
     lo = hi = 1 if is_mul else 0
     mbit = c.merged_bit
@@ -135,7 +135,8 @@ def _store(vec: list[int], c: CounterInstance, lo: int, hi: int) -> bool:
     return True
 
 
-def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance
+def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance,
+                       statuses: bool = True
                        ) -> tuple[int, int, list[tuple[bool, bool, int, int]]]:
     """``(lo, hi, statuses)`` of a counter over a quotient (fused objects count once).
 
@@ -143,7 +144,8 @@ def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance
     order, the terms whose conditions certainly hold and that cannot be fused with a term it
     already counts: each lies in a distinct class, and the class's representative has the
     same conditions and value (fused dims are one loop), so every class counted is counted
-    once in the end. ``statuses`` is ``(in lo, possible, min, max)`` per term.
+    once in the end. The list is ``(in lo, possible, min, max)`` per term (empty without
+    ``statuses``).
     """
     is_mul = c.kind == "mul"
     lo = hi = 1 if is_mul else 0
@@ -152,6 +154,7 @@ def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance
     partners = c.partners
     assert partners is not None
     out: list[tuple[bool, bool, int, int]] = []
+    counted: list[bool] = []
     for idx, (conds, value, quot, _) in enumerate(c.terms):
         certain = True
         possible = True
@@ -163,9 +166,14 @@ def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance
             if d & ~mask:
                 certain = False
         if possible and quot:
-            possible = all(vec[s] != mbit for s in quot)
+            for s in quot:
+                if vec[s] == mbit:
+                    possible = False
+                    break
         if not possible:
-            out.append((False, False, 0, 0))
+            if statuses:
+                out.append((False, False, 0, 0))
+            counted.append(False)
             continue
         if type(value) is tuple:
             d = vec[value[0]]
@@ -173,12 +181,16 @@ def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance
             vmin, vmax = u[(d & -d).bit_length() - 1], u[d.bit_length() - 1]
         else:
             vmin = vmax = value
-        if certain:
+        if certain and quot:
             for s, j in partners[idx]:
-                if j < idx and out[j][0] and vec[s] & mbit:
+                if j >= idx:
+                    break
+                if counted[j] and vec[s] & mbit:
                     certain = False
                     break
-        out.append((certain, True, vmin, vmax))
+        if statuses:
+            out.append((certain, True, vmin, vmax))
+        counted.append(certain)
         if is_mul:
             if certain:
                 lo *= vmin

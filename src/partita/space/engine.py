@@ -15,7 +15,8 @@ from partita.space.compiler import ABSENT, CompiledSpace, DeadEndSignal
 from partita.space.counters import recompute
 
 
-def make_restrict(vec: list[int], queue: list[int], pending: set[int]) -> Callable:
+def make_restrict(vec: list[int], queue: list[int], pending: dict[int, int]) -> Callable:
+    """``R``; ``pending`` maps each queued slot to its domain when it was queued."""
     def restrict(slot: int, mask: int, kid: int) -> None:
         old = vec[slot]
         new = old & mask
@@ -24,7 +25,7 @@ def make_restrict(vec: list[int], queue: list[int], pending: set[int]) -> Callab
                 raise DeadEndSignal(slot, kid)
             vec[slot] = new
             if slot not in pending:
-                pending.add(slot)
+                pending[slot] = old
                 queue.append(slot)
 
     return restrict
@@ -37,7 +38,8 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
     ``first`` are whole-constraint checks run once before the worklist (at the root).
     """
     queue = list(dict.fromkeys(changed))
-    pending = set(queue)
+    # Slots changed before the call have no known previous domain: -1 meets every mask.
+    pending = dict.fromkeys(queue, -1)
     R = make_restrict(vec, queue, pending)
     for check in first:
         check(vec, R, fired)
@@ -48,12 +50,12 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
     tocc = sp.trigger_occurrences
     cocc = sp.counter_occurrences
     pair = sp.pair_choice
-    deps = sp.counter_deps
+    watch = sp.counter_watch
     counters = sp.counters
     base = sp.absent_slot + 1
     while queue:
         slot = queue.pop()
-        pending.discard(slot)
+        before = pending.pop(slot)
         if slot < n_choice:
             choice = choice_of[slot]
             ids = instances[slot].ids
@@ -66,11 +68,15 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
                 fn(vec, R, fired, *ids)
                 if both:
                     fn(vec, R, fired, ids[1], ids[0])
-            for ci in deps[slot]:
+            now = vec[slot]
+            for ci, masks in watch[slot]:
+                if masks is not None and before != -1 and not any(
+                        bool(before & m) != bool(now & m) for m in masks):
+                    continue  # no term's status can have changed
                 if recompute(sp, vec, ci):
                     lo = counters[ci].lo_slot
                     if lo not in pending:
-                        pending.add(lo)
+                        pending[lo] = -1
                         queue.append(lo)
         elif slot >= base:
             c = counters[(slot - base) // 2]

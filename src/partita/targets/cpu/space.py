@@ -117,6 +117,18 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
     S.require("unrolled values fit the vector registers", [Var("i", "Insts")],
               Compare("register_values", ("i",), "<=", limit),
               doc="Beyond the register file, unrolling spills: never the fastest code.")
+    S.counter("unrolled_copies", [Var("i", "Insts")], "mul", Var("d", "Dims"),
+              value="size", default=lambda k, d: k.dim(d).static_size or 1,
+              when=(Is("order", ("i", "d"), values("IN")),
+                    Is("dim_kind", ("d",), values("UNROLL"))),
+              quotient="merged",
+              doc="Copies of an instruction in the source, one per iteration of its unrolled "
+                  "loops.")
+    S.require("unrolled copies fit the vector registers", [Var("i", "Insts")],
+              Compare("unrolled_copies", ("i",), "<=", cpu.vector_registers),
+              doc="Each copy of a register tile holds at least one register; more copies "
+                  "than registers spill, and only lengthen the code and its compilation "
+                  "(gcc takes seconds on thousands of copies).")
     x, y = Var("x", "Dims"), Var("y", "Dims")
     S.require("unrolled loops enclose no loop", [x, y],
               Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
