@@ -8,6 +8,7 @@ import json
 import math
 import random
 import zlib
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from partita.search.stop import (
 from partita.search.strategies import BranchAndBound, MonteCarlo, SearchState
 from partita.search.tuner import tune_space
 from partita.space.candidate import Candidate
+from partita.space.compiler import set_bits
 from partita.targets import AVX512_REFERENCE
 
 RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
@@ -177,3 +179,39 @@ def test_nothing_compiles_while_a_batch_is_measured() -> None:
         if what == "measure":
             # the batch measured is the one compiled just before, and nothing else compiled
             assert events[i - 1] == ("compile", entries)
+
+
+def test_rollouts_favour_fusion() -> None:
+    """The rollout prior: MERGED for loops that may be fused, IN for an instruction and a
+    loop fusable with one of its own, the kind of an already decided fusion partner."""
+    k = partita.kernel("matmul", m=64, n=64, k=16)
+    root = partita.space(k, "cpu", cpu=AVX512_REFERENCE).root()
+    assert isinstance(root, Candidate)
+    mcts = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=8)
+    sp = root.compiled
+
+    def prior(c: Candidate, choice: str, *args: str) -> dict[Any, float] | None:
+        slot, flipped = c.slot(choice, args)
+        weights = mcts._prior(c, slot, set_bits(c.vec[slot]))
+        if weights is None:
+            return None
+        names = {sp.universe_of_slot[slot][v]: w for v, w in weights.items()}
+        decl = sp.sdef.enums[choice]
+        return {decl.swapped(n) if flipped else n: w for n, w in names.items()}
+
+    assert prior(root, "order", "i_a.0", "i.0")["MERGED"] == 8
+    assert set(prior(root, "order", "i_a.0", "i.0").values()) == {1.0, 8}
+    assert prior(root, "order", "i.0", "j.0") is None  # not fusable
+    assert prior(root, "order", "ld_a", "i.0")["IN"] == 8  # i.0 may be fused with i_a.0
+    assert prior(root, "order", "ld_a", "i_a.0") is None  # its own loop: always IN
+    assert prior(root, "dim_kind", "i_a.2") is None
+    kinds = root.restrict("dim_kind", ("i.2",), ["UNROLL"])
+    assert isinstance(kinds, Candidate)
+    following = prior(kinds, "dim_kind", "i_a.2")
+    assert following is not None and following["UNROLL"] == 8
+    assert all(w == 1.0 for kind, w in following.items() if kind != "UNROLL")
+    with pytest.raises(ValueError, match="fusion_prior"):
+        MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=0)
+    uniform = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=1)
+    slot, _ = root.slot("order", ("i_a.0", "i.0"))
+    assert uniform._prior(root, slot, set_bits(root.vec[slot])) is None

@@ -19,6 +19,7 @@ from typing import Any
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.compiler import set_bits
 from partita.space.estimate import random_descent
+from partita.space.nest import is_dim
 
 BoundFn = Callable[[Candidate], float]
 
@@ -124,8 +125,11 @@ class MonteCarlo(Strategy):
 
     def __init__(self, root: Candidate, bound: BoundFn, state: SearchState,
                  rng: random.Random, policy: str = "tag", topk: int = 10, delta: float = 1.0,
-                 uct_c: float = math.sqrt(2)) -> None:
+                 uct_c: float = math.sqrt(2), fusion_prior: float = 16.0) -> None:
         super().__init__(root, bound, state, rng)
+        if fusion_prior <= 0:
+            raise ValueError(f"fusion_prior must be positive, got {fusion_prior}")
+        self.fusion_prior = fusion_prior
         if policy not in ("tag", "uct"):
             raise ValueError(f"unknown tree policy {policy!r} (tag or uct)")
         self.policy = policy
@@ -191,13 +195,16 @@ class MonteCarlo(Strategy):
         while not cand.is_implementation:
             slot = cand.open_slots()[0]
             values = set_bits(cand.vec[slot])
+            weights = self._prior(cand, slot, values)
             best = self.state.best_time
             # Children rejected by chance are kept: a value drawn again costs no propagation.
             tried: dict[int, tuple[Candidate, float]] = {}
             while True:
                 if not values:
                     return None
-                v = values.pop(self.rng.randrange(len(values)))
+                at = self.rng.randrange(len(values)) if weights is None else \
+                    self.rng.choices(range(len(values)), [weights[x] for x in values])[0]
+                v = values.pop(at)
                 if v in tried:
                     child, b = tried[v]
                 else:
@@ -218,6 +225,40 @@ class MonteCarlo(Strategy):
                 values.append(v)  # rejected by chance, not pruned: it may be drawn again
             cand = child
         return cand
+
+    def _prior(self, cand: Candidate, slot: int, values: list[int]) -> dict[int, float] | None:
+        """Rollout weights of a slot's values, None for uniform: fusing two loops that may be
+        fused (MERGED), and giving a loop the kind a loop it may be fused with already has, are
+        ``fusion_prior`` times as likely as each other value. Fusion is what keeps values in
+        registers instead of temporaries, and random kinds and orders rarely fuse a whole
+        nest; the bound still prunes and weighs the children it reaches."""
+        if self.fusion_prior == 1.0:
+            return None
+        inst = cand.compiled.instances[slot]
+        k = cand.kernel
+        universe = cand.compiled.universe_of_slot[slot]
+        if inst.choice == "dim_kind":
+            # Fused loops share their kind: follow a decided partner to keep fusion possible.
+            d = inst.args[0]
+            kinds = {kinds[0] for e in k.dims if k.mergeable(d, e.name)
+                     and len(kinds := cand.domain("dim_kind", e.name)) == 1}
+            if not kinds:
+                return None
+            return {v: self.fusion_prior if universe[v] in kinds else 1.0 for v in values}
+        if inst.choice != "order":
+            return None
+        a, b = inst.args
+        if is_dim(k, a) and is_dim(k, b):
+            favoured = "MERGED" if k.mergeable(a, b) else None
+        elif is_dim(k, b) and _fusable_into(k, a, b):
+            favoured = "IN"  # the instruction a inside b, where fusion can put it
+        elif is_dim(k, a) and _fusable_into(k, b, a):
+            favoured = "OUT"
+        else:
+            favoured = None
+        if favoured is None:
+            return None
+        return {v: self.fusion_prior if universe[v] == favoured else 1.0 for v in values}
 
     def _weighted(self, bounds: list[float]) -> int:
         best = self.state.best_time
@@ -275,6 +316,12 @@ class MonteCarlo(Strategy):
                 node.top.append((time_s, i))
                 node.top.sort()
                 del node.top[self.topk:]
+
+
+def _fusable_into(k: Any, inst: str, d: str) -> bool:
+    """``d`` is foreign to instruction ``inst`` but may be fused with one of its own dims."""
+    own = k.iteration_dims(inst)
+    return d not in own and any(k.mergeable(d, e) for e in own)
 
 
 class RandomSearch(Strategy):
