@@ -112,10 +112,12 @@ descents, timed on one core. Size estimates come from Knuth's estimator over the
 and from Chen's heuristic sampling (strata: depth and number of open choices).
 
 {table}
-What limits these figures today: propagation is pure Python and counters are recomputed from
-scratch when one of their terms changes, so matmul descents run at a few per second; and the
-matmul spaces (30 dims, 35 statements, about 600 `order` pairs) still let random descents nest
-instructions into foreign loops in combinations that propagation detects late.
+What limits these figures today: propagation is pure Python and a counter is recomputed from
+scratch when the status of one of its terms may have changed, so matmul descents run at a few
+per second. On matmul 256x256x32, the dead ends of 40 descents came from the register
+counters (about 45%: UNROLL drawn for an outer tile forces its inner tiles into registers, past
+the register file) and from the loop tree (about 55%, `fused loops share their body`); the
+search's rollouts retry another value of the failing choice instead of restarting.
 """
 
 

@@ -106,8 +106,8 @@ def table(rows: list[dict], budget: float) -> str:
 REPORT = """## Tuning against numpy/OpenBLAS
 
 Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_bench.py
---budget {budget:g} --write BENCHMARKS.md` (part of `make bench`): each case is tuned from empty
-records for {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation
+--budget {budget:g}{only} --write BENCHMARKS.md` (part of `make bench`): each case is tuned from
+empty records for {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation
 (worker median) and numpy on the same inputs are compared. Peak: {peak:.0f} GFLOP/s fp32,
 STREAM triad {stream:.1f} GB/s ({how} by `partita machine`).
 
@@ -136,6 +136,7 @@ def main() -> None:
         d = describe()
         replace_section(args.write, "tune", REPORT.format(
             budget=args.budget, seed=args.seed, table=text, peak=d.peak_gflops_fp32,
+            only=f' --only "{args.only}"' if args.only else "",
             stream=d.stream_triad_gbs, how=d.source))
 
 
