@@ -213,3 +213,17 @@ def test_cpu_rates_from_a_description() -> None:
     assert [n for n, _ in r.arith_by_lanes] == [1, 4, 8, 16]
     assert r.issue_rates(1, 16) == (pytest.approx(2.0), 3.0, 2.0)
     assert r.issue_rates(16, 16) == (pytest.approx(2.0), pytest.approx(2.0), pytest.approx(1.0))
+
+
+def test_gpu_instructions_fill_lanes_only_through_threads() -> None:
+    from partita.model.gpu import gpu_rates
+    from partita.targets.gpu.device import H100
+
+    model = Model(gpu_rates(H100))
+    root = partita.space(partita.kernel("axpy", n=1 << 12), "gpu").root()
+    assert isinstance(root, Candidate)
+    single = _without(_without(root, "THREAD"), "VECTOR")
+    # Without threads or vectors, each warp issue does one iteration: 4 lanes per cycle per
+    # SM instead of 128.
+    assert model.bound(single).terms["issue"] == pytest.approx(
+        32 * model.bound(root).terms["issue"])

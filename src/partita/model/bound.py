@@ -61,9 +61,13 @@ class Rates:
     scalar_stores_per_cycle: float = 0.0
     """Loads and stores narrower than the widest vector (0: as fast as the widest)."""
     parallel_kind: str = "PARALLEL"
-    vector_kind: str | None = "VECTOR"
-    """The dim kind that puts elements on vector lanes; None when any instruction may fill
-    them (a GPU's threads, whose count the bound does not follow yet)."""
+    lane_kinds: tuple[str, ...] = ("VECTOR",)
+    """Dim kinds that spread an instruction's iterations over lanes (CPU: VECTOR; GPU: THREAD
+    and VECTOR)."""
+    lane_group: int = 0
+    """0: one lane dim per instruction fills up to the widest vector (a CPU). Otherwise lanes
+    issue in groups of this many (a GPU warp), ``widest // lane_group`` groups per cycle: an
+    instruction on ``t`` lanes fills ``min(t, lane_group)`` of each group."""
     register_space: str = "REGISTER"
 
     def issue_rates(self, lanes: int, widest: int) -> tuple[float, float, float]:
@@ -240,15 +244,23 @@ class Model:
         return self.rates.register_space not in cand.domain("mem_space", temp)
 
     def lanes(self, cand: Candidate, dims: tuple[str, ...], widest: int) -> int:
-        """The most elements one issue of an instruction can cover: the largest size a dim
-        that may still be VECTOR can take, at most a full vector (1 if none can be)."""
-        if self.rates.vector_kind is None:
-            return widest
-        best = 1
+        """The most elements one issue of an instruction can cover: on a CPU the largest size
+        a dim that may still be VECTOR can take, at most a full vector (1 if none can be); on
+        a GPU the threads and vector lanes its dims may still spread it over, by warps."""
+        r = self.rates
+        if not r.lane_group:
+            best = 1
+            for d in dims:
+                if any(cand.allows("dim_kind", (d,), kind) for kind in r.lane_kinds):
+                    best = max(best, min(widest, self.dim_size_range(cand, d)[1]))
+            return best
+        # Threads (and their vectors) multiply; a warp issue covers at most a warp of them.
+        spread = 1
         for d in dims:
-            if cand.allows("dim_kind", (d,), self.rates.vector_kind):
-                best = max(best, min(widest, self.dim_size_range(cand, d)[1]))
-        return best
+            if any(cand.allows("dim_kind", (d,), kind) for kind in r.lane_kinds):
+                spread *= self.dim_size_range(cand, d)[1]
+        groups = max(1, widest // r.lane_group)
+        return min(widest, groups * min(spread, r.lane_group))
 
     @staticmethod
     def _unrolled_kinds(cand: Candidate) -> tuple[str, ...]:
@@ -297,7 +309,8 @@ class Model:
         runs: dict[str, int] = {}
 
         def issue(kind: str, inst: str, times: int | None = None) -> None:
-            dims = t.inner[inst]
+            # A CPU vectorises an innermost tile; GPU threads may be any tile.
+            dims = t.own[inst] if r.lane_group else t.inner[inst]
             n = lanes.get(dims)
             if n is None:
                 n = lanes[dims] = self.lanes(cand, dims, t.widest)

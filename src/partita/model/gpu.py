@@ -1,8 +1,10 @@
 """The GPU's rates for the lower-bound model, from a device description (the H100's).
 
 The shared model sees a GPU as ``sms`` cores with very wide vectors: one "vector" operation is
-an SM's worth of lanes (128 FP32 lanes on an H100), loads go through the SM's L1 at its bytes
-per cycle, and only BLOCK dimensions spread work over SMs (threads of a block share one SM).
+an SM's worth of lanes (128 FP32 lanes on an H100, four warps), loads go through the SM's L1 at
+its bytes per cycle, and only BLOCK dimensions spread work over SMs (threads of a block share
+one SM). An instruction fills those lanes only as far as its THREAD and VECTOR dimensions
+spread it: one warp issue covers at most 32 of its iterations.
 """
 
 from __future__ import annotations
@@ -21,5 +23,6 @@ def gpu_rates(gpu: GpuCapabilities, dtype: str = "float32") -> Rates:
         stores_per_cycle=gpu.l1_bytes_per_cycle_per_sm / vector_bytes,
         fma_latency_cycles=gpu.fma_latency_cycles,
         bandwidth_gbs=((gpu.l2_bytes, gpu.l2_gbs), (1 << 62, gpu.dram_gbs)),
-        parallel_kind="BLOCK", register_space="REGISTER", vector_kind=None,
+        parallel_kind="BLOCK", register_space="REGISTER",
+        lane_kinds=("THREAD", "VECTOR"), lane_group=gpu.warp_size,
     )
