@@ -6,6 +6,7 @@ import json
 
 from click.testing import CliRunner
 
+import partita
 from partita.cli import main
 
 
@@ -66,3 +67,22 @@ def test_bad_parameters_name_the_parameter() -> None:
     assert code != 0 and "no parameter 'q'" in out
     code, out = run("space", "matmul", "m")
     assert code != 0 and "key=value" in out
+
+
+def test_speed_line_names_the_resource_that_bounds_the_kernel(monkeypatch) -> None:
+    from partita.cli import _peak_line
+    from partita.targets import AVX512_REFERENCE
+    from partita.targets.cpu import measure
+    from partita.targets.cpu.description import CpuDescription
+
+    nominal = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
+    monkeypatch.setattr(measure, "describe", lambda **_: nominal)
+    # A matmul whose data fits a cache is compared with the peak, not with DRAM streams.
+    small = partita.kernel("matmul", m=256, n=256, k=32)
+    assert "of peak" in _peak_line(small, 5e-5)[2]
+    # axpy on 2^26 elements streams from DRAM.
+    big = partita.kernel("axpy", n=1 << 26)
+    assert "of STREAM triad" in _peak_line(big, 0.03)[2]
+    # axpy on 2^14 elements stays in L1/L2: its speed is compared with that level.
+    line = _peak_line(partita.kernel("axpy", n=1 << 14), 2e-6)[2]
+    assert "bandwidth" in line and "STREAM" not in line
