@@ -42,86 +42,10 @@ def counter_compare_state(lo: int, hi: int, op: str, bound: Any) -> int:
     raise ValueError(f"unknown comparison {op!r}")
 
 
-def _term_status(vec: list[int], conds: tuple[tuple[int, int], ...],
-                 quot: tuple[int, ...] | None, merged_bit: int) -> tuple[bool, bool]:
-    """(certainly counted, possibly counted) for a term."""
-    certain, possible = True, True
-    for slot, mask in conds:
-        d = vec[slot]
-        if d & ~mask:
-            certain = False
-        if not d & mask:
-            return False, False
-    if quot:
-        for s in quot:
-            d = vec[s]
-            if d & merged_bit:
-                certain = False
-                if d == merged_bit:
-                    return False, False
-    return certain, possible
-
-
-def _term_range(sp: CompiledSpace, vec: list[int], value: Any) -> tuple[int, int]:
-    """Smallest and largest value of a term (universes are sorted: extreme set bits)."""
-    if type(value) is tuple:
-        d = vec[value[0]]
-        u = sp.universe_of_slot[value[0]]
-        return u[(d & -d).bit_length() - 1], u[d.bit_length() - 1]
-    return value, value
-
-
 def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
-    """Recompute the interval of counter ``ci``; True when it changed.
-
-    This runs whenever a choice in one of its terms shrinks, so :func:`_term_status` and
-    :func:`_term_range` are inlined here.
-    Integer universes are sorted, so the extreme values are the extreme set bits.
-    """
+    """Recompute the interval of counter ``ci``; True when it changed."""
     c = sp.counters[ci]
-    if c.partners is not None:
-        return _store(vec, c, *_quotient_interval(sp, vec, c, False)[:2])
-    is_mul = c.kind == "mul"
-    lo = hi = 1 if is_mul else 0
-    mbit = c.merged_bit
-    universes = sp.universe_of_slot
-    for conds, value, quot, _ in c.terms:
-        certain = True
-        possible = True
-        for slot, mask in conds:
-            d = vec[slot]
-            if not d & mask:
-                possible = False
-                break
-            if d & ~mask:
-                certain = False
-        if not possible:
-            continue
-        if quot:
-            for s in quot:
-                d = vec[s]
-                if d & mbit:
-                    if d == mbit:
-                        possible = False
-                        break
-                    certain = False
-            if not possible:
-                continue
-        if type(value) is tuple:
-            d = vec[value[0]]
-            u = universes[value[0]]
-            vmin, vmax = u[(d & -d).bit_length() - 1], u[d.bit_length() - 1]
-        else:
-            vmin = vmax = value
-        if is_mul:
-            if certain:
-                lo *= vmin
-            hi *= vmax
-        else:
-            if certain:
-                lo += vmin
-            hi += vmax
-    return _store(vec, c, lo, hi)
+    return _store(vec, c, *_interval(sp, vec, c, False)[:2])
 
 
 def _store(vec: list[int], c: CounterInstance, lo: int, hi: int) -> bool:
@@ -135,24 +59,24 @@ def _store(vec: list[int], c: CounterInstance, lo: int, hi: int) -> bool:
     return True
 
 
-def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance,
-                       statuses: bool = True
-                       ) -> tuple[int, int, list[tuple[bool, bool, int, int]]]:
-    """``(lo, hi, statuses)`` of a counter over a quotient (fused objects count once).
+def _interval(sp: CompiledSpace, vec: list[int], c: CounterInstance, statuses: bool = True
+              ) -> tuple[int, int, list[tuple[bool, bool, int, int]]]:
+    """``(lo, hi, statuses)`` of a counter. This runs whenever a choice in one of its terms
+    may have changed status, so it is written for speed. Integer universes are sorted: the
+    extreme values are the extreme set bits.
 
-    ``hi`` counts every term that may be its class's representative. ``lo`` counts, in
-    order, the terms whose conditions certainly hold and that cannot be fused with a term it
-    already counts: each lies in a distinct class, and the class's representative has the
-    same conditions and value (fused dims are one loop), so every class counted is counted
-    once in the end. The list is ``(in lo, possible, min, max)`` per term (empty without
-    ``statuses``).
+    Over a quotient (fused objects count once), ``hi`` counts every term that may be its
+    class's representative, and ``lo`` counts, in order, the terms whose conditions
+    certainly hold and that cannot be fused with a term it already counts: each lies in a
+    distinct class, and the class's representative has the same conditions and value (fused
+    dims are one loop), so every class counted is counted once in the end. The list is
+    ``(in lo, possible, min, max)`` per term (empty without ``statuses``).
     """
     is_mul = c.kind == "mul"
     lo = hi = 1 if is_mul else 0
     mbit = c.merged_bit
     universes = sp.universe_of_slot
     partners = c.partners
-    assert partners is not None
     out: list[tuple[bool, bool, int, int]] = []
     counted: list[bool] = []
     for idx, (conds, value, quot, _) in enumerate(c.terms):
@@ -181,7 +105,7 @@ def _quotient_interval(sp: CompiledSpace, vec: list[int], c: CounterInstance,
             vmin, vmax = u[(d & -d).bit_length() - 1], u[d.bit_length() - 1]
         else:
             vmin = vmax = value
-        if certain and quot:
+        if certain and quot and partners is not None:
             for s, j in partners[idx]:
                 if j >= idx:
                     break
@@ -221,14 +145,7 @@ def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterIns
                    exact: set[int] | None = None) -> None:
     is_mul = c.kind == "mul"
     mbit = c.merged_bit
-    if c.partners is not None:
-        statuses = _quotient_interval(sp, vec, c)[2]
-    else:
-        statuses = []
-        for conds, value, quot, _ in c.terms:
-            certain, possible = _term_status(vec, conds, quot, mbit)
-            vmin, vmax = _term_range(sp, vec, value) if possible else (0, 0)
-            statuses.append((certain, possible, vmin, vmax))
+    statuses = _interval(sp, vec, c)[2]
     lo, hi = vec[c.lo_slot], vec[c.lo_slot + 1]
     for idx, ((conds, value, quot, _), (certain, possible, vmin, vmax)) in enumerate(zip(
             c.terms, statuses, strict=True)):
