@@ -202,68 +202,42 @@ static __attribute__((noinline)) double k_chase(long n, void **start) {
     return 16.0 * (double)n;
 }
 
-/* Pure vector loads: values are pinned in registers, nothing consumes them. */
-static __attribute__((noinline)) double k_load(long n, char *buf, size_t bytes) {
-    vwide *p = (vwide *)buf;
-    size_t nv = bytes / sizeof(vwide) / 8 * 8;
-    for (long r = 0; r < n; r++) {
-        for (size_t i = 0; i < nv; i += 8) {
-            vwide v0 = p[i], v1 = p[i + 1], v2 = p[i + 2], v3 = p[i + 3];
-            vwide v4 = p[i + 4], v5 = p[i + 5], v6 = p[i + 6], v7 = p[i + 7];
-            KEEP(v0); KEEP(v1); KEEP(v2); KEEP(v3); KEEP(v4); KEEP(v5); KEEP(v6); KEEP(v7);
-        }
-        CLOBBER();
+/* Pure loads (values pinned in registers, nothing consumes them) and pure stores of an
+   opaque register, of elements of type T: the widest vectors, and 4-byte scalars (some cores
+   issue more of those per cycle; the vectorisers are off so that they stay scalar). */
+#define DEF_LOAD_STORE(LOAD, STORE, T, ATTR)                                          \
+    static ATTR double LOAD(long n, char *buf, size_t bytes) {                        \
+        T *p = (T *)buf;                                                             \
+        size_t ne = bytes / sizeof(T) / 8 * 8;                                       \
+        for (long r = 0; r < n; r++) {                                               \
+            for (size_t i = 0; i < ne; i += 8) {                                     \
+                T v0 = p[i], v1 = p[i + 1], v2 = p[i + 2], v3 = p[i + 3];             \
+                T v4 = p[i + 4], v5 = p[i + 5], v6 = p[i + 6], v7 = p[i + 7];         \
+                KEEP(v0); KEEP(v1); KEEP(v2); KEEP(v3);                              \
+                KEEP(v4); KEEP(v5); KEEP(v6); KEEP(v7);                              \
+            }                                                                        \
+            CLOBBER();                                                               \
+        }                                                                            \
+        return (double)n * (double)(ne * sizeof(T));                                 \
+    }                                                                                \
+    static ATTR double STORE(long n, char *buf, size_t bytes) {                       \
+        T *p = (T *)buf;                                                             \
+        size_t ne = bytes / sizeof(T) / 8 * 8;                                       \
+        T v = (T){0} + 1.5f;                                                         \
+        for (long r = 0; r < n; r++) {                                               \
+            KEEP(v);                                                                 \
+            for (size_t i = 0; i < ne; i += 8) {                                     \
+                p[i] = v; p[i + 1] = v; p[i + 2] = v; p[i + 3] = v;                  \
+                p[i + 4] = v; p[i + 5] = v; p[i + 6] = v; p[i + 7] = v;              \
+            }                                                                        \
+            CLOBBER();                                                               \
+        }                                                                            \
+        return (double)n * (double)(ne * sizeof(T));                                 \
     }
-    return (double)n * (double)(nv * sizeof(vwide));
-}
 
-/* Scalar loads and stores (4-byte elements): some cores issue more of them per cycle than
-   of the widest vectors. The vectorisers are off so that they stay scalar. */
-#define SCALAR_FN __attribute__((noinline, optimize("no-tree-vectorize", "no-tree-slp-vectorize")))
-static SCALAR_FN double k_sload(long n, char *buf, size_t bytes) {
-    float *p = (float *)buf;
-    size_t ne = bytes / sizeof(float) / 8 * 8;
-    for (long r = 0; r < n; r++) {
-        for (size_t i = 0; i < ne; i += 8) {
-            float v0 = p[i], v1 = p[i + 1], v2 = p[i + 2], v3 = p[i + 3];
-            float v4 = p[i + 4], v5 = p[i + 5], v6 = p[i + 6], v7 = p[i + 7];
-            KEEP(v0); KEEP(v1); KEEP(v2); KEEP(v3); KEEP(v4); KEEP(v5); KEEP(v6); KEEP(v7);
-        }
-        CLOBBER();
-    }
-    return (double)n * (double)(ne * sizeof(float));
-}
-
-static SCALAR_FN double k_sstore(long n, char *buf, size_t bytes) {
-    float *p = (float *)buf;
-    size_t ne = bytes / sizeof(float) / 8 * 8;
-    float v = 1.5f;
-    for (long r = 0; r < n; r++) {
-        KEEP(v);
-        for (size_t i = 0; i < ne; i += 8) {
-            p[i] = v; p[i + 1] = v; p[i + 2] = v; p[i + 3] = v;
-            p[i + 4] = v; p[i + 5] = v; p[i + 6] = v; p[i + 7] = v;
-        }
-        CLOBBER();
-    }
-    return (double)n * (double)(ne * sizeof(float));
-}
-
-/* Pure vector stores of an opaque register. */
-static __attribute__((noinline)) double k_store(long n, char *buf, size_t bytes) {
-    vwide *p = (vwide *)buf;
-    size_t nv = bytes / sizeof(vwide) / 8 * 8;
-    vwide v = (vwide){0} + 1.5f;
-    for (long r = 0; r < n; r++) {
-        KEEP(v);
-        for (size_t i = 0; i < nv; i += 8) {
-            p[i] = v; p[i + 1] = v; p[i + 2] = v; p[i + 3] = v;
-            p[i + 4] = v; p[i + 5] = v; p[i + 6] = v; p[i + 7] = v;
-        }
-        CLOBBER();
-    }
-    return (double)n * (double)(nv * sizeof(vwide));
-}
+DEF_LOAD_STORE(k_load, k_store, vwide, __attribute__((noinline)))
+DEF_LOAD_STORE(k_sload, k_sstore, float,
+               __attribute__((noinline, optimize("no-tree-vectorize", "no-tree-slp-vectorize"))))
 
 /* Working sets larger than a block are walked one block per repetition unit, the block
    moving round the buffer, so that a unit of work stays short (a few hundred microseconds)
