@@ -531,6 +531,9 @@ class CPrinter:
         lanes = self.sizes[node.dims[0]]
         assert isinstance(lanes, int)
         venv = {**env, **dict.fromkeys(node.dims, "0")}
+        if not self._vector_mode(node, venv, lanes):
+            self._print_lanes(node, env, indent, lanes)
+            return
         partial = self._partial_guard(node, venv, lanes)
         if partial:
             self.emit(indent, f"if ({partial}) {{")
@@ -544,14 +547,22 @@ class CPrinter:
         if partial:
             # The last tile of a dimension with a remainder: one lane at a time.
             self.emit(indent - 1, "} else {")
-            var = c_name(node.dims[0])
-            self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {lanes}; ++{var}) {{")
-            self._declare(node, indent + 1, scalar=True)
-            for child in node.children:
-                self._print_inst(self.k.inst(child.inst or ""),
-                                 {**env, **dict.fromkeys(node.dims, var)}, indent + 1, None)
-            self.emit(indent, "}")
+            self._print_lanes(node, env, indent, lanes)
             self.emit(indent - 1, "}")
+
+    def _vector_mode(self, node: Node, venv: dict[str, str], lanes: int) -> bool:
+        """Whether the vector dimension can be printed on whole vectors (always, in C)."""
+        return True
+
+    def _print_lanes(self, node: Node, env: dict[str, str], indent: int, lanes: int) -> None:
+        """A vector dimension printed one lane at a time (a scalar loop)."""
+        var = c_name(node.dims[0])
+        self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {lanes}; ++{var}) {{")
+        self._declare(node, indent + 1, scalar=True)
+        for child in node.children:
+            self._print_inst(self.k.inst(child.inst or ""),
+                             {**env, **dict.fromkeys(node.dims, var)}, indent + 1, None)
+        self.emit(indent, "}")
 
     def _partial_guard(self, node: Node, venv: dict[str, str], lanes: int) -> str:
         """The condition for a full vector when a logical dim of it may overflow, else ''."""

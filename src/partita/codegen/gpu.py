@@ -701,30 +701,8 @@ class GpuPrinter(CPrinter):
 
     # -- vector dimensions -----------------------------------------------------------------
 
-    def _print_vector(self, node: Node, env: dict[str, str], indent: int) -> None:
-        lanes = self.sizes[node.dims[0]]
-        assert isinstance(lanes, int)
-        venv = {**env, **dict.fromkeys(node.dims, "0")}
-        if not self._vector_mode(node, venv, lanes):
-            self._print_lanes(node, env, indent, lanes)
-            return
-        partial = self._partial_guard(node, venv, lanes)
-        if partial:
-            self.emit(indent, f"if ({partial}) {{")
-            indent += 1
-        self._declare(node, indent)
-        for child in node.children:
-            inst = self.k.inst(child.inst or "")
-            lane = (node, lanes) if self._iterates(inst.name, node) else None
-            self._print_inst(inst, venv, indent, lane)
-        if partial:
-            # The last tile of a dimension with a remainder: one lane at a time.
-            self.emit(indent - 1, "} else {")
-            self._print_lanes(node, env, indent, lanes)
-            self.emit(indent - 1, "}")
-
     def _print_lanes(self, node: Node, env: dict[str, str], indent: int, lanes: int) -> None:
-        """A vector dimension printed as unrolled scalar code."""
+        """A vector dimension printed as unrolled scalar code (no loop index is needed)."""
         for i in range(lanes):
             self.emit(indent, f"{{ /* {node.dims[0]} = {i} */")
             self._declare(node, indent + 1, scalar=True)
