@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from partita.gpu.nvcc import CudaBuild, compile_cuda, find_nvcc
+from partita.gpu.opencl import OpenclRunner, OpenclUnavailable, default_runner
 from tests.gpu.samples import Printed, load, replay_all
 
 FAST_NVCC = ("-Xcicc", "-O0", "-Xptxas", "-O0")
@@ -30,6 +31,15 @@ def pocl_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ.pop("POCL_CACHE_DIR", None)
     else:
         os.environ["POCL_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def runner(pocl_cache: None) -> OpenclRunner:
+    """The OpenCL device the tests run on (PoCL); the tests skip without one."""
+    try:
+        return default_runner()
+    except OpenclUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 _REPLAYED: list[Printed] = []

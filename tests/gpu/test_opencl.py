@@ -13,17 +13,9 @@ from tests.gpu.samples import CONFIGS, Printed
 
 pytest.importorskip("pyopencl")
 
-from partita.gpu.opencl import OpenclRunner, OpenclUnavailable, default_runner
+from partita.gpu.opencl import OpenclRunner
 
 SEED = 7
-
-
-@pytest.fixture(scope="module")
-def runner(pocl_cache: None) -> OpenclRunner:
-    try:
-        return default_runner()
-    except OpenclUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _describe(p: Printed, what: str) -> str:

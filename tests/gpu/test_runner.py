@@ -16,21 +16,11 @@ pytest.importorskip("pyopencl")
 
 from partita.gpu.opencl import (
     OpenclRunner,
-    OpenclUnavailable,
-    default_runner,
     pocl_device,
     run_opencl,
 )
 
 STORE = "y[(32 * bid_x + 4 * tid_y + tid_x)] = v_axpy;"
-
-
-@pytest.fixture(scope="module")
-def runner(pocl_cache: None) -> OpenclRunner:
-    try:
-        return default_runner()
-    except OpenclUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _axpy(dtype: str = "float32") -> GpuProgram:
