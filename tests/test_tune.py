@@ -166,3 +166,20 @@ def test_a_full_disk_is_one_line_and_keeps_the_records(tuned: partita.Tuned, db:
     assert code != 0 and "No space left on device" in out and "Traceback" not in out
     monkeypatch.undo()
     assert partita.load(partita.kernel("matmul", m=16, n=24, k=8), db=db).time <= tuned.time
+
+
+def test_a_batch_tightens_the_call_limit_as_it_measures() -> None:
+    """A program measured earlier in a batch lowers the limit of the ones after it: a few
+    hopeless candidates must not eat the budget of a large kernel."""
+    from partita.runtime.evaluate import Measurement
+    from partita.tuning import batch_limit, call_limit
+
+    def measured(t: float | None, status: str = "ok") -> Measurement:
+        return Measurement(status=status, median_s=t)
+
+    limit = batch_limit(float("inf"))
+    assert limit([]) == call_limit(float("inf"))
+    assert limit([measured(None, "timeout")]) == call_limit(float("inf"))
+    assert limit([measured(0.4)]) == call_limit(0.4) < call_limit(float("inf"))
+    assert batch_limit(0.2)([measured(0.4)]) == call_limit(0.2)
+    assert call_limit(1e-6) > 0

@@ -199,11 +199,22 @@ def write_code(kernel: Kernel, source: str) -> Path:
 # -- tuning -------------------------------------------------------------------------------------
 
 
-def call_limit(best_s: float, floor_s: float = 0.5, factor: float = 20.0,
+def call_limit(best_s: float, floor_s: float = 0.5, factor: float = 5.0,
                default_s: float = 10.0) -> float:
     """How long one call of a candidate may run: ``factor`` times the best time so far (an
-    implementation that slow cannot win, and a hang must not stall the search)."""
+    implementation that slow cannot win, and a hang must not stall the search). Each call is
+    repeated for warm-up and timing, so a generous factor lets a few hopeless candidates eat
+    the budget of a large kernel."""
     return default_s if math.isinf(best_s) else max(floor_s, factor * best_s)
+
+
+def batch_limit(best_s: float) -> Callable[[list[Any]], float]:
+    """The per-call limit of each program of a batch: :func:`call_limit` of the best time so
+    far, including the programs of the batch measured before it."""
+    def limit(done: list[Any]) -> float:
+        times = [m.median_s for m in done if m.ok and m.median_s is not None]
+        return call_limit(min([best_s, *times]))
+    return limit
 
 
 def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
@@ -268,7 +279,7 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
             with Evaluator(seed=seed, timing=timing, compiler=compiler, references=refs) as ev:
                 def evaluate(progs: list[Program]) -> list[Any]:
                     programs.update((p.digest, p) for p in progs)
-                    return ev.evaluate(progs, timeout_s=call_limit(state.best_time))
+                    return ev.evaluate(progs, timeout_s=batch_limit(state.best_time))
 
                 def record(e: Evaluation) -> None:
                     eid = rec.add_evaluation(run, e.to_json(), compiler.flags_text)

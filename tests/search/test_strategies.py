@@ -187,7 +187,8 @@ def test_rollouts_favour_fusion() -> None:
     k = partita.kernel("matmul", m=64, n=64, k=16)
     root = partita.space(k, "cpu", cpu=AVX512_REFERENCE).root()
     assert isinstance(root, Candidate)
-    mcts = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=8)
+    mcts = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=8,
+                      preference_prior=1)
     sp = root.compiled
 
     def prior(c: Candidate, choice: str, *args: str) -> dict[Any, float] | None:
@@ -212,6 +213,38 @@ def test_rollouts_favour_fusion() -> None:
     assert all(w == 1.0 for kind, w in following.items() if kind != "UNROLL")
     with pytest.raises(ValueError, match="fusion_prior"):
         MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=0)
-    uniform = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=1)
-    slot, _ = root.slot("order", ("i_a.0", "i.0"))
-    assert uniform._prior(root, slot, set_bits(root.vec[slot])) is None
+    uniform = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=1,
+                         preference_prior=1)
+    for choice, args in (("order", ("i_a.0", "i.0")), ("dim_kind", ("j.2",))):
+        slot, _ = root.slot(choice, args)
+        assert uniform._prior(root, slot, set_bits(root.vec[slot])) is None
+
+
+def test_rollouts_favour_the_values_the_space_prefers() -> None:
+    """The CPU space prefers VECTOR kinds and temporaries in registers; a value that is both
+    preferred and fuses gets both factors."""
+    k = partita.kernel("matmul", m=64, n=64, k=16)
+    root = partita.space(k, "cpu", cpu=AVX512_REFERENCE).root()
+    assert isinstance(root, Candidate)
+    assert set(root.compiled.sdef.preferences) == {"dim_kind", "mem_space"}
+    mcts = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=8,
+                      preference_prior=4)
+
+    def prior(c: Candidate, choice: str, *args: str) -> dict[Any, float]:
+        slot, _ = c.slot(choice, args)
+        weights = mcts._prior(c, slot, set_bits(c.vec[slot]))
+        assert weights is not None
+        return {c.compiled.universe_of_slot[slot][v]: w for v, w in weights.items()}
+
+    assert prior(root, "dim_kind", "j.2") == {"LOOP": 1.0, "UNROLL": 1.0, "VECTOR": 4,
+                                              "PARALLEL": 1.0}
+    vec = root.restrict("dim_kind", ("j.2",), ["VECTOR"])
+    assert isinstance(vec, Candidate)
+    assert prior(vec, "dim_kind", "j_b.2")["VECTOR"] == 32
+    split = root.restrict("order", ("r.0", "i.2"), ["OUT"])  # the accumulator leaves acc
+    assert isinstance(split, Candidate)
+    placement = prior(split, "mem_space", "tmp_init_acc")
+    assert placement["REGISTER"] == 4
+    assert all(w == 1.0 for space, w in placement.items() if space != "REGISTER")
+    with pytest.raises(ValueError, match="preference_prior"):
+        MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), preference_prior=0)

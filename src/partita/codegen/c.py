@@ -648,6 +648,14 @@ class CPrinter:
                 return f"{fn}({a[0]}, {a[1]})"
         raise CodegenError(f"instruction {inst.name}: unknown op {inst.op!r}")
 
+    @staticmethod
+    def _broadcast(vt: str | None, scalar: str) -> str:
+        """``scalar`` in every lane of a ``vt``. Subtracting a zero vector is exact for every
+        value (-0.0 included), so gcc folds it into a plain broadcast, which it embeds in the
+        FMA that reads it; adding a zero is not exact (-0.0 + 0.0 is +0.0) and costs an
+        addition before every broadcast."""
+        return f"({scalar} - ({vt}){{}})"
+
     def _operand(self, inst: Instruction, op: Operand, env: dict[str, str],
                  lane_dims: set[str], lanes: int) -> str:
         vt = self.vtype(inst.dtype, lanes) if lane_dims else None
@@ -655,9 +663,9 @@ class CPrinter:
             lit = repr(float(op.value)) if op.dtype.is_float else str(int(op.value))
             if op.dtype is DType.FP32:
                 lit += "f"
-            return f"(({vt}){{}} + {lit})" if vt else lit
+            return self._broadcast(vt, lit) if vt else lit
         if isinstance(op, Scalar):
-            return f"(({vt}){{}} + {op.name})" if vt else op.name
+            return self._broadcast(vt, op.name) if vt else op.name
         if isinstance(op, Index):
             c = inst.dtype.c_type
             base = f"({c})({self.logical_index(env, op.dim)})"
@@ -677,7 +685,7 @@ class CPrinter:
                       lane_dims: set[str], lanes: int, vt: str | None = None) -> str:
         if st.temp is None:
             if lane_dims and st.vector_dim is None:
-                return f"(({vt or self.vtype(st.dtype, lanes)}){{}} + {st.name})"
+                return self._broadcast(vt or self.vtype(st.dtype, lanes), st.name)
             return st.name
         base, step = self.temp_address(st, env, side, lane_dims)
         if st.lanes > 1:
@@ -698,7 +706,7 @@ class CPrinter:
             return f"{st.name}[{int(base) // lanes}]"
         vt = self.vtype(st.dtype, lanes)
         if step == 0:
-            return f"(({vt}){{}} + {self._vector_element(st, base)})"
+            return self._broadcast(vt, self._vector_element(st, base))
         elems = ", ".join(self._vector_element(st, _sum([base, str(i * int(step))]))
                           for i in range(lanes))
         return f"(({vt}){{{elems}}})"
@@ -710,7 +718,7 @@ class CPrinter:
         if step == 1:
             return f"load_{vt}(&{arr}[{base}])"
         if step == 0:
-            return f"(({vt}){{}} + {arr}[{base}])"
+            return self._broadcast(vt, f"{arr}[{base}]")
         elems = ", ".join(f"{arr}[{base} + {_fold([i, step])}]" for i in range(lanes))
         return f"(({vt}){{{elems}}})"
 

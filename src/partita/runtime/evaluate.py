@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -322,12 +322,15 @@ class Evaluator:
 
     # -- evaluation ---------------------------------------------------------------------------
 
-    def evaluate(self, programs: Sequence[Program], *, timeout_s: float | None = None,
+    def evaluate(self, programs: Sequence[Program], *,
+                 timeout_s: float | Callable[[Sequence[Measurement]], float] | None = None,
                  time_it: bool = True) -> list[Measurement]:
         """A :class:`Measurement` per program, in order.
 
-        ``timeout_s`` overrides the per-call limit (a tuner passes a multiple of the best time
-        so far); ``time_it=False`` only checks the outputs.
+        ``timeout_s`` overrides the per-call limit: a number, or a function of the
+        measurements of the batch so far (a tuner allows a multiple of the best time, which a
+        program earlier in the batch may just have lowered); ``time_it=False`` only checks
+        the outputs.
         """
         with self._lock:
             if self.overlap:
@@ -338,7 +341,8 @@ class Evaluator:
                     if not self.overlap and (p.entry, p.source) not in self._pending:
                         # One batch at a time: nothing compiles while a kernel is timed.
                         self.prepare(programs[i:i + self.batch_size])
-                    results.append(self._evaluate_one(p, timeout_s or self.timeout_s, time_it))
+                    limit = timeout_s(results) if callable(timeout_s) else timeout_s
+                    results.append(self._evaluate_one(p, limit or self.timeout_s, time_it))
             finally:
                 for p in programs:
                     self._pending.pop((p.entry, p.source), None)

@@ -125,11 +125,15 @@ class MonteCarlo(Strategy):
 
     def __init__(self, root: Candidate, bound: BoundFn, state: SearchState,
                  rng: random.Random, policy: str = "tag", topk: int = 10, delta: float = 1.0,
-                 uct_c: float = math.sqrt(2), fusion_prior: float = 16.0) -> None:
+                 uct_c: float = math.sqrt(2), fusion_prior: float = 16.0,
+                 preference_prior: float = 16.0) -> None:
         super().__init__(root, bound, state, rng)
-        if fusion_prior <= 0:
-            raise ValueError(f"fusion_prior must be positive, got {fusion_prior}")
+        for name, factor in (("fusion_prior", fusion_prior),
+                             ("preference_prior", preference_prior)):
+            if factor <= 0:
+                raise ValueError(f"{name} must be positive, got {factor}")
         self.fusion_prior = fusion_prior
+        self.preference_prior = preference_prior
         if policy not in ("tag", "uct"):
             raise ValueError(f"unknown tree policy {policy!r} (tag or uct)")
         self.policy = policy
@@ -227,38 +231,31 @@ class MonteCarlo(Strategy):
         return cand
 
     def _prior(self, cand: Candidate, slot: int, values: list[int]) -> dict[int, float] | None:
-        """Rollout weights of a slot's values, None for uniform: fusing two loops that may be
-        fused (MERGED), and giving a loop the kind a loop it may be fused with already has, are
-        ``fusion_prior`` times as likely as each other value. Fusion is what keeps values in
-        registers instead of temporaries, and random kinds and orders rarely fuse a whole
-        nest; the bound still prunes and weighs the children it reaches."""
-        if self.fusion_prior == 1.0:
-            return None
+        """Rollout weights of a slot's values, None for uniform. Two kinds of value are
+        favoured, each by its factor (a value that is both gets the product):
+
+        - fusion (``fusion_prior``): fusing two loops that may be fused (MERGED), putting an
+          instruction inside a loop that may be fused with one of its own (IN), giving a loop
+          the kind that a loop it may be fused with already has. Fusion is what keeps values
+          in registers instead of temporaries, and random kinds and orders rarely fuse a
+          whole nest;
+        - the values the space prefers (``preference_prior``, :meth:`SpaceDef.prefer`), such
+          as VECTOR kinds and temporaries in registers on a CPU.
+
+        The bound still prunes and weighs the children a rollout reaches."""
         inst = cand.compiled.instances[slot]
-        k = cand.kernel
         universe = cand.compiled.universe_of_slot[slot]
-        if inst.choice == "dim_kind":
-            # Fused loops share their kind: follow a decided partner to keep fusion possible.
-            d = inst.args[0]
-            kinds = {kinds[0] for e in k.dims if k.mergeable(d, e.name)
-                     and len(kinds := cand.domain("dim_kind", e.name)) == 1}
-            if not kinds:
-                return None
-            return {v: self.fusion_prior if universe[v] in kinds else 1.0 for v in values}
-        if inst.choice != "order":
+        weight: dict[object, float] = {}
+        pref = cand.compiled.sdef.preferences.get(inst.choice)
+        if pref is not None and self.preference_prior != 1.0:
+            for v in pref.values:
+                weight[v] = self.preference_prior
+        if self.fusion_prior != 1.0:
+            for v in _fusion_values(cand, inst.choice, inst.args):
+                weight[v] = weight.get(v, 1.0) * self.fusion_prior
+        if not weight:
             return None
-        a, b = inst.args
-        if is_dim(k, a) and is_dim(k, b):
-            favoured = "MERGED" if k.mergeable(a, b) else None
-        elif is_dim(k, b) and _fusable_into(k, a, b):
-            favoured = "IN"  # the instruction a inside b, where fusion can put it
-        elif is_dim(k, a) and _fusable_into(k, b, a):
-            favoured = "OUT"
-        else:
-            favoured = None
-        if favoured is None:
-            return None
-        return {v: self.fusion_prior if universe[v] == favoured else 1.0 for v in values}
+        return {v: weight.get(universe[v], 1.0) for v in values}
 
     def _weighted(self, bounds: list[float]) -> int:
         best = self.state.best_time
@@ -316,6 +313,26 @@ class MonteCarlo(Strategy):
                 node.top.append((time_s, i))
                 node.top.sort()
                 del node.top[self.topk:]
+
+
+def _fusion_values(cand: Candidate, choice: str, args: tuple[str, ...]) -> set[object]:
+    """The values of a choice instance that fuse loops (see :meth:`MonteCarlo._prior`)."""
+    k = cand.kernel
+    if choice == "dim_kind":
+        # Fused loops share their kind: follow a decided partner to keep fusion possible.
+        d = args[0]
+        return {kinds[0] for e in k.dims if k.mergeable(d, e.name)
+                and len(kinds := cand.domain("dim_kind", e.name)) == 1}
+    if choice != "order":
+        return set()
+    a, b = args
+    if is_dim(k, a) and is_dim(k, b):
+        return {"MERGED"} if k.mergeable(a, b) else set()
+    if is_dim(k, b) and _fusable_into(k, a, b):
+        return {"IN"}  # the instruction a inside b, where fusion can put it
+    if is_dim(k, a) and _fusable_into(k, b, a):
+        return {"OUT"}
+    return set()
 
 
 def _fusable_into(k: Any, inst: str, d: str) -> bool:

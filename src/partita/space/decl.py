@@ -203,6 +203,18 @@ class TriggerDecl:
     doc: str = ""
 
 
+@dataclass(frozen=True)
+class PreferDecl:
+    """Values of a choice that searches draw more often than the others (a rollout prior).
+
+    A preference never removes a value: it only says where good implementations usually are,
+    so that random completions of a partial candidate land there more often."""
+
+    choice: str
+    values: frozenset[str]
+    doc: str = ""
+
+
 @dataclass
 class SpaceDef:
     """A kernel-independent decision space. Build it with the methods below, then compile."""
@@ -215,6 +227,7 @@ class SpaceDef:
     quotients: dict[str, QuotientDecl] = field(default_factory=dict)
     constraints: list[Require] = field(default_factory=list)
     triggers: list[TriggerDecl] = field(default_factory=list)
+    preferences: dict[str, PreferDecl] = field(default_factory=dict)
     choice_order: tuple[str, ...] = ()
 
     def set(self, name: str, items: Callable[..., Sequence[str]], *, param: str | None = None,
@@ -270,6 +283,15 @@ class SpaceDef:
     def trigger(self, name: str, forall: Sequence[Var], when: Sequence[Is | Static],
                 lower: Callable[..., Kernel], *, doc: str = "") -> None:
         self.triggers.append(TriggerDecl(name, tuple(forall), tuple(when), lower, doc))
+
+    def prefer(self, choice: str, preferred: frozenset[str], *, doc: str = "") -> None:
+        """Values of an enum choice that searches favour (see :class:`PreferDecl`)."""
+        if choice not in self.enums:
+            raise SpaceError(f"preference on {choice!r}: not an enum choice of {self.name!r}")
+        unknown = set(preferred) - set(self.enums[choice].values)
+        if unknown:
+            raise SpaceError(f"preference on {choice!r}: unknown values {sorted(unknown)}")
+        self.preferences[choice] = PreferDecl(choice, frozenset(preferred), doc)
 
     def _check_params(self, name: str, params: Sequence[str]) -> None:
         for p in params:

@@ -33,8 +33,13 @@ class CpuCapabilities:
         return max(1, self.vector_bits // (8 * itemsize))
 
     def vector_sizes(self, itemsize: int) -> tuple[int, ...]:
-        """Sizes a VECTOR dimension may take: 4 elements up to 4 full registers."""
-        top = 4 * self.lanes(itemsize)
+        """Sizes a VECTOR dimension may take: 4 elements up to one full register.
+
+        Wider generic vectors have no machine mode: gcc keeps them on the stack and splits
+        every operation, so an accumulator of two registers' width goes through memory on
+        each update (about 3x slower measured). A tile of several registers is a VECTOR dim
+        of one register inside an UNROLL dim, as in hand-written micro-kernels."""
+        top = self.lanes(itemsize)
         sizes, s = [], 4
         while s <= top:
             sizes.append(s)

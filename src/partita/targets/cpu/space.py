@@ -65,6 +65,13 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
     _declare_vectors(S, vec_sizes)
     _declare_parallel(S, cpu)
     _declare_registers(S, cpu, itemsize)
+    S.prefer("dim_kind", values("VECTOR"),
+             doc="One vector instruction does the work of a register's lanes of scalar ones; "
+                 "wherever a dimension may be VECTOR, it usually should be.")
+    S.prefer("mem_space", values("REGISTER"),
+             doc="A temporary in registers costs no load or store, and an accumulator kept "
+                 "in registers between its init and its store is the heart of a fast "
+                 "micro-kernel.")
     return S
 
 
@@ -73,7 +80,8 @@ def _declare_vectors(S: SpaceDef, vec_sizes: tuple[int, ...]) -> None:
     S.require("vector sizes fit registers", [d],
               Is("dim_kind", ("d",), values("LOOP", "UNROLL", "PARALLEL")),
               Compare("size", ("d",), "in", vec_sizes),
-              doc="A vector dimension spans a quarter of a register up to four registers.")
+              doc="A vector dimension spans a quarter of a register up to one register "
+                  "(see CpuCapabilities.vector_sizes).")
     S.require("vector dims are innermost", [x, y],
               Is("dim_kind", ("x",), values("LOOP", "UNROLL", "PARALLEL")),
               Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
