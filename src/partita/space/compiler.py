@@ -43,6 +43,10 @@ from partita.space.decl import (
 ABSENT = 1 << 62
 """Domain of the absent slot: a bit no condition mask contains."""
 
+Occurrence = tuple[Callable, int | None, int | None]
+"""An occurrence function with the masks that gate it (see
+:meth:`CompiledSpace._occurrence_watch`)."""
+
 
 class DeadEndSignal(Exception):
     """Raised inside propagation when a domain empties; turned into a DeadEnd value."""
@@ -409,25 +413,46 @@ class CompiledSpace:
 
     def _generate(self) -> None:
         gen = _Generator(self)
-        self.occurrences: dict[str, list[Callable]] = {}
+        self.occurrences: dict[str, list[Occurrence]] = {}
         self.counter_occurrences: dict[str, list[Callable]] = {}
-        self.trigger_occurrences: dict[str, list[Callable]] = {}
+        self.trigger_occurrences: dict[str, list[Occurrence]] = {}
         self.root_checks: list[Callable] = []
         for kid, req in enumerate(self.sdef.constraints):
-            for target, fn in gen.constraint(kid, req):
-                self._register(target, fn, self.occurrences, self.counter_occurrences)
+            for target, fn, cond in gen.constraint(kid, req):
+                self._register(target, fn, cond, self.occurrences, self.counter_occurrences)
             if len(req.forall) <= 2:
                 # Run once at the root: catches clauses none of whose conditions reads an
                 # existing choice instance, which no domain change would ever trigger.
                 self.root_checks.append(gen.root_check(kid, req))
         for tid, trig in enumerate(self.sdef.triggers):
-            for target, fn in gen.trigger(tid, trig):
-                self._register(target, fn, self.trigger_occurrences, {})
+            for target, fn, cond in gen.trigger(tid, trig):
+                self._register(target, fn, cond, self.trigger_occurrences, {})
         self.source = gen.source()
 
-    def _register(self, target: str, fn: Callable, choices: dict, counters: dict) -> None:
-        table = counters if target in self.sdef.counters else choices
-        table.setdefault(target, []).append(fn)
+    def _register(self, target: str, fn: Callable, cond: Condition, choices: dict,
+                  counters: dict) -> None:
+        if target in self.sdef.counters:
+            counters.setdefault(target, []).append(fn)
+        else:
+            choices.setdefault(target, []).append(self._occurrence_watch(fn, cond))
+
+    def _occurrence_watch(self, fn: Callable, cond: Condition) -> Occurrence:
+        """``fn`` with the value mask of its condition on the changed slot, in the slot's
+        orientation and flipped (None: run on every change).
+
+        A clause needs propagating only when one of its conditions turns true or false. An
+        ``Is`` condition on an enum choice is true when the domain is inside its mask and
+        false when it misses it; a change that moves neither leaves every grounding of the
+        clause through this condition as it was at the last fixpoint, so the occurrence is
+        skipped. Other conditions (relations, comparisons, integer masks that vary per slot)
+        always run."""
+        if not isinstance(cond, Is) or cond.choice not in self.sdef.enums:
+            return fn, None, None
+        mask = self.value_mask(cond.choice, _any_slot(self, cond.choice), cond.values)
+        decl = self.sdef.enums[cond.choice]
+        flipped = self.flip_table(cond.choice)[mask] \
+            if self.pair_choice.get(cond.choice) and not decl.symmetric else mask
+        return fn, mask, flipped
 
 
 class _Generator:
@@ -450,26 +475,26 @@ class _Generator:
 
     # -- entry points ----------------------------------------------------------------------
 
-    def constraint(self, kid: int, req: Require) -> list[tuple[str, Callable]]:
+    def constraint(self, kid: int, req: Require) -> list[tuple[str, Callable, Condition]]:
         out = []
         for ci, cond in enumerate(req.any_of):
             for choice, args in _choice_refs(cond):
                 fn = self._occurrence(f"k{kid}_{ci}_{len(out)}", req.forall, req.any_of,
                                       choice, args, kid, trigger=None)
-                out.append((choice, fn))
+                out.append((choice, fn, cond))
         return out
 
     def root_check(self, kid: int, req: Require) -> Callable:
         return self._occurrence(f"r{kid}", req.forall, req.any_of, None, (), kid, trigger=None)
 
-    def trigger(self, tid: int, trig: TriggerDecl) -> list[tuple[str, Callable]]:
+    def trigger(self, tid: int, trig: TriggerDecl) -> list[tuple[str, Callable, Condition]]:
         out = []
         for ci, cond in enumerate(trig.when):
             if isinstance(cond, Static):
                 continue
             fn = self._occurrence(f"t{tid}_{ci}", trig.forall, trig.when, cond.choice,
                                   cond.args, -1, trigger=tid)
-            out.append((cond.choice, fn))
+            out.append((cond.choice, fn, cond))
         return out
 
     # -- one occurrence --------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Propagation to a fixpoint over the decision vector (000 Algorithm 1).
 
-A worklist holds the slots whose domain shrank. Popping a slot runs every generated occurrence
-function of the choice stored there (both orientations for a pair), recomputes the counters
-that depend on it, and runs the occurrences of a counter whose interval moved. ``R`` restricts
+A worklist holds the slots whose domain shrank. Popping a slot runs the generated occurrence
+functions of the choice stored there (both orientations for a pair) whose condition may have
+turned true or false, recomputes the counters that depend on it, and runs the occurrences of a
+counter whose interval moved. ``R`` restricts
 a slot to a mask and queues it when it shrank; an empty domain raises :class:`DeadEndSignal`,
 which the candidate layer turns into a :class:`~partita.space.candidate.DeadEnd` value.
 """
@@ -60,15 +61,14 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
             choice = choice_of[slot]
             ids = instances[slot].ids
             both = pair.get(choice, False)
-            for fn in occ.get(choice, ()):
-                fn(vec, R, fired, *ids)
-                if both:
-                    fn(vec, R, fired, ids[1], ids[0])
-            for fn in tocc.get(choice, ()):
-                fn(vec, R, fired, *ids)
-                if both:
-                    fn(vec, R, fired, ids[1], ids[0])
             now = vec[slot]
+            for table in (occ, tocc):
+                for fn, mask, flipped in table.get(choice, ()):
+                    if mask is None or before == -1 or _turned(before, now, mask):
+                        fn(vec, R, fired, *ids)
+                    if both and (mask is None or before == -1
+                                 or _turned(before, now, flipped)):
+                        fn(vec, R, fired, ids[1], ids[0])
             for ci, masks in watch[slot]:
                 if masks is not None and before != -1 and not any(
                         bool(before & m) != bool(now & m) for m in masks):
@@ -82,6 +82,12 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
             c = counters[(slot - base) // 2]
             for fn in cocc.get(c.name, ()):
                 fn(vec, R, fired, *c.ids)
+
+
+def _turned(before: int, now: int, mask: int) -> bool:
+    """Whether a condition "domain within ``mask``" became true or false (from unknown)."""
+    return (not before & mask) != (not now & mask) or \
+        (not before & ~mask) != (not now & ~mask)
 
 
 def initial_vector(sp: CompiledSpace) -> list[int]:
