@@ -272,9 +272,13 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         k = library_kernel(kernel, **_params(params))
     except KernelError as exc:
         _fail(str(exc))
-    if target != "cpu":
-        _fail("timed tuning on the gpu target needs a CUDA device, and this machine has "
-              "none; `partita sample KERNEL --target gpu` checks GPU code on OpenCL")
+    if target == "gpu":
+        from partita.gpu.cuda import CudaUnavailable, tuning_device
+
+        try:
+            tuning_device()
+        except CudaUnavailable as exc:
+            _fail(str(exc))
     try:
         stop = parse_stop(stop_expr) if stop_expr else budget_stop(
             _duration(budget), evaluations)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from partita.codegen.c import print_c
 from partita.codegen.program import Param, Program, signature
 from partita.db import Records
 from partita.db.records import host_fingerprint
@@ -189,8 +190,8 @@ def code_dir() -> Path:
     return cache_root() / "code"
 
 
-def write_code(kernel: Kernel, source: str) -> Path:
-    path = code_dir() / f"{kernel.name}_{kernel.structural_hash}.c"
+def write_code(kernel: Kernel, source: str, suffix: str = ".c") -> Path:
+    path = code_dir() / f"{kernel.name}_{kernel.structural_hash}{suffix}"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(source)
     return path
@@ -247,11 +248,22 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
     skips implementations already evaluated). ``reference`` computes a kernel built with the
     builder in numpy (called like the kernel, returning a dict of outputs by name); library
     kernels have theirs.
+
+    On the ``gpu`` target, implementations are printed as CUDA, built with nvcc, run, checked
+    and timed on the CUDA device (:mod:`partita.gpu.cuda`), and bounded by the GPU model (the
+    H100's figures); without a usable device it raises
+    :class:`~partita.gpu.cuda.CudaUnavailable` (a RuntimeError) saying why. The returned
+    object's source is then CUDA (``code_path`` ends in ``.cu``); it cannot be called.
     """
-    if target != "cpu":
-        raise ValueError(f"timed tuning on target {target!r} needs a device this machine "
-                         "does not have (use `partita sample --target gpu` for correctness "
-                         "runs)")
+    if target not in ("cpu", "gpu"):
+        raise ValueError(f"unknown target {target!r} (targets: cpu, gpu)")
+    gpu = target == "gpu"
+    device: Any = None
+    if gpu:
+        from partita.gpu.cuda import tuning_device
+
+        device = tuning_device()
+    suffix = ".cu" if gpu else ".c"
     import partita
 
     params = _params_of(kernel)
@@ -261,8 +273,13 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
         mid = rec.machine_id(host_fingerprint(compiler_version(compiler.cc)))
         best = rec.best(kid, mid, target)
         if best is not None and not continue_:
-            return _from_record(kernel, best, len(rec.evaluations(kid, mid)))
+            return _from_record(kernel, best, len(rec.evaluations(kid, mid)), suffix)
         space: Space = partita.space(kernel, target)
+        if model is None and gpu:
+            from partita.model.gpu import gpu_rates
+            from partita.targets.gpu.device import H100
+
+            model = Model(gpu_rates(H100, kernel.arrays[0].dtype.value))
         model = model or machine_model(kernel)
         stop = stop or budget_stop(budget, evaluations)
         options = {"search": search, "batch": batch, "stop": str(stop), **search_options}
@@ -276,27 +293,37 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
         status = "interrupted"
         try:
             refs = {kernel.name: reference} if reference is not None else None
-            with Evaluator(seed=seed, timing=timing, compiler=compiler, references=refs) as ev:
+            ev: Any
+            if gpu:
+                from partita.codegen.gpu import print_cuda
+                from partita.gpu.cuda import CudaRunner
+
+                ev = CudaRunner(device, seed=seed, timing=timing, references=refs)
+                printer, flags = print_cuda, ev.flags_text
+            else:
+                ev = Evaluator(seed=seed, timing=timing, compiler=compiler, references=refs)
+                printer, flags = print_c, compiler.flags_text
+            with ev:
                 def evaluate(progs: list[Program]) -> list[Any]:
                     programs.update((p.digest, p) for p in progs)
                     return ev.evaluate(progs, timeout_s=batch_limit(state.best_time))
 
                 def record(e: Evaluation) -> None:
-                    eid = rec.add_evaluation(run, e.to_json(), compiler.flags_text)
+                    eid = rec.add_evaluation(run, e.to_json(), flags)
                     prog = programs.pop(e.source_digest, None)
                     # The search has already taken a new best time into its state: only a
                     # new best's source goes to the records.
                     if (prog is not None and e.ok and e.median_s is not None
                             and e.median_s <= state.best_time):
                         rec.offer_best(kid, mid, target, eid, e.median_s, json.dumps(e.decisions),
-                                       prog.source, prog.entry, compiler.flags_text)
+                                       prog.source, prog.entry, flags)
                     if on_evaluation is not None:
                         on_evaluation(e, state)
 
                 result = tune_space(space, model, evaluate, stop, strategy=search, seed=seed,
                                     batch=batch, known_best=known, on_evaluation=record,
                                     skip=seen, state=state, prepare=ev.prepare,
-                                    **search_options)
+                                    printer=printer, **search_options)
             status = "finished"
         finally:
             stopped = result.stopped_by if result is not None else "interrupted"
@@ -309,18 +336,19 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
         raise RuntimeError(f"no implementation of {kernel.name} was verified in "
                            f"{len(result.evaluations)} evaluations (statuses: "
                            f"{', '.join(sorted(failures)) or 'none'})")
-    tuned = _from_record(kernel, best, total)
+    tuned = _from_record(kernel, best, total, suffix)
     tuned.result = result
     return tuned
 
 
-def _from_record(kernel: Kernel, best: dict[str, Any], evaluations: int) -> Tuned:
+def _from_record(kernel: Kernel, best: dict[str, Any], evaluations: int,
+                 suffix: str = ".c") -> Tuned:
     decisions = best["decisions"]
     if isinstance(decisions, str):
         decisions = json.loads(decisions)
     tuned = Tuned(kernel, best["source"], best["entry"], decisions, best["time_s"],
                   signature(kernel), best.get("flags", ""), evaluations)
-    tuned.code_path = write_code(kernel, best["source"])
+    tuned.code_path = write_code(kernel, best["source"], suffix)
     return tuned
 
 
@@ -334,7 +362,7 @@ def load(kernel: Kernel, *, target: str = "cpu", db: str | Path | None = None) -
     if best is None:
         raise LookupError(f"no implementation of {kernel.name} is recorded on this machine "
                           f"({rec.path}): tune it first")
-    return _from_record(kernel, best, total)
+    return _from_record(kernel, best, total, ".cu" if target == "gpu" else ".c")
 
 
 # -- the numpy comparison ------------------------------------------------------------------------

@@ -124,13 +124,16 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                on_evaluation: Callable[[Evaluation], None] | None = None,
                skip: Iterable[str] = (), state: SearchState | None = None,
                prepare: Callable[[list[Program]], None] | None = None,
+               printer: Callable[[Candidate, str], Program] = print_c,
                **strategy_options: Any) -> TuneResult:
     """Search ``space`` until ``stop``; ``known_best`` prunes with a time already measured
     (resuming), and implementations whose decisions are in ``skip`` are not re-evaluated.
     ``state`` (the best time, pruning counters) is shared with the caller as it changes.
     With ``prepare`` (start compiling programs in the background), the next batch is proposed
     while the current one compiles, and nothing else runs while it is measured: on a machine
-    with few cores, a compiler or the search beside a timed kernel slows it down."""
+    with few cores, a compiler or the search beside a timed kernel slows it down.
+    ``printer`` prints an implementation under an entry name (:func:`print_c`; ``print_cuda``
+    for the GPU target); a :class:`CodegenError` it raises is a ``codegen_error``."""
     root = space.root()
     if isinstance(root, DeadEnd):
         raise ValueError(f"the space has no implementation: {root.reason}")
@@ -156,7 +159,7 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                 continue
             seen.add(key)
             try:
-                out.append((c, print_c(c, entry_name(space.kernel.name, c)), ""))
+                out.append((c, printer(c, entry_name(space.kernel.name, c)), ""))
             except CodegenError as exc:
                 out.append((c, None, str(exc)))
         return out
