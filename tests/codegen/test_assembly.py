@@ -6,6 +6,7 @@ that spills the accumulators or splits the vectors shows here before it shows in
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import subprocess
@@ -42,7 +43,7 @@ def micro_kernel() -> Candidate:
         cand = cand.restrict(choice, (dim,), [value])
         assert isinstance(cand, Candidate), cand
     nest = ["j.0", "i.0", "i.1", "r.0", "r.1", "i.2", "j.1", "j.2"]
-    for outer, inner in zip(nest, nest[1:]):
+    for outer, inner in itertools.pairwise(nest):
         cand = cand.restrict("order", (outer, inner), ["OUT"])
         assert isinstance(cand, Candidate), cand
     for level in range(3):

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 import partita
 from partita.cli import main
 from partita.codegen.c import print_c
+from partita.codegen.looptree import Node, loop_tree
 from partita.codegen.program import reduction_length
 from partita.ir.types import KernelError
 from partita.kernels import get_spec, kernel
@@ -137,6 +138,42 @@ def test_partial_sums_vectorise_and_match_numpy(evaluator: Evaluator, name: str,
     assert cand.assignment()[("dim_kind", (inner_p,))] == "VECTOR"
     assert "vector_size" in print_c(cand).source
     verified(evaluator, vec, 3, seed=5)
+
+
+# -- the partial sums can be spread over threads -------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("dot", {"n": 4096, "partials": 32}), ("gemv", {"m": 16, "n": 256, "partials": 32}),
+])
+def test_partial_sums_run_in_parallel_and_the_final_sum_after(evaluator: Evaluator, name: str,
+                                                              params: dict) -> None:
+    """The outer tile of ``p`` is a parallel loop, and the final sum over the partial sums
+    (a reduction, never parallel) runs after the parallel region, on one thread."""
+    k = kernel(name, **params)
+    outer_p = k.dims_of("p")[0]
+    root = partita.space(k).root()
+    assert "PARALLEL" in root.domain("dim_kind", outer_p)
+    par = root.restrict("size", [k.dims_of("p")[1]], [8])
+    assert par, par
+    par = par.restrict("dim_kind", [outer_p], ["PARALLEL"])
+    assert par, par
+    assert par.domain("order", outer_p, "fin") == ("BEFORE",)
+    cand = random_implementation(par, random.Random(4))
+    assert "#pragma omp for" in print_c(cand).source
+
+    def instructions(node: Node) -> set[str]:
+        return {node.inst} if node.inst else set().union(*map(instructions, node.children))
+
+    def loop_of(node: Node, dim: str) -> Node | None:
+        if dim in node.dims:
+            return node
+        return next((n for c in node.children if (n := loop_of(c, dim))), None)
+
+    p_loop = loop_of(loop_tree(cand), outer_p)
+    assert p_loop is not None and p_loop.kind == "PARALLEL"
+    assert "acc" in instructions(p_loop) and "fin" not in instructions(p_loop)
+    verified(evaluator, par, 4, seed=9)
 
 
 # -- command line --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import partita
+from partita.codegen.c import print_c
 from partita.codegen.program import Program
 from partita.model import Model, Rates
 from partita.search.stop import (
@@ -87,20 +88,12 @@ def test_branch_and_bound_finds_the_brute_force_optimum() -> None:
     def evaluate(progs: list[Program]) -> list[FakeMeasurement]:
         return [FakeMeasurement(fake_time(model, programs[p.entry])) for p in progs]
 
-    import partita.search.tuner as tuner
-
-    original = tuner.print_c
-
-    def fake_print(c: Candidate, entry: str) -> Program:
+    def remembering_print(c: Candidate, entry: str) -> Program:
         programs[entry] = c
-        return original(c, entry)
+        return print_c(c, entry)
 
-    tuner.print_c = fake_print
-    try:
-        result = tune_space(space, model, evaluate, Evaluations(10 ** 6), strategy="bnb",
-                            batch=8)
-    finally:
-        tuner.print_c = original
+    result = tune_space(space, model, evaluate, Evaluations(10 ** 6), strategy="bnb",
+                        batch=8, printer=remembering_print)
     assert result.stopped_by == "the search space is exhausted"
     assert result.best is not None and result.best.median_s == pytest.approx(optimum)
     # Each implementation is evaluated at most once.
@@ -226,7 +219,7 @@ def test_rollouts_favour_the_values_the_space_prefers() -> None:
     k = partita.kernel("matmul", m=64, n=64, k=16)
     root = partita.space(k, "cpu", cpu=AVX512_REFERENCE).root()
     assert isinstance(root, Candidate)
-    assert set(root.compiled.sdef.preferences) == {"dim_kind", "mem_space"}
+    assert set(root.compiled.sdef.preferences) == {"dim_kind", "layout", "mem_space"}
     mcts = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), fusion_prior=8,
                       preference_prior=4)
 
@@ -248,3 +241,27 @@ def test_rollouts_favour_the_values_the_space_prefers() -> None:
     assert all(w == 1.0 for space, w in placement.items() if space != "REGISTER")
     with pytest.raises(ValueError, match="preference_prior"):
         MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), preference_prior=0)
+
+
+def test_mutations_are_neighbours_of_the_fastest_implementations() -> None:
+    """Once something was measured, a mutation replays a fast implementation's decisions
+    without a few of them, bars the first dropped one from its old values, and completes the
+    rest: a different implementation that keeps most of the original's decisions."""
+    k = partita.kernel("matmul", m=32, n=32, k=8)
+    root = partita.space(k, "cpu", cpu=AVX512_REFERENCE).root()
+    assert isinstance(root, Candidate)
+    mcts = MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(3), mutation=1.0)
+    assert mcts.propose(1)  # nothing measured yet: MCTS proposes
+    (first,) = mcts.propose(1)
+    mcts.observe(first, 1e-3)
+    assert mcts.elite == [(1e-3, first.decisions)]
+    original = first.domains()
+    mutants = [m for m in (mcts._mutate() for _ in range(6)) if m is not None]
+    assert mutants
+    for m in mutants:
+        assert m.is_implementation
+        assert m.domains() != original
+        kept = sum(d in m.decisions for d in first.decisions)
+        assert kept >= len(first.decisions) - 3
+    with pytest.raises(ValueError, match="mutation"):
+        MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), mutation=1.5)

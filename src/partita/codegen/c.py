@@ -21,7 +21,8 @@ How dimensions are printed
     ``VECTOR`` evaluates the instructions inside it on GCC vector types (the ISA comes from
     ``-march``), with contiguous loads and stores, broadcasts, or element-wise gathers;
     ``PARALLEL`` loops form one ``omp for collapse(n) schedule(static)`` nest inside a single
-    parallel region. Where a strip-mining factor does not divide a size, instructions are
+    parallel region around their top-level nest; the other top-level nests run before or
+    after it on one thread. Where a strip-mining factor does not divide a size, instructions are
     guarded, and a vector dimension falls back to a scalar loop on its last partial tile.
 """
 
@@ -403,26 +404,42 @@ class CPrinter:
         self.emit(0, "{")
         heap = [st for st in self._all_storage() if st.temp is not None
                 and st.space == "GLOBAL"]
-        for st in heap:
+        big = self._big_locals()
+        nest = next((c for c in self.tree.children if c.kind == "PARALLEL"), None)
+        # Big buffers of the parallel nest are per thread; the others exist once.
+        per_thread = [st for st in big if nest is not None
+                      and self._within(self._lca(st.accessors), nest)]
+        shared = heap + [st for st in big if st not in per_thread]
+        for st in shared:
             self._emit_heap(1, st)
-        parallel = []
-        node = self.tree
-        while len(node.children) == 1 and node.children[0].kind == "PARALLEL":
-            node = node.children[0]
-            parallel.append(node)
+        self._declare(self.tree, 1)
+        for child in self.tree.children:
+            if child is nest:
+                self._print_parallel(nest, per_thread)
+            else:
+                self._print_node(child, {}, 1)
+        for st in shared:
+            self.emit(1, f"free({st.name});")
+        self.emit(0, "}")
+        self.emit(0, "")
+        self._print_packed(params)
+
+    def _print_parallel(self, top: Node, per_thread: list[Storage]) -> None:
+        """The nest of the parallel loops: one OpenMP parallel region (threads start once
+        per call), the parallel loops collapsed into one work-shared loop."""
+        parallel = [top]
+        while len(parallel[-1].children) == 1 and parallel[-1].children[0].kind == "PARALLEL":
+            parallel.append(parallel[-1].children[0])
         env: dict[str, str] = {}
         for p in parallel:
             env |= dict.fromkeys(p.dims, c_name(p.dims[0]) if self.sizes[p.dims[0]] != 1
                                  else "0")
         loops = [p for p in parallel if self.sizes[p.dims[0]] != 1]
-        body = parallel[-1] if parallel else self.tree
         depth = 1
         if loops:
-            # One parallel region around everything: threads are started once per call.
             self.emit(1, "#pragma omp parallel")
             self.emit(1, "{")
             depth = 2
-        per_thread = self._big_locals()
         for st in per_thread:
             self._emit_heap(depth, st)
         if loops:
@@ -433,17 +450,16 @@ class CPrinter:
                 size = self.sizes[p.dims[0]]
                 self.emit(depth, f"for ({self.idx_t} {var} = 0; {var} < {size}; ++{var})")
         self.emit(depth, "{")
-        self._print_body(body, env, depth + 1)
+        self._print_body(parallel[-1], env, depth + 1)
         self.emit(depth, "}")
         for st in per_thread:
             self.emit(depth, f"free({st.name});")
         if loops:
             self.emit(1, "}")
-        for st in heap:
-            self.emit(1, f"free({st.name});")
-        self.emit(0, "}")
-        self.emit(0, "")
-        self._print_packed(params)
+
+    def _within(self, node: Node, top: Node) -> bool:
+        """Whether ``node`` is ``top`` or inside it."""
+        return node is top or any(a is top for a in self._ancestors(node))
 
     def _print_packed(self, params: tuple[Param, ...]) -> None:
         args = []

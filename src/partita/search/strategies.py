@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from partita.space.candidate import Candidate, DeadEnd
+from partita.space.candidate import Candidate, DeadEnd, Decision
 from partita.space.compiler import set_bits
 from partita.space.estimate import random_descent
 from partita.space.nest import is_dim
@@ -126,8 +126,15 @@ class MonteCarlo(Strategy):
     def __init__(self, root: Candidate, bound: BoundFn, state: SearchState,
                  rng: random.Random, policy: str = "tag", topk: int = 10, delta: float = 1.0,
                  uct_c: float = math.sqrt(2), fusion_prior: float = 16.0,
-                 preference_prior: float = 16.0) -> None:
+                 preference_prior: float = 16.0, mutation: float = 0.5,
+                 elite: int = 8) -> None:
         super().__init__(root, bound, state, rng)
+        if not 0.0 <= mutation <= 1.0:
+            raise ValueError(f"mutation must be a fraction in [0, 1], got {mutation}")
+        self.mutation = mutation
+        self.elite_size = max(1, elite)
+        self.elite: list[tuple[float, tuple[Decision, ...]]] = []
+        """The fastest implementations measured, with the decisions that produced them."""
         for name, factor in (("fusion_prior", fusion_prior),
                              ("preference_prior", preference_prior)):
             if factor <= 0:
@@ -153,10 +160,52 @@ class MonteCarlo(Strategy):
         attempts = 0
         while len(out) < n and not self.tree.exhausted and attempts < 20 * n:
             attempts += 1
-            leaf = self._iterate()
+            if self.elite and self.rng.random() < self.mutation:
+                leaf = self._mutate()
+            else:
+                leaf = self._iterate()
             if leaf is not None:
                 out.append(leaf)
         return out
+
+    def _mutate(self) -> Candidate | None:
+        """A neighbour of one of the fastest implementations: its decisions replayed from the
+        root without one to three of them, the first dropped one barred from its old values,
+        and the rest completed by a rollout.
+
+        Decisions commute, so any subset replays in its recorded order; dropping decisions
+        only widens domains, so the kept ones stay consistent (a decision on an object that
+        only a dropped decision created is dropped too). MCTS alone refines near the root
+        of the tree; this refines a good implementation deep down, where a fast matmul
+        differs from a slow one by the layout of a buffer or the order of two loops."""
+        _, decisions = self.rng.choice(self.elite)
+        if not decisions:
+            return None
+        drop = set(self.rng.sample(range(len(decisions)),
+                                   min(len(decisions), self.rng.choice((1, 1, 2, 3)))))
+        cand: Candidate | DeadEnd = self.root
+        for i, d in enumerate(decisions):
+            if i in drop:
+                continue
+            assert isinstance(cand, Candidate)
+            if not all(a in cand.compiled.oid for a in d.args):
+                continue
+            cand = cand.apply(d)
+            if isinstance(cand, DeadEnd):
+                self.state.dead_ends += 1
+                return None
+        assert isinstance(cand, Candidate)
+        old = decisions[min(drop)]
+        if all(a in cand.compiled.oid for a in old.args):
+            others = [v for v in cand.domain(old.choice, *old.args) if v not in old.values]
+            if not others:
+                return None
+            changed = cand.restrict(old.choice, old.args, others)
+            if isinstance(changed, DeadEnd):
+                self.state.dead_ends += 1
+                return None
+            cand = changed
+        return self._rollout(cand)
 
     def _iterate(self) -> Candidate | None:
         path: list[tuple[_Node, int]] = []
@@ -300,6 +349,10 @@ class MonteCarlo(Strategy):
                 break
 
     def observe(self, cand: Candidate, time_s: float | None) -> None:
+        if time_s is not None:
+            self.elite.append((time_s, cand.decisions))
+            self.elite.sort(key=lambda e: e[0])
+            del self.elite[self.elite_size:]
         path = self.paths.pop(cand.key(), [])
         reward = 0.0 if time_s is None or math.isinf(self.state.best_time) \
             else min(1.0, self.state.best_time / time_s)

@@ -211,7 +211,7 @@ class PreferDecl:
     so that random completions of a partial candidate land there more often."""
 
     choice: str
-    values: frozenset[str]
+    values: frozenset[Any]
     doc: str = ""
 
 
@@ -284,13 +284,14 @@ class SpaceDef:
                 lower: Callable[..., Kernel], *, doc: str = "") -> None:
         self.triggers.append(TriggerDecl(name, tuple(forall), tuple(when), lower, doc))
 
-    def prefer(self, choice: str, preferred: frozenset[str], *, doc: str = "") -> None:
-        """Values of an enum choice that searches favour (see :class:`PreferDecl`)."""
-        if choice not in self.enums:
-            raise SpaceError(f"preference on {choice!r}: not an enum choice of {self.name!r}")
-        unknown = set(preferred) - set(self.enums[choice].values)
-        if unknown:
-            raise SpaceError(f"preference on {choice!r}: unknown values {sorted(unknown)}")
+    def prefer(self, choice: str, preferred: frozenset[Any], *, doc: str = "") -> None:
+        """Values of a choice that searches favour (see :class:`PreferDecl`)."""
+        if choice not in self.enums and choice not in self.integers:
+            raise SpaceError(f"preference on {choice!r}: not a choice of {self.name!r}")
+        if choice in self.enums:
+            unknown = set(preferred) - set(self.enums[choice].values)
+            if unknown:
+                raise SpaceError(f"preference on {choice!r}: unknown values {sorted(unknown)}")
         self.preferences[choice] = PreferDecl(choice, frozenset(preferred), doc)
 
     def _check_params(self, name: str, params: Sequence[str]) -> None:

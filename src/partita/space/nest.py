@@ -194,9 +194,14 @@ def _has_partner(k: Kernel, inst: str, d: str) -> bool:
     return any(k.mergeable(d, e) for e in k.iteration_dims(inst))
 
 
+def can_enclose_inst(k: Kernel, inst: str, d: str) -> bool:
+    """``d`` is one of the dims of ``inst`` or fusable with one."""
+    return own_dim(k, inst, d) or _has_partner(k, inst, d)
+
+
 def can_enclose_everything(k: Kernel, d: str) -> bool:
     """``d`` can contain every accumulation: it is one of their dims or fusable with one."""
-    return all(own_dim(k, i, d) or _has_partner(k, i, d) for i in k.reducing_insts)
+    return all(can_enclose_inst(k, i, d) for i in k.reducing_insts)
 
 
 def declare_enclosing_kind(S: SpaceDef, kind: str, others: tuple[str, ...]) -> None:

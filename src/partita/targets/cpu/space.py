@@ -5,7 +5,8 @@ On top of the shared loop-nest structure (``size``, ``order``), a dimension is i
 - ``LOOP``: a sequential ``for`` loop;
 - ``UNROLL``: its body repeated ``size`` times in the source (static sizes only);
 - ``VECTOR``: one SIMD operation over ``size`` elements (innermost, unit-stride accesses);
-- ``PARALLEL``: an OpenMP work-shared loop (outermost, no reduction carried).
+- ``PARALLEL``: an OpenMP work-shared loop (the outermost loops of one top-level nest, no
+  reduction carried; the rest of the kernel runs on one thread).
 
 Values communicated between unfused nests live in temporaries placed in ``REGISTER``s (all
 their dims unrolled or vectorised, like the accumulator tile of a register-blocked
@@ -19,8 +20,7 @@ from partita.ir.kernel import Kernel
 from partita.space.decl import Compare, Is, SpaceDef, Static, Var, values
 from partita.space.nest import (
     NOT_IN,
-    can_enclose_everything,
-    declare_enclosing_kind,
+    can_enclose_inst,
     declare_nest,
     declare_sets,
     produces_into,
@@ -37,6 +37,11 @@ CHOICE_ORDER = ("layout", "size", "dim_kind", "mem_space", "order")
 def _innermost_tile(k: Kernel, d: str) -> bool:
     dim = k.dim(d)
     return dim.level == k.logical(dim.logical).levels - 1
+
+
+def _replicates_reduction(k: Kernel, inst: str, d: str) -> bool:
+    """``inst`` accumulates, and ``d`` is neither one of its loops nor fusable with one."""
+    return inst in k.reducing_insts and not can_enclose_inst(k, inst, d)
 
 
 def _strided_access(k: Kernel, m: str, d: str) -> bool:
@@ -56,7 +61,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
-        "PARALLEL": lambda k, d: d not in k.reduction_dims and can_enclose_everything(k, d),
+        "PARALLEL": lambda k, d: d not in k.reduction_dims,
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
     declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"))
@@ -68,6 +73,11 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
     S.prefer("dim_kind", values("VECTOR"),
              doc="One vector instruction does the work of a register's lanes of scalar ones; "
                  "wherever a dimension may be VECTOR, it usually should be.")
+    S.prefer("layout", values(0),
+             doc="A temporary stored in the order its consumer names its axes (the order of "
+                 "the kernel's own arrays) is read along the consumer's innermost dimension "
+                 "contiguously; a transposed packed panel is read with a stride of a whole "
+                 "row per element (measured 6x slower on a packed matmul).")
     S.prefer("mem_space", values("REGISTER"),
              doc="A temporary in registers costs no load or store, and an accumulator kept "
                  "in registers between its init and its store is the heart of a fast "
@@ -97,15 +107,23 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
     x, s, y = Var("x", "Dims"), Var("s", "Statements"), Var("y", "Dims")
     S.require("parallel loops are outermost", [x, s],
               Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
-              Is("order", ("x", "s"), values("OUT", "MERGED")),
+              Is("order", ("x", "s"), values("BEFORE", "AFTER", "OUT", "MERGED")),
               Is("dim_kind", ("s",), values("PARALLEL")),
-              doc="One OpenMP parallel region around everything; threads are created once.")
+              doc="The parallel loops are the outermost loops of one top-level nest, which "
+                  "becomes one OpenMP parallel region; what runs before or after that nest "
+                  "runs on one thread (such as the final sum of partial sums).")
+    i = Var("i", "Insts")
+    S.require("parallel loops enclose accumulations only through their own loops", [x, i],
+              Static(lambda k, inst, d: not _replicates_reduction(k, inst, d), ("i", "x")),
+              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
+              Is("order", ("x", "i"), values("BEFORE", "AFTER")),
+              doc="Threads running copies of an accumulation foreign to their loop would "
+                  "update the same accumulator at once.")
     S.require("parallel loops nest together", [x, y],
               Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
               Is("dim_kind", ("y",), values("LOOP", "UNROLL", "VECTOR")),
               Is("order", ("x", "y"), values("IN", "OUT", "MERGED")),
               doc="Parallel loops form one collapsed nest.")
-    declare_enclosing_kind(S, "PARALLEL", ("LOOP", "UNROLL", "VECTOR"))
     S.counter("parallel_dims", [Var("i", "Insts")], "sum", Var("d", "Dims"),
               when=(Is("order", ("i", "d"), values("IN")),
                     Is("dim_kind", ("d",), values("PARALLEL"))),
