@@ -126,7 +126,7 @@ class MonteCarlo(Strategy):
     def __init__(self, root: Candidate, bound: BoundFn, state: SearchState,
                  rng: random.Random, policy: str = "tag", topk: int = 10, delta: float = 1.0,
                  uct_c: float = math.sqrt(2), fusion_prior: float = 16.0,
-                 preference_prior: float = 16.0, mutation: float = 0.5,
+                 preference_prior: float = 16.0, mutation: float = 0.0,
                  elite: int = 8) -> None:
         super().__init__(root, bound, state, rng)
         if not 0.0 <= mutation <= 1.0:
@@ -177,7 +177,11 @@ class MonteCarlo(Strategy):
         only widens domains, so the kept ones stay consistent (a decision on an object that
         only a dropped decision created is dropped too). MCTS alone refines near the root
         of the tree; this refines a good implementation deep down, where a fast matmul
-        differs from a slow one by the layout of a buffer or the order of two loops."""
+        differs from a slow one by the layout of a buffer or the order of two loops.
+
+        Off by default (``mutation=0``): on matmul 1024^3 with 100 s (20 to 50
+        evaluations), proposing half of them as mutations found a worse best in five seeds of
+        six; so few evaluations are better spent exploring."""
         _, decisions = self.rng.choice(self.elite)
         if not decisions:
             return None
