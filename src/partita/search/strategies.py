@@ -148,6 +148,7 @@ class MonteCarlo(Strategy):
         self.delta = delta
         self.uct_c = uct_c
         self.tree = _Node(root, bound(root))
+        self.proposed: set[Any] = set()
         self.paths: dict[Any, list[tuple[_Node, int]]] = {}
         self.name = f"mcts-{policy}"
 
@@ -164,8 +165,15 @@ class MonteCarlo(Strategy):
                 leaf = self._mutate()
             else:
                 leaf = self._iterate()
-            if leaf is not None:
-                out.append(leaf)
+            if leaf is None:
+                continue
+            # Rollouts with priors reach the same implementation again now and then; it was
+            # proposed already (and will be observed), so another one is drawn instead.
+            key = leaf.key()
+            if key in self.proposed:
+                continue
+            self.proposed.add(key)
+            out.append(leaf)
         return out
 
     def _mutate(self) -> Candidate | None:
