@@ -17,6 +17,7 @@ Counters bound the values kept in vector registers, the unrolling and the parall
 from __future__ import annotations
 
 from partita.ir.kernel import Kernel
+from partita.ir.operands import Reduce, Value
 from partita.space.decl import Compare, Is, SpaceDef, Static, Var, values
 from partita.space.nest import (
     NOT_IN,
@@ -42,6 +43,13 @@ def _innermost_tile(k: Kernel, d: str) -> bool:
 def _replicates_reduction(k: Kernel, inst: str, d: str) -> bool:
     """``inst`` accumulates, and ``d`` is neither one of its loops nor fusable with one."""
     return inst in k.reducing_insts and not can_enclose_inst(k, inst, d)
+
+
+def _consumes(k: Kernel, user: str, inst: str) -> bool:
+    """Instruction ``user`` reads the value of ``inst`` (or accumulates from it as init)."""
+    return any((op.inst if isinstance(op, Value) else op.init) == inst
+               for op in k.inst(user).values()
+               if isinstance(op, Value | Reduce))
 
 
 def _strided_access(k: Kernel, m: str, d: str) -> bool:
@@ -119,6 +127,16 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
               Is("order", ("x", "i"), values("BEFORE", "AFTER")),
               doc="Threads running copies of an accumulation foreign to their loop would "
                   "update the same accumulator at once.")
+    c = Var("c", "Insts")
+    S.require("values leave a parallel loop only through its own iterations", [x, i, c],
+              Static(lambda k, inst, user: not _consumes(k, user, inst), ("i", "c")),
+              Static(lambda k, inst, d: can_enclose_inst(k, inst, d), ("i", "x")),
+              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
+              Is("order", ("x", "i"), values("BEFORE", "AFTER")),
+              Is("order", ("x", "c"), values("OUT")),
+              doc="Every thread running a copy of an instruction foreign to its parallel loop "
+                  "would write the value that a consumer outside the loop reads to one shared "
+                  "place, at every iteration: a race, and a cache line passed between cores.")
     S.require("parallel loops nest together", [x, y],
               Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
               Is("dim_kind", ("y",), values("LOOP", "UNROLL", "VECTOR")),
