@@ -111,7 +111,7 @@ empty records for {budget:g} s (MCTS with the TAG policy, seed {seed}), then the
 (worker median) and numpy on the same inputs are compared. Peak: {peak:.0f} GFLOP/s fp32,
 STREAM triad {stream:.1f} GB/s ({how} by `partita machine`).
 
-{table}
+{table}{rerun}
 """
 
 
@@ -134,10 +134,34 @@ def main() -> None:
     print(text)
     if args.write:
         d = describe()
+        only = f' --only "{args.only}"' if args.only else ""
+        rerun = ""
+        kept = kept_rows(args.write, args.budget) if args.only else {}
+        if kept:
+            # Rerunning some cases keeps the other rows measured with the same budget.
+            head, fresh = text.splitlines()[:2], text.splitlines()[2:]
+            new = dict(zip((r["case"].label for r in rows), fresh, strict=True))
+            lines = [new.get(c.label) or kept.get(c.label) for c in CASES]
+            text = "\n".join(head + [line for line in lines if line]) + "\n"
+            only = ""
+            rerun = (f"\nRerun afterwards with `--only \"{args.only}\"` (same command and "
+                     f"budget): {', '.join(new)}.\n")
         replace_section(args.write, "tune", REPORT.format(
             budget=args.budget, seed=args.seed, table=text, peak=d.peak_gflops_fp32,
-            only=f' --only "{args.only}"' if args.only else "",
-            stream=d.stream_triad_gbs, how=d.source))
+            only=only, stream=d.stream_triad_gbs, how=d.source, rerun=rerun))
+
+
+def kept_rows(path: str, budget: float) -> dict[str, str]:
+    """The rows of the tuning table already in ``path`` (by case label), if they were
+    measured with ``budget``; none otherwise."""
+    p = Path(path)
+    text = p.read_text() if p.exists() else ""
+    start, end = text.find("<!-- tune -->"), text.find("<!-- /tune -->")
+    section = text[start:end] if 0 <= start < end else ""
+    if f"--budget {budget:g}" not in section:
+        return {}
+    return {line.split(" | ")[0][2:]: line for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| case")}
 
 
 if __name__ == "__main__":

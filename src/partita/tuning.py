@@ -368,8 +368,13 @@ def load(kernel: Kernel, *, target: str = "cpu", db: str | Path | None = None) -
 # -- the numpy comparison ------------------------------------------------------------------------
 
 
-def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7) -> float | None:
-    """Median time of the kernel's numpy reference on the same inputs (library kernels)."""
+def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7,
+               min_s: float = 0.5) -> float | None:
+    """Median time of the kernel's numpy reference on the same inputs (library kernels):
+    at least ``reps`` calls and ``min_s`` seconds of them. OpenBLAS runs even small products
+    on every core, so while anything else runs a call waits for a scheduler slice (a
+    256x256x32 product measured 12 ms instead of 0.08 ms over 7 calls); over half a second of
+    calls, a short disturbance stays a minority and the median ignores it."""
     name = library_name(kernel)
     if name is None:
         return None
@@ -383,8 +388,9 @@ def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7) -> float | None:
         elif p.kind == "array" and p.role in ("in", "inout"):
             args.append(view(values[p.name], p))
     reference(*args)  # warm-up (threads, caches)
-    times = []
-    for _ in range(reps):
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < reps or time.perf_counter() - start < min_s:
         t0 = time.perf_counter()
         reference(*args)
         times.append(time.perf_counter() - t0)

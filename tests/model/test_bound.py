@@ -86,6 +86,35 @@ def test_sequential_implementations_get_no_parallel_speedup() -> None:
         2 * model.bound(root).terms["issue"])
 
 
+def test_what_runs_after_a_parallel_nest_runs_on_one_core() -> None:
+    """Partial sums in parallel, their final sum after the parallel region: the accumulation
+    shares its work between the cores, the final sum does not."""
+    model = Model(RATES)
+    cand = _root("dot", {"n": 4096, "partials": 32})
+    k = cand.kernel
+    outer_p, *inner_p = k.dims_of("p")
+    # While a parallel loop may still enclose it, the final sum may be shared too.
+    assert model.parallel_share(cand, "fin") == pytest.approx(0.5)
+    for d in inner_p:
+        nxt = cand.restrict("size", (d,), [4])
+        assert isinstance(nxt, Candidate)
+        cand = nxt
+    nxt = cand.restrict("dim_kind", (outer_p,), ["PARALLEL"])
+    assert isinstance(nxt, Candidate)
+    cand = nxt
+    for d in (x.name for x in k.dims):
+        kinds = cand.domain("dim_kind", d)
+        if "PARALLEL" in kinds and len(kinds) > 1:  # the loops fused with p's stay parallel
+            nxt = cand.restrict("dim_kind", (d,), [v for v in kinds if v != "PARALLEL"])
+            assert isinstance(nxt, Candidate), (d, nxt)
+            cand = nxt
+    assert model.parallel_share(cand, "acc") == pytest.approx(0.5)
+    assert model.parallel_share(cand, "fin") == 1.0
+    impl = random_implementation(cand, random.Random(0))
+    assert model.parallel_share(impl, "fin") == 1.0
+    assert model.bound(impl).time_s >= model.bound(cand).time_s
+
+
 def _without(cand: Candidate, kind: str) -> Candidate:
     for d in cand.kernel.dims:
         kinds = cand.domain("dim_kind", d.name)

@@ -229,8 +229,7 @@ def test_rollouts_favour_the_values_the_space_prefers() -> None:
         assert weights is not None
         return {c.compiled.universe_of_slot[slot][v]: w for v, w in weights.items()}
 
-    assert prior(root, "dim_kind", "j.2") == {"LOOP": 1.0, "UNROLL": 1.0, "VECTOR": 4,
-                                              "PARALLEL": 1.0}
+    assert prior(root, "dim_kind", "j.2") == {"LOOP": 1.0, "UNROLL": 1.0, "VECTOR": 4}
     vec = root.restrict("dim_kind", ("j.2",), ["VECTOR"])
     assert isinstance(vec, Candidate)
     assert prior(vec, "dim_kind", "j_b.2")["VECTOR"] == 32

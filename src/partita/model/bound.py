@@ -205,24 +205,35 @@ class Model:
         return (-(-n // math.prod(hi for _, hi in inner)),
                 -(-n // math.prod(lo for lo, _ in inner)))
 
-    def parallel_share(self, cand: Candidate) -> float:
-        """The least fraction of the work the busiest core gets.
+    def parallel_share(self, cand: Candidate, inst: str | None = None) -> float:
+        """The least fraction of the work (of instruction ``inst``, or of the whole kernel)
+        the busiest core gets.
 
-        With every parallel dimension decided, ``n`` iterations split statically over ``c``
-        cores leave ``ceil(n / c) / n`` of the work to one core; while a dimension may still
-        become parallel, the share is optimistic: ``1 / cores``.
+        With every parallel dimension around the instruction decided, ``n`` iterations split
+        statically over ``c`` cores leave ``ceil(n / c) / n`` of the work to one core; while a
+        dimension may still become parallel and enclose it, the share is optimistic:
+        ``1 / cores``. An instruction no parallel loop can enclose runs on one core (the
+        final sum after a parallel nest of partial sums).
         """
         k = cand.kernel
         kind = self.rates.parallel_kind
         cores = self.rates.cores
-        optimistic = 1 / cores if self.may_be_parallel(cand) else 1.0
+        optimistic = 1 / cores
+        own = set(k.iteration_dims(inst)) if inst is not None else None
         n = 1
         counted: list[str] = []
         for dim in k.dims:
             kinds = cand.domain("dim_kind", dim.name)
-            if kind not in kinds:
+            if kind not in kinds or self.dim_size_range(cand, dim.name)[1] <= 1:
                 continue
-            if len(kinds) > 1 or (dim.sizes is not None and len(cand.domain("size", dim.name)) > 1):
+            encloses = True
+            if own is not None and dim.name not in own:
+                around = cand.domain("order", dim.name, inst)
+                if "OUT" not in around:
+                    continue
+                encloses = around == ("OUT",)
+            if len(kinds) > 1 or not encloses or (
+                    dim.sizes is not None and len(cand.domain("size", dim.name)) > 1):
                 return optimistic
             fused = [cand.domain("order", dim.name, c) for c in counted
                      if k.mergeable(dim.name, c)]
@@ -233,11 +244,6 @@ class Model:
             counted.append(dim.name)
             n *= self.dim_size_range(cand, dim.name)[0]
         return math.ceil(n / cores) / n
-
-    def may_be_parallel(self, cand: Candidate) -> bool:
-        kind = self.rates.parallel_kind
-        return any(kind in cand.domain("dim_kind", d.name)
-                   and self.dim_size_range(cand, d.name)[1] > 1 for d in cand.kernel.dims)
 
     def in_memory(self, cand: Candidate, temp: str) -> bool:
         """A temporary that can no longer live in registers."""
@@ -307,6 +313,7 @@ class Model:
         lanes: dict[tuple[str, ...], int] = {}
 
         runs: dict[str, int] = {}
+        shares: dict[str, float] = {}
 
         def issue(kind: str, inst: str, times: int | None = None) -> None:
             # A CPU vectorises an innermost tile; GPU threads may be any tile.
@@ -319,7 +326,10 @@ class Model:
                 if times is None:
                     times = runs[inst] = t.volumes[inst] * self.repetition(
                         cand, t.own[inst], t.foreign[inst])
-            busy[slot[kind]] += times / n / r.issue_rates(n, t.widest)[slot[kind]]
+            share = shares.get(inst)
+            if share is None:
+                share = shares[inst] = self.parallel_share(cand, inst)
+            busy[slot[kind]] += times / n / r.issue_rates(n, t.widest)[slot[kind]] * share
 
         for kind, inst, _ in t.issued:
             issue(kind, inst)
@@ -334,7 +344,7 @@ class Model:
             indexing, others = t.temp_dims[arr.name]
             issue("load", consumer, t.temp_elements[arr.name] * self.repetition(
                 cand, indexing, others + t.foreign[consumer]))
-        cycles = max(busy) * self.parallel_share(cand)
+        cycles = max(busy)
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": t.memory_s,
                  "latency": t.latency_s}
         return Bound(max(terms.values()), terms)

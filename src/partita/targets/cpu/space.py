@@ -6,7 +6,10 @@ On top of the shared loop-nest structure (``size``, ``order``), a dimension is i
 - ``UNROLL``: its body repeated ``size`` times in the source (static sizes only);
 - ``VECTOR``: one SIMD operation over ``size`` elements (innermost, unit-stride accesses);
 - ``PARALLEL``: an OpenMP work-shared loop (the outermost loops of one top-level nest, no
-  reduction carried; the rest of the kernel runs on one thread).
+  reduction carried; the rest of the kernel runs on one thread). Only outer tiles are
+  parallel: an inner tile would need its outer tiles parallel too, a collapsed nest no faster
+  than the outer tile alone, and random kinds would fill the parallel nest past its limit
+  (dead ends).
 
 Values communicated between unfused nests live in temporaries placed in ``REGISTER``s (all
 their dims unrolled or vectorised, like the accumulator tile of a register-blocked
@@ -24,6 +27,8 @@ from partita.space.nest import (
     can_enclose_inst,
     declare_nest,
     declare_sets,
+    foreign_to_reduction,
+    own_dim,
     produces_into,
 )
 from partita.space.temporaries import declare_temporaries
@@ -43,6 +48,45 @@ def _innermost_tile(k: Kernel, d: str) -> bool:
 def _replicates_reduction(k: Kernel, inst: str, d: str) -> bool:
     """``inst`` accumulates, and ``d`` is neither one of its loops nor fusable with one."""
     return inst in k.reducing_insts and not can_enclose_inst(k, inst, d)
+
+
+def _after_parallel(k: Kernel, d: str) -> frozenset[str]:
+    """Statements that may run outside a parallel loop ``d``: the accumulations along a dim
+    fusable with ``d`` (they add up what its iterations produced), what consumes them, the
+    instructions foreign to ``d`` that feed only those, and the dims of all of these."""
+    cached = _AFTER.get((k.structural_hash, d))
+    if cached is not None:
+        return cached
+    users: dict[str, set[str]] = {i.name: set() for i in k.instructions}
+    for inst in k.instructions:
+        for other in k.instructions:
+            if _consumes(k, other.name, inst.name):
+                users[inst.name].add(other.name)
+    out = {i for i in k.reducing_insts
+           if any(k.mergeable(r, d) for op in k.inst(i).operands if isinstance(op, Reduce)
+                  for ld in op.dims for r in k.dims_of(ld))}
+    grew = True
+    while grew:
+        more = {i for i in users if i not in out and (
+            any(src in out and i in users[src] for src in users)
+            or (users[i] and users[i] <= out and not can_enclose_inst(k, i, d)))}
+        grew = bool(more)
+        out |= more
+    dims = {t.name for t in k.dims
+            if any(t.name in k.iteration_dims(i) for i in out)
+            and all(i in out for i in users if t.name in k.iteration_dims(i))}
+    result = frozenset(out | dims)
+    _AFTER[(k.structural_hash, d)] = result
+    return result
+
+
+_AFTER: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def _inner_tile_of(k: Kernel, inner: str, outer: str) -> bool:
+    """``inner`` is a tile of the same logical dimension as ``outer``, inside it."""
+    a, b = k.dim(inner), k.dim(outer)
+    return a.logical == b.logical and a.level > b.level
 
 
 def _consumes(k: Kernel, user: str, inst: str) -> bool:
@@ -69,7 +113,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
-        "PARALLEL": lambda k, d: d not in k.reduction_dims,
+        "PARALLEL": lambda k, d: d not in k.reduction_dims and k.dim(d).level == 0,
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
     declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"))
@@ -113,6 +157,7 @@ def _declare_vectors(S: SpaceDef, vec_sizes: tuple[int, ...]) -> None:
 
 def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
     x, s, y = Var("x", "Dims"), Var("s", "Statements"), Var("y", "Dims")
+    i = Var("i", "Insts")
     S.require("parallel loops are outermost", [x, s],
               Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
               Is("order", ("x", "s"), values("BEFORE", "AFTER", "OUT", "MERGED")),
@@ -120,7 +165,25 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
               doc="The parallel loops are the outermost loops of one top-level nest, which "
                   "becomes one OpenMP parallel region; what runs before or after that nest "
                   "runs on one thread (such as the final sum of partial sums).")
-    i = Var("i", "Insts")
+    S.require("parallel loops enclose all but what adds up their results", [x, s],
+              Static(lambda k, d, st: st in _after_parallel(k, d), ("x", "s")),
+              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
+              Is("order", ("x", "s"), values("OUT", "MERGED")),
+              Is("dim_kind", ("s",), values("PARALLEL")),
+              doc="Only the sums across the parallel iterations (and what feeds or follows "
+                  "only them) may run outside the parallel nest: everything else inside it "
+                  "keeps one region per call, and decides the nest's shape as soon as a loop "
+                  "is made parallel (random kinds otherwise end in dead ends).")
+    e = Var("e", "Dims")
+    S.require("parallel loops are fused with the accumulations' loops", [x, i, e],
+              Static(lambda k, inst, d: not foreign_to_reduction(k, inst, d)
+                     or inst in _after_parallel(k, d), ("i", "x")),
+              Static(lambda k, inst, d: not own_dim(k, inst, d), ("i", "e")),
+              Static(lambda k, d, f: not k.mergeable(d, f), ("x", "e")),
+              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
+              Is("dim_kind", ("e",), values("PARALLEL")),
+              doc="A parallel loop around an accumulation is fused with one of its loops, "
+                  "which is then parallel too (implied; stated to prune the kinds early).")
     S.require("parallel loops enclose accumulations only through their own loops", [x, i],
               Static(lambda k, inst, d: not _replicates_reduction(k, inst, d), ("i", "x")),
               Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
@@ -174,6 +237,14 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
                   "than registers spill, and only lengthen the code and its compilation "
                   "(gcc takes seconds on thousands of copies).")
     x, y = Var("x", "Dims"), Var("y", "Dims")
+    S.require("an unrolled tile's inner tiles fit the registers", [x, y],
+              Static(lambda k, a, b: not _inner_tile_of(k, b, a), ("x", "y")),
+              Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
+              Compare("size", ("y",), "<=", cpu.vector_registers // 2),
+              doc="Inside an unrolled tile every inner tile of the same dimension is unrolled "
+                  "or a vector (at most a register): an inner tile larger than half the "
+                  "register file would unroll past it. Stated on sizes, propagation sees it "
+                  "before the outer tile is unrolled, not after (a dead end).")
     S.require("unrolled loops enclose no loop", [x, y],
               Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
               Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
