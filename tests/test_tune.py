@@ -107,7 +107,6 @@ def test_resumed_tune_skips_what_was_evaluated(tuned: partita.Tuned, db: Path) -
     (["tune", "matmul", "m=abc"], "m must be an integer"),
     (["tune", "axpy", "n=64", "--budget", "soon"], "not a duration"),
     (["tune", "axpy", "n=64", "--stop", "time=x"], "invalid stop condition"),
-    (["tune", "axpy", "n=64", "--target", "gpu"], "needs a CUDA device"),
     (["codegen", "axpy", "n=64"], "exactly one of --decisions"),
     (["sample", "matmul", "dtype=float16"], "dtype must be float32 or float64"),
 ])
@@ -115,6 +114,21 @@ def test_bad_input_is_one_line_and_nonzero(args: list[str], message: str) -> Non
     code, out = run(*args)
     assert code != 0
     assert message in out
+    assert "Traceback" not in out
+
+
+def test_gpu_tuning_without_a_device_is_one_line_and_nonzero() -> None:
+    from partita.gpu.cuda import CudaUnavailable, tuning_device
+
+    try:
+        tuning_device()
+    except CudaUnavailable:
+        pass
+    else:
+        pytest.skip("a CUDA device is usable here: tune --target gpu runs (tests/gpu)")
+    code, out = run("tune", "axpy", "n=64", "--target", "gpu")
+    assert code != 0
+    assert "needs a CUDA device" in out or "needs nvcc" in out
     assert "Traceback" not in out
 
 
