@@ -34,6 +34,20 @@ from partita.runtime.data import (
     view,
 )
 
+LANGUAGE_NAMES = {"cuda": "CUDA", "opencl": "OpenCL"}
+
+
+def check_batch(programs: Sequence[GpuProgram], language: str) -> None:
+    """A batch built together: distinct entries, all printed in ``language``."""
+    entries = [p.entry for p in programs]
+    if len(set(entries)) != len(entries):
+        raise ValueError("programs of one batch need distinct entries")
+    for p in programs:
+        if p.language != language:
+            raise ValueError(f"{p.entry}: a {p.language} program, not "
+                             f"{LANGUAGE_NAMES.get(language, language)}")
+
+
 SENTINEL_ELEMENTS = 64
 """Elements after every buffer that a correct kernel never touches."""
 

@@ -54,6 +54,7 @@ from partita.gpu.check import (
     GpuRun,
     HostArgument,
     Launch,
+    check_batch,
     check_outputs,
     host_arguments,
     launch_of,
@@ -286,7 +287,7 @@ def build_modules(programs: Sequence[GpuProgram], *, arch: str = DEFAULT_ARCH,
     programs = list(programs)
     if not programs:
         return {}
-    _check_batch(programs)
+    check_batch(programs, "cuda")
     try:
         build = compile_module(programs, arch=arch, nvcc=nvcc, extra_flags=extra_flags,
                                fatbin=fatbin)
@@ -413,7 +414,7 @@ class CudaRunner:
     def build(self, programs: Sequence[GpuProgram]) -> dict[str, Image]:
         """The module of each program by entry (programs built together share one), or its
         build log when it did not build."""
-        _check_batch(programs)
+        check_batch(programs, "cuda")
         return self._build(list(programs))
 
     def _build(self, programs: list[GpuProgram]) -> dict[str, Image]:
@@ -426,7 +427,7 @@ class CudaRunner:
         todo = [p for p in programs if (p.entry, p.source) not in self._pending]
         if not todo:
             return
-        _check_batch(todo)
+        check_batch(todo, "cuda")
         future = self._executor.submit(self._build, todo)
         for p in todo:
             self._pending[(p.entry, p.source)] = future
@@ -493,8 +494,7 @@ class CudaRunner:
                 timeout_s: float = 10.0, time_it: bool = True) -> Measurement:
         """Build (unless ``image`` is given), run once, check, and time ``program``."""
         info = {"flags": self.flags_text, "compiler": self.compiler, "entry": program.entry}
-        if program.language != "cuda":
-            raise ValueError(f"{program.entry}: a {program.language} program, not CUDA")
+        check_batch([program], "cuda")
         if image is None:
             image = self._image(program)
         if isinstance(image, str):
@@ -586,11 +586,3 @@ class CudaRunner:
         _call(drv, "cuEventSynchronize", end)
         return float(_call(drv, "cuEventElapsedTime", start, end)) * 1e-3
 
-
-def _check_batch(programs: Sequence[GpuProgram]) -> None:
-    entries = [p.entry for p in programs]
-    if len(set(entries)) != len(entries):
-        raise ValueError("programs of one batch need distinct entries")
-    for p in programs:
-        if p.language != "cuda":
-            raise ValueError(f"{p.entry}: a {p.language} program, not CUDA")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from partita.codegen.gpu import GpuProgram
+from partita.gpu.check import check_batch
 
 DEFAULT_ARCH = "sm_90"
 
@@ -49,14 +50,10 @@ class CudaBuild:
 
 def translation_unit(programs: Sequence[GpuProgram]) -> tuple[str, list[tuple[int, str]]]:
     """One .cu source for all programs, and the first line (1-based) of each entry."""
-    entries = [p.entry for p in programs]
-    if len(set(entries)) != len(entries):
-        raise ValueError("programs of one batch need distinct entries")
+    check_batch(programs, "cuda")
     lines: list[str] = []
     starts = []
     for p in programs:
-        if p.language != "cuda":
-            raise ValueError(f"{p.entry}: a {p.language} program, not CUDA")
         starts.append((len(lines) + 1, p.entry))
         lines.extend(p.source.splitlines())
         lines.append("")

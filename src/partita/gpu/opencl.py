@@ -24,6 +24,7 @@ from partita.codegen.gpu import GpuProgram
 from partita.gpu.check import (
     CaseCache,
     GpuRun,
+    check_batch,
     check_outputs,
     host_arguments,
     launch_of,
@@ -83,21 +84,16 @@ class OpenclRunner:
         when that fails, each is built alone so a failure is charged to its program only.
         """
         cl = self.cl
-        entries = [p.entry for p in programs]
-        if len(set(entries)) != len(entries):
-            raise ValueError("programs of one batch need distinct entries")
-        for p in programs:
-            if p.language != "opencl":
-                raise ValueError(f"{p.entry}: a {p.language} program, not OpenCL")
+        check_batch(programs, "opencl")
         if not programs:
             return {}
         try:
             source = "\n".join(p.source for p in programs)
             built = cl.Program(self.context, source).build(options=self.options)
-            return {e: cl.Kernel(built, e) for e in entries}
+            return {p.entry: cl.Kernel(built, p.entry) for p in programs}
         except cl.Error:
             if len(programs) == 1:
-                return {entries[0]: self._build_one(programs[0])}
+                return {programs[0].entry: self._build_one(programs[0])}
         return {p.entry: self._build_one(p) for p in programs}
 
     def _build_one(self, program: GpuProgram) -> Any:
