@@ -233,7 +233,7 @@ class MonteCarlo(Strategy):
         if node.cand.is_implementation:
             node.exhausted = True
             self._propagate_exhausted(path)
-            self.paths[node.cand.key()] = path
+            self.paths.setdefault(node.cand.key(), path)
             return node.cand
         kids = self.children(node.cand)
         node.children = [_Node(c, b) for c, b in kids]
@@ -246,7 +246,8 @@ class MonteCarlo(Strategy):
         leaf = self._rollout(node.children[i].cand)
         if leaf is None:
             return None
-        self.paths[leaf.key()] = path
+        # A leaf reached again keeps the path it was proposed (and will be observed) by.
+        self.paths.setdefault(leaf.key(), path)
         return leaf
 
     def _rollout(self, cand: Candidate) -> Candidate | None:
