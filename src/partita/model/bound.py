@@ -215,17 +215,28 @@ class Model:
         ``1 / cores``. An instruction no parallel loop can enclose runs on one core (the
         final sum after a parallel nest of partial sums).
         """
-        k = cand.kernel
+        return self._share(cand, inst, self._parallel_dims(cand))
+
+    def _parallel_dims(self, cand: Candidate) -> list[tuple[Any, tuple[str, ...]]]:
+        """(dim, its kinds) of the dims that may still be parallel loops of more than one
+        iteration: computed once per bound, shared by every instruction's share."""
         kind = self.rates.parallel_kind
+        out = []
+        for dim in cand.kernel.dims:
+            kinds = cand.domain("dim_kind", dim.name)
+            if kind in kinds and self.dim_size_range(cand, dim.name)[1] > 1:
+                out.append((dim, kinds))
+        return out
+
+    def _share(self, cand: Candidate, inst: str | None,
+               parallel: list[tuple[Any, tuple[str, ...]]]) -> float:
+        k = cand.kernel
         cores = self.rates.cores
         optimistic = 1 / cores
         own = set(k.iteration_dims(inst)) if inst is not None else None
         n = 1
         counted: list[str] = []
-        for dim in k.dims:
-            kinds = cand.domain("dim_kind", dim.name)
-            if kind not in kinds or self.dim_size_range(cand, dim.name)[1] <= 1:
-                continue
+        for dim, kinds in parallel:
             encloses = True
             if own is not None and dim.name not in own:
                 around = cand.domain("order", dim.name, inst)
@@ -314,6 +325,7 @@ class Model:
 
         runs: dict[str, int] = {}
         shares: dict[str, float] = {}
+        parallel = self._parallel_dims(cand)
 
         def issue(kind: str, inst: str, times: int | None = None) -> None:
             # A CPU vectorises an innermost tile; GPU threads may be any tile.
@@ -328,7 +340,7 @@ class Model:
                         cand, t.own[inst], t.foreign[inst])
             share = shares.get(inst)
             if share is None:
-                share = shares[inst] = self.parallel_share(cand, inst)
+                share = shares[inst] = self._share(cand, inst, parallel)
             busy[slot[kind]] += times / n / r.issue_rates(n, t.widest)[slot[kind]] * share
 
         for kind, inst, _ in t.issued:
