@@ -62,12 +62,17 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
             ids = instances[slot].ids
             both = pair.get(choice, False)
             now = vec[slot]
+            every = before == -1
+            # Domains only shrink: a condition "within mask" turns false when the last value
+            # in the mask goes, true when the last value outside it goes (inlined: hot).
             for table in (occ, tocc):
                 for fn, mask, flipped in table.get(choice, ()):
-                    if mask is None or before == -1 or _turned(before, now, mask):
+                    if every or mask is None or (not now & mask and before & mask) or (
+                            not now & ~mask and before & ~mask):
                         fn(vec, R, fired, *ids)
-                    if both and (mask is None or before == -1
-                                 or _turned(before, now, flipped)):
+                    if both and (every or mask is None
+                                 or (not now & flipped and before & flipped)
+                                 or (not now & ~flipped and before & ~flipped)):
                         fn(vec, R, fired, ids[1], ids[0])
             for ci, masks in watch[slot]:
                 if masks is not None and before != -1 and not any(
@@ -82,12 +87,6 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
             c = counters[(slot - base) // 2]
             for fn in cocc.get(c.name, ()):
                 fn(vec, R, fired, *c.ids)
-
-
-def _turned(before: int, now: int, mask: int) -> bool:
-    """Whether a condition "domain within ``mask``" became true or false (from unknown)."""
-    return (not before & mask) != (not now & mask) or \
-        (not before & ~mask) != (not now & ~mask)
 
 
 def initial_vector(sp: CompiledSpace) -> list[int]:
