@@ -181,6 +181,73 @@ def test_repetition_matches_the_loop_tree(seed: int) -> None:
         assert got == expected, (inst.name, cand.decisions_json())
 
 
+@given(seed=st.integers(0, 2**31))
+@settings(max_examples=8, deadline=None)
+def test_accumulation_chains_match_the_loop_tree(seed: int) -> None:
+    """On implementations, the chains interleaved between two updates of an accumulator are
+    the non-vector loops inside the innermost reduction loop, and a run of dependent updates
+    is the reduction loops inside the innermost other loop around them (read off the tree)."""
+    model = Model(RATES)
+    cand = random_implementation(_root("matmul", {"m": 8, "n": 16, "k": 4096}),
+                                 random.Random(seed))
+    k = cand.kernel
+    (acc,) = k.reducing_insts
+    loops = _enclosing(loop_tree(cand), acc)
+    assert loops is not None
+    own = set(k.iteration_dims(acc))
+    reduced = {d for d in own if d in k.reduction_dims}
+    innermost = max(i for i, n in enumerate(loops) if reduced & set(n.dims))
+    chains = math.prod(n.size or 1 for n in loops[innermost + 1:]
+                       if own & set(n.dims) and n.kind != "VECTOR")
+    run = 1
+    for node in reversed(loops[:innermost + 1]):
+        if (own - reduced) & set(node.dims):
+            break
+        if reduced & set(node.dims):
+            run *= node.size or 1
+    overlap = -(-RATES.reorder_window // chains)
+    lanes = max([n.size or 1 for n in loops if n.kind == "VECTOR" and own & set(n.dims)],
+                default=1)
+    updates = (model.volume(k, acc) * model.repetition(
+        cand, k.iteration_dims(acc), tuple(d.name for d in k.dims if d.name not in own))
+        / lanes * model.parallel_share(cand, acc))
+    expected = (updates / (run * chains) * (run - 1 - overlap) * RATES.fma_latency_cycles
+                / (RATES.ghz * 1e9) if run > overlap + 1 else 0.0)
+    assert model.chain_time(cand, acc) == pytest.approx(expected), cand.decisions_json()
+    assert model.bound(cand).terms["latency"] >= expected
+
+
+def test_a_packed_panel_read_across_its_layout_costs_an_access_per_lane() -> None:
+    """B packed for an 8x32 register tile: stored with j fastest (layout 0), the micro-kernel
+    reads 16 lanes at once; transposed (layout 1), the printer builds each vector from 16
+    element loads, and the bound charges them."""
+    from partita.codegen.c import print_c
+
+    model = Model(RATES)
+    cand = _root("matmul", {"m": 256, "n": 256, "k": 256})
+    plan = [("size", "i.2", 8), ("size", "j.2", 16), ("size", "r.1", 64), ("size", "i.1", 4),
+            ("size", "j.1", 2), ("dim_kind", "i.2", "UNROLL"), ("dim_kind", "j.2", "VECTOR"),
+            ("dim_kind", "j.1", "UNROLL"), ("dim_kind", "j_b.2", "VECTOR")]
+    for choice, dim, value in plan:
+        cand = cand.restrict(choice, (dim,), [value])
+    for outer, inner in [("j.0", "i.0"), ("i.0", "i.1"), ("i.1", "r.0"), ("r.0", "r.1"),
+                         ("r.1", "i.2"), ("i.2", "j.1"), ("j.1", "j.2")]:
+        cand = cand.restrict("order", (outer, inner), ["OUT"])
+    cand = cand.restrict("order", ("j_b.0", "j.0"), ["MERGED"])
+    cand = cand.restrict("order", ("r_b.0", "i.0"), ["BEFORE"])  # pack B per column tile
+    cand = cand.restrict("mem_space", ("tmp_ld_b_acc",), ["LOCAL"])
+    assert isinstance(cand, Candidate)
+    bounds, gathers = [], []
+    for layout in (0, 1):
+        chosen = cand.restrict("layout", ("tmp_ld_b_acc",), [layout])
+        assert isinstance(chosen, Candidate)
+        bounds.append(model.bound(chosen).terms["issue"])
+        source = print_c(random_implementation(chosen, random.Random(0))).source
+        gathers.append("{tmp_ld_b_acc[" in source)
+    assert gathers == [False, True]
+    assert bounds[1] > 1.5 * bounds[0]
+
+
 def test_accumulation_chain_bounds_a_dot_product() -> None:
     model = Model(RATES)
     b = model.bound(_root("dot", {"n": 1 << 20}))

@@ -16,9 +16,16 @@ every implementation the candidate still allows, and it can only grow as decisio
 - the compulsory traffic of the arrays (each accessed element moved once, a cache line per
   element for strides of a line or more) crosses the memory level the data fits in;
 - an accumulation is a chain of dependent operations: its length times the latency of one
-  operation bounds the time, however the other work overlaps.
+  operation bounds the time, however the other work overlaps; and a core runs the chains of
+  its accumulators only as many at once as the loop nest interleaves: with ``P`` accumulators
+  updated between two updates of one (the loops inside the innermost reduction loop), ``P``
+  updates complete per latency, except where an out-of-order window overlaps the end of one
+  run of updates with the start of the next (see :meth:`Model.chain_time`).
 
-Temporaries cost their loads and stores unless they can still live in registers. Targets supply
+Temporaries cost their loads and stores unless they can still live in registers; a vector
+access to a temporary that no remaining layout makes contiguous moves its lanes one element at
+a time (the printer builds the vector from element loads, or stores it element by element).
+Targets supply
 the rates (:class:`Rates`); everything else here is shared.
 """
 
@@ -31,6 +38,7 @@ from typing import Any
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.candidate import Candidate
+from partita.space.temporaries import permutation
 
 CACHE_LINE = 64
 PEELED = 16
@@ -69,6 +77,9 @@ class Rates:
     issue in groups of this many (a GPU warp), ``widest // lane_group`` groups per cycle: an
     instruction on ``t`` lanes fills ``min(t, lane_group)`` of each group."""
     register_space: str = "REGISTER"
+    reorder_window: int = 512
+    """Instructions an out-of-order core holds in flight at most (an upper bound: current x86
+    reorder buffers hold 224 to 512)."""
 
     def issue_rates(self, lanes: int, widest: int) -> tuple[float, float, float]:
         """Arithmetic, load and store instructions per cycle and core on ``lanes`` elements:
@@ -147,11 +158,13 @@ class Model:
             temp_elements = {a.name: math.prod(_size_of(k, x, self.sizes) for x in a.shape)
                              for a in temps}
             temp_dims = {a.name: _consumer_dims(k, a.carries) for a in temps}
+            temp_axes = {a.name: _temp_axes(k, a.carries) for a in temps}
             moved, footprint = self.compulsory_bytes(k)
             chain = max((self.reduction_length(k, i) for i in k.reducing_insts), default=0)
             itemsize = min((a.dtype.itemsize for a in k.arrays), default=4)
             self._static[key] = _KernelTerms(
                 volumes, own, foreign, inner, tuple(issued), temp_elements, temp_dims,
+                temp_axes,
                 max(1, r.vector_bytes // itemsize),
                 moved / r.bandwidth(footprint),
                 chain * r.fma_latency_cycles / (r.ghz * 1e9))
@@ -279,6 +292,100 @@ class Model:
         groups = max(1, widest // r.lane_group)
         return min(widest, groups * min(spread, r.lane_group))
 
+    def chain_time(self, cand: Candidate, inst: str,
+                   parallel: list[tuple[Any, tuple[str, ...]]] | None = None) -> float:
+        """A bound on the time of the accumulation ``inst`` from its chains of dependent
+        updates, on the busiest core.
+
+        Between two updates of one accumulator the core runs the updates of the accumulators
+        of the non-reduction dims nested inside every reduction dim (their number ``P``, at
+        most the product of their sizes, vector lanes aside, for the dims that may still be
+        nested there): at most ``P`` updates complete per latency. A run of ``S`` dependent
+        updates (the reduction tiles inside the innermost other dim that encloses any of
+        them, at least the smallest innermost reduction tile while the order is open) then
+        takes ``S`` latencies, of which an out-of-order window of ``W`` instructions can
+        overlap at most ``W / P`` with the run before it.
+        """
+        k = cand.kernel
+        r = self.rates
+        t = self._terms(k)
+        reduced = {d for op in k.inst(inst).operands if isinstance(op, Reduce)
+                   for ld in op.dims for d in k.dims_of(ld)}
+        own = t.own[inst]
+        red = [d for d in own if d in reduced]
+        other = [d for d in own if d not in reduced]
+        if not red:
+            return 0.0
+        size = self.dim_size_range
+
+        def inside(a: str, b: str) -> bool:  # a may be nested inside b
+            return cand.allows("order", (a, b), "IN")
+
+        # Accumulators interleaved between two updates of one (at most).
+        chains = 1
+        for d in other:
+            if cand.is_only("dim_kind", (d,), "VECTOR"):
+                continue
+            if all(inside(d, e) for e in red):
+                chains *= size(cand, d)[1]
+        # The shortest run of dependent updates the nest still allows.
+        run = None
+        for e in red:
+            if any(cand.is_only("order", (f, e), "IN") for f in red if f != e):
+                continue  # not the innermost reduction tile
+            n = size(cand, e)[0]
+            for f in red:
+                if f != e and cand.is_only("order", (e, f), "IN") and not any(
+                        inside(g, f) and cand.allows("order", (g, e), "OUT") for g in other):
+                    n *= size(cand, f)[0]
+            run = n if run is None else min(run, n)
+        if run is None or run <= 1:
+            return 0.0
+        overlap = -(-r.reorder_window // chains)
+        if run <= overlap + 1:
+            return 0.0
+        lanes = self.lanes(cand, t.inner[inst], t.widest)
+        share = self._share(cand, inst, parallel if parallel is not None
+                            else self._parallel_dims(cand))
+        updates = t.volumes[inst] * self.repetition(cand, own, t.foreign[inst]) / lanes * share
+        runs = updates / (run * chains)
+        return runs * (run - 1 - overlap) * r.fma_latency_cycles / (r.ghz * 1e9)
+
+    def _temp_lanes(self, cand: Candidate, temp: str,
+                    axes: tuple[tuple[tuple[str, str], ...], ...], side: int,
+                    dims: tuple[str, ...], widest: int) -> int | None:
+        """The most elements one access of a temporary in memory can move (None: as for any
+        access, on a GPU). A lane dim that indexes the temporary gives contiguous lanes only
+        where the pairs stored after it (the axes a layout puts after its own) may all be
+        one element or left out of a local buffer (fused pairs); otherwise its vector moves
+        element by element."""
+        if self.rates.lane_group:
+            return None
+        where = {pair[side]: ax for ax, pairs in enumerate(axes) for pair in pairs}
+        kept: dict[int, bool] = {}
+
+        def blocks(ax: int) -> bool:
+            # Some pair of this axis certainly holds more than one element in the buffer.
+            if ax not in kept:
+                local = "LOCAL" in cand.domain("mem_space", temp)
+                kept[ax] = any(self.dim_size_range(cand, a)[0] > 1 and not (
+                    local and cand.allows("order", (a, b), "MERGED")) for a, b in axes[ax])
+            return kept[ax]
+
+        best = 1
+        for d in dims:
+            if not any(cand.allows("dim_kind", (d,), kind) for kind in self.rates.lane_kinds):
+                continue
+            n = min(widest, self.dim_size_range(cand, d)[1])
+            ax = where.get(d)
+            if ax is not None and n > 1 and all(
+                    any(blocks(b) for b in perm[perm.index(ax) + 1:])
+                    for perm in (permutation(len(axes), i)
+                                 for i in cand.domain("layout", temp))):
+                n = 1
+            best = max(best, n)
+        return best
+
     @staticmethod
     def _unrolled_kinds(cand: Candidate) -> tuple[str, ...]:
         """The dim kinds of the space that are not sequential loops."""
@@ -327,10 +434,12 @@ class Model:
         shares: dict[str, float] = {}
         parallel = self._parallel_dims(cand)
 
-        def issue(kind: str, inst: str, times: int | None = None) -> None:
+        def issue(kind: str, inst: str, times: int | None = None,
+                  n: int | None = None) -> None:
             # A CPU vectorises an innermost tile; GPU threads may be any tile.
             dims = t.own[inst] if r.lane_group else t.inner[inst]
-            n = lanes.get(dims)
+            if n is None:
+                n = lanes.get(dims)
             if n is None:
                 n = lanes[dims] = self.lanes(cand, dims, t.widest)
             if times is None:
@@ -345,20 +454,32 @@ class Model:
 
         for kind, inst, _ in t.issued:
             issue(kind, inst)
-        # A temporary out of registers is stored each time its producer runs, and loaded
-        # once per element, times the loops the load cannot be hoisted from (the consumer's
-        # dims that do not index it and its foreign loops).
+        # A temporary out of registers is stored and loaded once per element, times the loops
+        # the store or load cannot be moved out of (the producer's or consumer's dims that do
+        # not index it, and its foreign loops).
         for arr in k.arrays:
             if arr.carries is None or not self.in_memory(cand, arr.name):
                 continue
             producer, consumer = arr.carries
-            issue("store", producer)
+            axes = t.temp_axes[arr.name]
+            # The compiler sinks a store out of the loops its address does not vary in (an
+            # accumulator's partial values are stored once, after the reduction loop).
+            writing = tuple(a for pairs in axes for a, _ in pairs)
+            issue("store", producer, t.temp_elements[arr.name] * self.repetition(
+                cand, writing, tuple(d for d in t.own[producer] if d not in writing)
+                + t.foreign[producer]),
+                n=self._temp_lanes(cand, arr.name, axes, 0, t.inner[producer], t.widest))
             indexing, others = t.temp_dims[arr.name]
             issue("load", consumer, t.temp_elements[arr.name] * self.repetition(
-                cand, indexing, others + t.foreign[consumer]))
+                cand, indexing, others + t.foreign[consumer]),
+                n=self._temp_lanes(cand, arr.name, axes, 1, t.inner[consumer], t.widest))
         cycles = max(busy)
+        chains = 0.0
+        if not r.lane_group:
+            for inst in k.reducing_insts:
+                chains = max(chains, self.chain_time(cand, inst, parallel))
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": t.memory_s,
-                 "latency": t.latency_s}
+                 "latency": max(t.latency_s, chains)}
         return Bound(max(terms.values()), terms)
 
 
@@ -373,6 +494,9 @@ class _KernelTerms:
     temp_elements: dict[str, int]
     temp_dims: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
     """The consumer's tile dims that index a temporary, and its other own tile dims."""
+    temp_axes: dict[str, tuple[tuple[tuple[str, str], ...], ...]]
+    """Per axis of a temporary (in the consumer's order, layout 0), its (producer tile,
+    consumer tile) pairs from the outermost tile to the innermost."""
     widest: int
     memory_s: float
     latency_s: float
@@ -388,6 +512,19 @@ def _contractible_muls(k: Kernel) -> frozenset[str]:
                 uses.setdefault(op.inst, []).append(inst.op)
     return frozenset(i.name for i in k.instructions if i.op == "mul" and uses.get(i.name)
                      and all(u in ("add", "sub") for u in uses[i.name]))
+
+
+def _temp_axes(k: Kernel, carries: tuple[str, str]) -> tuple[tuple[tuple[str, str], ...],
+                                                              ...]:
+    """(producer tile, consumer tile) pairs per axis of the temporary carrying ``carries``,
+    in the consumer's order (the order of layout 0), outermost tile first."""
+    producer, consumer = carries
+    for op in k.inst(consumer).values():
+        src = op.inst if isinstance(op, Value) else op.init if isinstance(op, Reduce) else None
+        if src == producer:
+            return tuple(tuple(zip(k.dims_of(a), k.dims_of(b), strict=True))
+                         for a, b in op.mapping)
+    return ()
 
 
 def _consumer_dims(k: Kernel, carries: tuple[str, str]) -> tuple[tuple[str, ...],
