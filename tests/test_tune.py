@@ -197,3 +197,21 @@ def test_a_batch_tightens_the_call_limit_as_it_measures() -> None:
     assert limit([measured(0.4)]) == call_limit(0.4) < call_limit(float("inf"))
     assert batch_limit(0.2)([measured(0.4)]) == call_limit(0.2)
     assert call_limit(1e-6) > 0
+
+
+def test_timing_is_abandoned_past_a_multiple_of_the_best_so_far() -> None:
+    """No best yet: every program is timed in full; then timing stops at ABANDON_FACTOR
+    times the best, the batch's full measurements included (an abandoned time, from one
+    call, never sets the threshold)."""
+    from partita.runtime.evaluate import Measurement
+    from partita.tuning import ABANDON_FACTOR, batch_abandon
+
+    def measured(t: float | None, status: str = "ok", stop: str = "stable") -> Measurement:
+        return Measurement(status=status, median_s=t, stop=stop)
+
+    limit = batch_abandon(float("inf"))
+    assert limit([]) == 0.0
+    assert limit([measured(None, "timeout")]) == 0.0
+    assert limit([measured(0.4)]) == ABANDON_FACTOR * 0.4
+    assert limit([measured(0.1, stop="abandoned")]) == 0.0
+    assert batch_abandon(0.2)([measured(0.4)]) == ABANDON_FACTOR * 0.2

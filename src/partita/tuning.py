@@ -218,6 +218,22 @@ def batch_limit(best_s: float) -> Callable[[list[Any]], float]:
     return limit
 
 
+ABANDON_FACTOR = 1.5
+"""A candidate whose fastest call is this much slower than the best time so far is timed no
+further: it cannot be the new best, and on a large kernel each extra call costs seconds."""
+
+
+def batch_abandon(best_s: float) -> Callable[[list[Any]], float]:
+    """The time beyond which timing a program of a batch stops (:data:`ABANDON_FACTOR`
+    times the best so far, the batch's own measurements included; 0 with no best yet)."""
+    def limit(done: list[Any]) -> float:
+        times = [m.median_s for m in done if m.ok and m.median_s is not None
+                 and m.stop != "abandoned"]
+        best = min([best_s, *times])
+        return 0.0 if math.isinf(best) else ABANDON_FACTOR * best
+    return limit
+
+
 def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
     stops: list[Stop] = []
     if budget_s is not None:
@@ -306,7 +322,10 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
             with ev:
                 def evaluate(progs: list[Program]) -> list[Any]:
                     programs.update((p.digest, p) for p in progs)
-                    return ev.evaluate(progs, timeout_s=batch_limit(state.best_time))
+                    if gpu:
+                        return ev.evaluate(progs, timeout_s=batch_limit(state.best_time))
+                    return ev.evaluate(progs, timeout_s=batch_limit(state.best_time),
+                                       abandon_s=batch_abandon(state.best_time))
 
                 def record(e: Evaluation) -> None:
                     eid = rec.add_evaluation(run, e.to_json(), flags)

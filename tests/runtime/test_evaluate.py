@@ -147,6 +147,22 @@ def test_checking_without_timing(evaluator: Evaluator) -> None:
     assert m.status == "ok" and m.reps == 0 and m.max_error is not None
 
 
+def test_timing_stops_at_the_abandon_threshold_of_the_batch(evaluator: Evaluator) -> None:
+    """A tuner's threshold, a function of the batch so far, reaches the harness."""
+    seen: list[int] = []
+
+    def threshold(done: list[Measurement]) -> float:
+        seen.append(len(done))
+        return 1e-12 if done else 0.0
+
+    first, second = evaluator.evaluate([P.axpy(), P.axpy(n=999)], abandon_s=threshold)
+    assert seen == [0, 1]
+    _assert_ok(first)
+    assert first.stop != "abandoned" and first.reps >= 2
+    _assert_ok(second)
+    assert (second.stop, second.reps) == ("abandoned", 1)
+
+
 def test_measurement_json_round_trip(evaluator: Evaluator) -> None:
     (m,) = evaluator.evaluate([P.matmul()])
     data = json.loads(json.dumps(m.to_json()))

@@ -71,6 +71,26 @@ def test_the_budget_ends_timing_after_one_repetition_at_least(counter) -> None:
     assert (len(t.times), t.stop) == (1, "budget")
 
 
+def test_a_call_slower_than_the_abandon_threshold_ends_timing(counter) -> None:
+    lib, packed, args, _ = counter
+    # After the first warm-up, a warm call slower than the threshold is the one repetition.
+    t = measure(lib, packed, args, TimingOptions(warmups=3, warmup_s=0.0, min_reps=10,
+                                                 max_reps=100, budget_s=60.0,
+                                                 abandon_s=1e-12))
+    assert (t.warmups, len(t.times), t.stop) == (1, 1, "abandoned")
+    assert _calls(lib) == 2
+    # With a single warm-up, the first timed call decides.
+    t = measure(lib, packed, args, TimingOptions(warmups=1, warmup_s=0.0, min_reps=10,
+                                                 max_reps=100, budget_s=60.0,
+                                                 abandon_s=1e-12))
+    assert (t.warmups, len(t.times), t.stop) == (1, 1, "abandoned")
+    # A generous threshold changes nothing.
+    t = measure(lib, packed, args, TimingOptions(warmups=1, warmup_s=0.0, min_reps=3,
+                                                 max_reps=12, budget_s=60.0, rel_tol=-1.0,
+                                                 abandon_s=60.0))
+    assert (len(t.times), t.stop) == (12, "max_reps")
+
+
 def test_stability_stops_early(counter) -> None:
     lib, packed, args, _ = counter
     t = measure(lib, packed, args, TimingOptions(warmups=1, warmup_s=0.0, min_reps=3,

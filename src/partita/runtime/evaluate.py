@@ -26,6 +26,7 @@ After a crash, timeout or out-of-memory kill the next evaluation starts a fresh 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
@@ -91,7 +92,8 @@ class Measurement:
     warmups: int = 0
     threads: int = 0
     stop: str = ""
-    """Why timing stopped: ``stable`` median, ``max_reps`` reached, or ``budget`` spent."""
+    """Why timing stopped: ``stable`` median, ``max_reps`` reached, ``budget`` spent, or
+    ``abandoned`` (slower than the caller's threshold)."""
     detail: str = ""
 
     @property
@@ -324,13 +326,17 @@ class Evaluator:
 
     def evaluate(self, programs: Sequence[Program], *,
                  timeout_s: float | Callable[[Sequence[Measurement]], float] | None = None,
-                 time_it: bool = True) -> list[Measurement]:
+                 time_it: bool = True,
+                 abandon_s: float | Callable[[Sequence[Measurement]], float] | None = None,
+                 ) -> list[Measurement]:
         """A :class:`Measurement` per program, in order.
 
         ``timeout_s`` overrides the per-call limit: a number, or a function of the
         measurements of the batch so far (a tuner allows a multiple of the best time, which a
         program earlier in the batch may just have lowered); ``time_it=False`` only checks
-        the outputs.
+        the outputs. ``abandon_s`` (a number or such a function) stops timing a program as
+        soon as its fastest call is slower (:class:`TimingOptions`), recorded as stop
+        ``abandoned``: its time is then that of one or a few calls.
         """
         with self._lock:
             if self.overlap:
@@ -342,7 +348,9 @@ class Evaluator:
                         # One batch at a time: nothing compiles while a kernel is timed.
                         self.prepare(programs[i:i + self.batch_size])
                     limit = timeout_s(results) if callable(timeout_s) else timeout_s
-                    results.append(self._evaluate_one(p, limit or self.timeout_s, time_it))
+                    abandon = abandon_s(results) if callable(abandon_s) else abandon_s
+                    results.append(self._evaluate_one(p, limit or self.timeout_s, time_it,
+                                                      abandon))
             finally:
                 for p in programs:
                     self._pending.pop((p.entry, p.source), None)
@@ -358,7 +366,8 @@ class Evaluator:
             self._cases[key] = case
         return case
 
-    def _evaluate_one(self, program: Program, timeout_s: float, time_it: bool) -> Measurement:
+    def _evaluate_one(self, program: Program, timeout_s: float, time_it: bool,
+                      abandon_s: float | None = None) -> Measurement:
         info = {"flags": self.compiler.flags_text, "compiler": self.compiler.version,
                 "entry": program.entry}
         built = self._compiled(program)
@@ -372,7 +381,8 @@ class Evaluator:
                                  p.footprint) for p in program.params if p.kind == "array"],
             "values": {**case.sizes, **case.scalars},
             "inputs": case.inputs, "expected": case.expected, "tolerance": case.tolerance,
-            "timing": self.timing, "time": time_it,
+            "timing": (dataclasses.replace(self.timing, abandon_s=abandon_s)
+                       if abandon_s else self.timing), "time": time_it,
             "canary_bytes": self.canary_bytes, "alignment": self.alignment,
         }
         m = self._run(request, timeout_s)

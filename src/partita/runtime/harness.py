@@ -11,7 +11,10 @@ conversion, the garbage collector) ends up inside a timed interval. The protocol
 3. timed repetitions, each one call between two ``clock_gettime(CLOCK_MONOTONIC)`` readings
    taken at nanosecond resolution, until the median of the times so far moved by less than
    ``rel_tol`` between two checks (after at least ``min_reps``), or ``max_reps`` were taken,
-   or ``budget_s`` seconds went by (one repetition at least).
+   or ``budget_s`` seconds went by (one repetition at least), or, when ``abandon_s`` is set, as
+   soon as the fastest call so far is slower than ``abandon_s``: a tuner racing candidates
+   against its best time learns all it needs from one slow call (a warm-up call after the
+   first counts as that repetition, so a hopeless candidate costs three calls in all).
 
 Before every call (warm-up or timed) the harness can write a buffer larger than the last-level
 cache from every thread (so timed calls start from cold caches) and copy saved contents back
@@ -184,7 +187,7 @@ static void partita_restore(int64_t n, void *const *dst, void *const *src,
 
 /* ---- the protocol ------------------------------------------------------------------------ */
 
-enum { PARTITA_STABLE = 0, PARTITA_MAX_REPS = 1, PARTITA_BUDGET = 2 };
+enum { PARTITA_STABLE = 0, PARTITA_MAX_REPS = 1, PARTITA_BUDGET = 2, PARTITA_ABANDONED = 3 };
 
 /* info[0] warm-up calls made, info[1] timed repetitions, info[2] pool threads,
    info[3] why timing stopped (PARTITA_*), info[4] CLOCK_MONOTONIC ns at the start of the
@@ -192,9 +195,9 @@ enum { PARTITA_STABLE = 0, PARTITA_MAX_REPS = 1, PARTITA_BUDGET = 2 };
    Returns 0, or -1 when a buffer of the harness could not be allocated. */
 int partita_measure(partita_packed_fn fn, void **args, int64_t warmups, double warmup_s,
                     int64_t min_reps, int64_t max_reps, double budget_s, double rel_tol,
-                    int64_t flush_bytes, int64_t n_restore, void *const *restore_dst,
-                    void *const *restore_src, const int64_t *restore_bytes, double *times,
-                    int64_t *info) {
+                    double abandon_s, int64_t flush_bytes, int64_t n_restore,
+                    void *const *restore_dst, void *const *restore_src,
+                    const int64_t *restore_bytes, double *times, int64_t *info) {
     if (max_reps < 1) max_reps = 1;
     if (min_reps < 1) min_reps = 1;
     double *scratch = malloc((size_t)max_reps * sizeof *scratch);
@@ -210,15 +213,29 @@ int partita_measure(partita_packed_fn fn, void **args, int64_t warmups, double w
     while (w < warmups || partita_ns() - w_start < w_min_ns) {
         if (partita_flush(flush_bytes, round++)) { free(scratch); return -1; }
         partita_restore(n_restore, restore_dst, restore_src, restore_bytes);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         fn(args);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
         w++;
+        double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (abandon_s > 0.0 && w >= 2 && s > abandon_s) {
+            /* A warm call already slower than the threshold: it is the one repetition. */
+            info[0] = w - 1;
+            info[1] = 1;
+            info[3] = PARTITA_ABANDONED;
+            info[4] = (int64_t)t0.tv_sec * 1000000000 + (int64_t)t0.tv_nsec;
+            times[0] = s;
+            free(scratch);
+            return 0;
+        }
     }
     info[0] = w;
 
     const int64_t start = partita_ns();
     const int64_t budget_ns = (int64_t)(budget_s * 1e9);
     int64_t reps = 0, next_check = min_reps, reason = PARTITA_MAX_REPS;
-    double previous = -1.0;
+    double previous = -1.0, fastest = -1.0;
     while (reps < max_reps) {
         if (partita_flush(flush_bytes, round++)) { free(scratch); return -1; }
         partita_restore(n_restore, restore_dst, restore_src, restore_bytes);
@@ -230,6 +247,8 @@ int partita_measure(partita_packed_fn fn, void **args, int64_t warmups, double w
         int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000
                      + (int64_t)(t1.tv_nsec - t0.tv_nsec);
         times[reps++] = (double)ns * 1e-9;
+        if (fastest < 0.0 || times[reps - 1] < fastest) fastest = times[reps - 1];
+        if (abandon_s > 0.0 && fastest > abandon_s) { reason = PARTITA_ABANDONED; break; }
         if (reps >= max_reps) break;
         if (partita_ns() - start >= budget_ns) { reason = PARTITA_BUDGET; break; }
         if (reps >= next_check) {
@@ -251,7 +270,7 @@ int partita_measure(partita_packed_fn fn, void **args, int64_t warmups, double w
 }
 """
 
-STOP_REASONS = ("stable", "max_reps", "budget")
+STOP_REASONS = ("stable", "max_reps", "budget", "abandoned")
 
 
 def last_level_cache_bytes() -> int | None:
@@ -287,6 +306,8 @@ class TimingOptions:
     max_reps: int = 200
     budget_s: float = 1.0
     rel_tol: float = 0.01
+    abandon_s: float = 0.0
+    """Stop timing once the fastest call is slower than this (0: never)."""
     flush_cache: bool = False
     flush_bytes: int | None = None
     restore_inout: bool = False
@@ -335,7 +356,7 @@ def bind(lib: ctypes.CDLL) -> Any:
     """The typed ``partita_measure`` function of a loaded shared object."""
     f = lib.partita_measure
     i64, dbl, vp = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
-    f.argtypes = [vp, vp, i64, dbl, i64, i64, dbl, dbl, i64, i64, vp, vp, vp, vp, vp]
+    f.argtypes = [vp, vp, i64, dbl, i64, i64, dbl, dbl, dbl, i64, i64, vp, vp, vp, vp, vp]
     f.restype = ctypes.c_int
     return f
 
@@ -362,7 +383,8 @@ def measure(lib: ctypes.CDLL, packed: Any, args: ctypes.Array,
     fn_ptr = ctypes.cast(packed, ctypes.c_void_p)
     rc = f(fn_ptr, ctypes.cast(args, ctypes.c_void_p), options.warmups, options.warmup_s,
            options.min_reps, max_reps, options.budget_s, options.rel_tol,
-           options.resolved_flush_bytes(), n, ctypes.cast(dst, ctypes.c_void_p),
+           float(options.abandon_s), options.resolved_flush_bytes(), n,
+           ctypes.cast(dst, ctypes.c_void_p),
            ctypes.cast(src, ctypes.c_void_p), ctypes.cast(size, ctypes.c_void_p),
            ctypes.cast(times, ctypes.c_void_p), ctypes.cast(info, ctypes.c_void_p))
     if rc != 0:
