@@ -218,6 +218,10 @@ def batch_limit(best_s: float) -> Callable[[list[Any]], float]:
     return limit
 
 
+COMPILE_LIMIT_S = 60.0
+"""gcc time allowed per candidate while tuning: code that takes longer to compile (thousands
+of unrolled copies) is never the fastest, and the build would stall the search."""
+
 ABANDON_FACTOR = 1.5
 """A candidate whose fastest call is this much slower than the best time so far is timed no
 further: it cannot be the new best, and on a large kernel each extra call costs seconds."""
@@ -283,7 +287,7 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
     import partita
 
     params = _params_of(kernel)
-    compiler = Compiler()
+    compiler = Compiler(timeout_s=COMPILE_LIMIT_S)
     with Records(db) as rec:
         kid = rec.kernel_id(kernel, params)
         mid = rec.machine_id(host_fingerprint(compiler_version(compiler.cc)))

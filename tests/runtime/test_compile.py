@@ -106,3 +106,45 @@ def test_batches_keep_entries_distinct() -> None:
     assert [[p.entry for p in batch] for batch in batches] == [["same", "same", c.entry],
                                                                ["same"]]
     assert [len(batch) for batch in split_batches([P.axpy() for _ in range(5)], 2)] == [2, 2, 1]
+
+
+def test_closing_an_evaluator_kills_a_compilation_in_progress(tmp_path: Path) -> None:
+    """A long gcc run must not outlive the evaluator (it would take a core from the next
+    measurement); the batch's per-program retries are refused too."""
+    import time
+
+    from partita.runtime import Evaluator
+
+    marker = tmp_path / "started"
+    slow_cc = tmp_path / "slow-cc"
+    slow_cc.write_text("#!/bin/sh\n"
+                       'if [ "$1" = "--version" ]; then echo "slow-cc 1.0"; exit 0; fi\n'
+                       f"touch {marker}\nexec sleep 300\n")
+    slow_cc.chmod(0o755)
+    compiler = Compiler(cc=str(slow_cc), cache_dir=tmp_path / "cache")
+    ev = Evaluator(compiler=compiler, workdir=tmp_path)
+    ev.prepare([P.axpy(), P.axpy(dtype="float64")])
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+    (proc,) = compiler._running
+    start = time.monotonic()
+    ev.close()
+    assert time.monotonic() - start < 30
+    assert proc.poll() is not None and not compiler._running
+    # The compiler serves the next evaluator.
+    compiler.restart()
+    assert not compiler._stopped
+
+
+def test_a_compilation_past_its_limit_fails_with_a_clear_error(tmp_path: Path) -> None:
+    slow_cc = tmp_path / "slow-cc"
+    slow_cc.write_text("#!/bin/sh\n"
+                       'if [ "$1" = "--version" ]; then echo "slow-cc 1.0"; exit 0; fi\n'
+                       "exec sleep 300\n")
+    slow_cc.chmod(0o755)
+    compiler = Compiler(cc=str(slow_cc), cache_dir=tmp_path / "cache", timeout_s=0.5)
+    with pytest.raises(CompileError, match=r"ran longer than 1 s"):
+        compiler.build([P.axpy(), P.axpy(dtype="float64")])  # 0.5 s per program
+    assert not compiler._running

@@ -146,7 +146,8 @@ class Compiler:
 
     ``nice`` lowers gcc's scheduling priority (0: unchanged; the evaluator already stops gcc
     while a kernel is timed, see :meth:`pause`, and a niced gcc starves on a busy machine).
-    ``runs`` counts the gcc invocations this instance made (cache hits make none).
+    ``runs`` counts the gcc invocations this instance made (cache hits make none);
+    ``timeout_s`` limits one run, per program it compiles.
     """
 
     cc: str = DEFAULT_CC
@@ -158,6 +159,7 @@ class Compiler:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _running: set[subprocess.Popen] = field(default_factory=set, init=False, repr=False)
     _may_run: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _stopped: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._may_run.set()
@@ -181,11 +183,13 @@ class Compiler:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _run(self, cmd: list[str], cwd: Path, entries: Sequence[str]
+    def _run(self, cmd: list[str], cwd: Path, entries: Sequence[str], timeout_s: float
              ) -> subprocess.CompletedProcess[str]:
         """Run gcc in its own process group (so :meth:`pause` can stop all its stages)."""
         self._may_run.wait()
         with self._lock:
+            if self._stopped:
+                raise CompileError("compilation stopped: the evaluator closed", entries=entries)
             self.runs += 1
             try:
                 proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
@@ -197,11 +201,11 @@ class Compiler:
             if not self._may_run.is_set():  # paused between the wait and the start
                 _signal_group(proc, signal.SIGSTOP)
         try:
-            stdout, stderr = proc.communicate(timeout=self.timeout_s)
+            stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
             _signal_group(proc, signal.SIGKILL)
             proc.communicate()
-            raise CompileError(f"{self.cc} ran longer than {self.timeout_s:g} s",
+            raise CompileError(f"{self.cc} ran longer than {timeout_s:g} s",
                                entries=entries) from e
         finally:
             with self._lock:
@@ -219,6 +223,22 @@ class Compiler:
             self._may_run.clear()
             for proc in self._running:
                 _signal_group(proc, signal.SIGSTOP)
+
+    def stop(self) -> None:
+        """Kill running gcc processes and refuse new ones until :meth:`restart` (their builds
+        fail with a CompileError): an evaluator that closes must not leave a long
+        compilation, or the per-program retries of a failed batch, taking a core from
+        whatever runs next."""
+        with self._lock:
+            self._stopped = True
+            for proc in self._running:
+                _signal_group(proc, signal.SIGKILL)
+                _signal_group(proc, signal.SIGCONT)
+            self._may_run.set()
+
+    def restart(self) -> None:
+        with self._lock:
+            self._stopped = False
 
     def resume(self) -> None:
         with self._lock:
@@ -263,7 +283,7 @@ class Compiler:
             cmd = [self.cc, *self.flags, "-o", "out.so", *files, *ALLOC_WRAP_FLAGS]
             if self.nice and shutil.which("nice"):
                 cmd = ["nice", "-n", str(self.nice), *cmd]
-            done = self._run(cmd, build_dir, entries)
+            done = self._run(cmd, build_dir, entries, self.timeout_s * len(units))
             if done.returncode != 0 or not (build_dir / "out.so").exists():
                 error = CompileError(f"{self.cc} failed (exit status {done.returncode})",
                                      done.stderr, entries)

@@ -266,8 +266,11 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker and the compile thread, and remove the temporary directory."""
+        """Stop the worker and the compile thread (killing a compilation in progress), and
+        remove the temporary directory."""
+        self.compiler.stop()
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self.compiler.restart()
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
