@@ -58,6 +58,13 @@ class KernelBuilder:
         self._sizes.append(SizeParam(name, value))
         return name
 
+    def static_size(self, name: str) -> int | None:
+        """The value of a size parameter declared so far (None when dynamic)."""
+        for p in self._sizes:
+            if p.name == name:
+                return p.value
+        raise KernelError(f"unknown size {name!r}")
+
     def scalar(self, name: str, dtype: str | DType | None = None) -> ScalarParam:
         s = ScalarParam(name, DType.parse(dtype or self.dtype))
         self._scalars.append(s)

@@ -201,11 +201,23 @@ def _product(b: KernelBuilder, A, B, i, j, r, name: str):
                  b.reduce(init, [r], {ii: i, ji: j}), dims=[i, j, r], name=f"acc_{name}")
 
 
+EXACT_MULTIPLE = 16
+"""Sizes that are multiples of this (a full vector of fp32 on AVX-512) are tiled exactly;
+other static sizes (999, 1021) may take tiles that leave a remainder, which the printed code
+guards (a partial vector tile runs lane by lane): a prime size would otherwise allow no tile
+but 1, and no vector at all."""
+
+
+def _exact(b: KernelBuilder, size: str) -> bool:
+    value = b.static_size(size)
+    return value is None or value % EXACT_MULTIPLE == 0
+
+
 def _matmul_body(b: KernelBuilder, A, B, C, m, n, k, batch) -> None:
     """Five nests: load A, load B, initialise, accumulate, store."""
-    i = b.dim("i", m, tiles=[POW2, ROW_TILES])
-    j = b.dim("j", n, tiles=[POW2, VECTOR_TILES])
-    kk = b.dim("r", k, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)])
+    i = b.dim("i", m, tiles=[POW2, ROW_TILES], divisible=_exact(b, m))
+    j = b.dim("j", n, tiles=[POW2, VECTOR_TILES], divisible=_exact(b, n))
+    kk = b.dim("r", k, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)], divisible=_exact(b, k))
     nests = ("a", "b", "init", "st")
     dims = {"a": (b.mapped_dim(i, "i_a"), None, b.mapped_dim(kk, "r_a")),
             "b": (None, b.mapped_dim(j, "j_b"), b.mapped_dim(kk, "r_b"))}
