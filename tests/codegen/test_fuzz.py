@@ -8,6 +8,7 @@ any implementation the space allows must compute the kernel's result.
 from __future__ import annotations
 
 import random
+import re
 import zlib
 from collections.abc import Iterator
 
@@ -27,6 +28,7 @@ CASES = [
     ("gemv", {"m": 7, "n": 5}, 12),
     ("gemv", {"m": 16, "n": 24, "transpose": 1}, 12),
     ("matmul", {"m": 7, "n": 13, "k": 5}, 12),
+    ("matmul", {"m": 10, "n": 37, "k": 19}, 12),
     ("matmul", {"m": 16, "n": 16, "k": 8}, 20),
     ("matmul", {"m": 8, "n": 24, "k": 12, "transpose_a": 1, "stride_a": 3}, 14),
     ("matmul", {"m": 16, "n": 8, "k": 4, "transpose_b": 1, "dtype": "float64"}, 12),
@@ -86,3 +88,26 @@ def test_register_blocked_micro_kernels_match_numpy(evaluator: Evaluator) -> Non
     report = sample_and_evaluate(cand, 6, random.Random(5),
                                  lambda ps: evaluator.evaluate(ps, time_it=False))
     assert report.verified == 6, report.failed[:3]
+
+
+def test_full_tiles_run_without_guards_and_the_last_tile_with_them(evaluator: Evaluator
+                                                                    ) -> None:
+    """A 16-lane register tile on n = 37: two full tiles run the unguarded vector code, the
+    third (5 columns) the guarded lane-by-lane version; each instruction of a guarded dim
+    appears in both versions, and the result is right."""
+    cand = partita.space(partita.kernel("matmul", m=6, n=37, k=19)).root()
+    for choice, args, values in [
+        ("size", ["j.2"], [16]), ("size", ["j.1"], [1]), ("dim_kind", ["j.2"], ["VECTOR"]),
+        ("size", ["r.1"], [8]),
+    ]:
+        cand = cand.restrict(choice, args, values)
+        assert cand, cand
+    impls = list(sample_implementations(cand, 4, random.Random(11)))
+    for i, impl in enumerate(impls):
+        source = print_c(impl, f"rem_{i}").source
+        # j: 37 // 16 = 2 full tiles (r: 19 // 8 = 2 as well), then the guarded version.
+        assert re.search(r"if \((\w+_0 < 2 && )*\w+_0 < 2\) \{", source), source
+        assert "< 37)" in source
+    report = sample_and_evaluate(cand, 4, random.Random(11),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 4, report.failed[:3]
