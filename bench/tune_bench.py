@@ -55,6 +55,8 @@ CASES = [
     Case("axpy 2^26", "axpy", {"n": 1 << 26}, "stream>=0.9"),
     Case("dot 2^24", "dot", {"n": 1 << 24}, "stream>=0.9"),
     Case("dot 2^24, 256 partial sums", "dot", {"n": 1 << 24, "partials": 256}, "stream>=0.9"),
+    Case("dot 2^24, 2 chunks of 128 partial sums", "dot",
+         {"n": 1 << 24, "partials": 128, "chunks": 2}, "stream>=0.9"),
     Case("gemv 4096^2", "gemv", {"m": 4096, "n": 4096}, "stream>=0.9"),
     Case("gemv 4096^2, 64 partial sums", "gemv", {"m": 4096, "n": 4096, "partials": 64},
          "stream>=0.9"),

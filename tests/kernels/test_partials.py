@@ -191,3 +191,50 @@ def test_cli_samples_partial_sums() -> None:
     assert json.loads(result.output)["verified"] == 2
     listing = CliRunner().invoke(main, ["kernels"])
     assert "partials=1" in listing.output
+
+
+# -- contiguous chunks ---------------------------------------------------------------------
+
+
+def test_chunks_cut_the_vectors_into_contiguous_stretches() -> None:
+    k = kernel("dot", n=4096, partials=16, chunks=4)
+    assert k.static_size(k.logical("c").size) == 4
+    assert k.static_size(k.logical("q").size) == 4096 // 4 // 16
+    assert k.inst("acc").dims == ("c", "p", "q") and k.inst("fin").dims == ("c_f", "p_f")
+    # The chunks are not reduced by the accumulation (they may run in parallel); the final
+    # sum reduces them with the partial sums.
+    assert not set(k.dims_of("c")) & k.reduction_dims
+    assert set(k.dims_of("c_f")) <= k.reduction_dims
+    # element (n / C) * c + P * q + p: chunk 1 starts at element 1024
+    (term,) = k.inst("ld_x").access.index
+    assert dict(term.terms)["c_x"] == 1024 and dict(term.terms)["q_x"] == 16
+    assert get_spec("dot").resolve({"n": "4096", "chunks": "8"})["chunks"] == 8
+
+
+@pytest.mark.parametrize("bad", [0, -2, 3, 1 << 20])
+def test_bad_chunks_are_reported(bad: int) -> None:
+    with pytest.raises(KernelError, match=r"chunks.*256"):
+        kernel("dot", n=4096, partials=16, chunks=bad)
+
+
+@pytest.mark.parametrize(("n", "partials", "chunks"), [(4096, 16, 4), (96, 1, 3), (60, 4, 5)])
+def test_chunked_dot_implementations_match_numpy(evaluator: Evaluator, n: int, partials: int,
+                                                 chunks: int) -> None:
+    root = partita.space(kernel("dot", n=n, partials=partials, chunks=chunks)).root()
+    verified(evaluator, root, 4, seed=n + chunks)
+
+
+def test_parallel_chunks_keep_vector_partial_sums(evaluator: Evaluator) -> None:
+    """The shape that streams fastest: threads on contiguous chunks, each with vector
+    partial sums inside."""
+    k = kernel("dot", n=1 << 14, partials=16, chunks=2)
+    cand = partita.space(k).root()
+    for choice, dim, value in [("dim_kind", k.dims_of("c")[0], "PARALLEL"),
+                               ("size", k.dims_of("p")[-1], 16),
+                               ("dim_kind", k.dims_of("p")[-1], "VECTOR")]:
+        cand = cand.restrict(choice, [dim], [value])
+        assert cand, cand
+    impl = random_implementation(cand, random.Random(1))
+    source = print_c(impl).source
+    assert "#pragma omp for" in source and "vector_size(64)" in source
+    verified(evaluator, cand, 3, seed=2)

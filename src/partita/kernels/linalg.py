@@ -63,30 +63,57 @@ def batched_matmul(b: int, m: int, n: int, k: int, reuse_b: int = 0,
     return kb.build()
 
 
-def dot(n: int, partials: int = 1, dtype: str = "float32") -> Kernel:
+def dot(n: int, partials: int = 1, chunks: int = 1, dtype: str = "float32") -> Kernel:
     """``out[0] = sum_i x[i] * y[i]``: a reduction to one element.
 
     With ``partials = P > 1`` the sum is reassociated: ``i = P * q + p``, P partial sums (along
     ``p``, a dimension the search may vectorise, unroll or run in parallel) accumulate over
-    ``q``, and a second reduction adds them up at the end.
+    ``q``, and a second reduction adds them up at the end. With ``chunks = C > 1`` the vectors
+    are first cut into C contiguous chunks, ``i = (n / C) * c + P * q + p``, each with its own
+    P partial sums: parallel chunks give each thread one contiguous stretch of memory (a
+    parallel ``p`` gives each thread a slice of every block of P elements, which streams
+    slower).
     """
     b = KernelBuilder("dot", dtype)
     size = b.size("n", n)
     x = b.array("x", None, [size])
     y = b.array("y", None, [size])
     out = b.array("out", None, [1], role="out")
-    if _partials("dot", partials, n) > 1:
-        q, p = _split_reduction(b, n, partials)
+    partials = _partials("dot", partials, n)
+    chunks = _chunks("dot", chunks, n, partials)
+    if partials > 1 or chunks > 1:
+        q, p = _split_reduction(b, n // chunks, partials)
+        c = b.dim("c", chunks, tiles=[POW2]) if chunks > 1 else None
         qx, px = b.mapped_dim(q, "q_x"), b.mapped_dim(p, "p_x")
         qy, py = b.mapped_dim(q, "q_y"), b.mapped_dim(p, "p_y")
         pi, pf = b.mapped_dim(p, "p_init"), b.mapped_dim(p, "p_f")
-        ld_x = b.load(x, [Affine.of(qx) * partials + px], name="ld_x")
-        ld_y = b.load(y, [Affine.of(qy) * partials + py], name="ld_y")
-        init = b.mov(0.0, dims=[pi], name="init")
-        acc = b.fma(b.value(ld_x, {qx: q, px: p}), b.value(ld_y, {qy: q, py: p}),
-                    b.reduce(init, [q], {pi: p}), dims=[p, q], name="acc")
+        cs = {name: b.mapped_dim(c, f"c_{name}") for name in ("x", "y", "init", "f")} \
+            if c is not None else {}
+
+        def index(cc: LogicalDim | None, qq: LogicalDim, pp: LogicalDim) -> Affine:
+            at = Affine.of(qq) * partials + pp
+            return at if cc is None else Affine.of(cc) * (n // chunks) + at
+
+        def chunk(name: str) -> list[LogicalDim]:
+            return [cs[name]] if cs else []
+
+        def to(name: str, target: LogicalDim | None) -> dict[LogicalDim, LogicalDim]:
+            return {cs[name]: target} if cs and target is not None else {}
+
+        ld_x = b.load(x, [index(cs.get("x"), qx, px)], dims=[*chunk("x"), qx, px],
+                      name="ld_x")
+        ld_y = b.load(y, [index(cs.get("y"), qy, py)], dims=[*chunk("y"), qy, py],
+                      name="ld_y")
+        init = b.mov(0.0, dims=[*chunk("init"), pi], name="init")
+        own = [c] if c is not None else []
+        acc = b.fma(b.value(ld_x, {qx: q, px: p, **to("x", c)}),
+                    b.value(ld_y, {qy: q, py: p, **to("y", c)}),
+                    b.reduce(init, [q], {pi: p, **to("init", c)}), dims=[*own, p, q],
+                    name="acc")
         init_f = b.mov(0.0, name="init_f")
-        fin = b.add(b.value(acc, {p: pf}), b.reduce(init_f, [pf]), dims=[pf], name="fin")
+        back = {c: cs["f"]} if c is not None else {}
+        fin = b.add(b.value(acc, {p: pf, **back}), b.reduce(init_f, [*chunk("f"), pf]),
+                    dims=[*chunk("f"), pf], name="fin")
         b.store(out, [0], b.value(fin), name="st_out")
         return b.build()
     i = b.dim("i", size, tiles=[(1, 2, 4, 8, 16, 32, 64, 128), VECTOR_TILES])
@@ -148,6 +175,15 @@ def _partials(kernel: str, partials: int, n: int) -> int:
         raise KernelError(f"kernel {kernel!r}: partials must be a positive integer dividing "
                           f"the reduction length n = {n}, got {partials!r}")
     return partials
+
+
+def _chunks(kernel: str, chunks: int, n: int, partials: int) -> int:
+    """``chunks`` checked: a positive integer dividing ``n / partials``."""
+    if (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1
+            or (n // partials) % chunks):
+        raise KernelError(f"kernel {kernel!r}: chunks must be a positive integer dividing "
+                          f"n / partials = {n // partials}, got {chunks!r}")
+    return chunks
 
 
 def _split_reduction(b: KernelBuilder, n: int, partials: int) -> tuple[LogicalDim, LogicalDim]:
@@ -308,7 +344,9 @@ register(KernelSpec(
 
 register(KernelSpec(
     "dot", "out[0] = sum_i x[i] * y[i]",
-    (ParamSpec("n", SIZE, 1 << 24, "vector length"), PARTIALS, DTYPE),
+    (ParamSpec("n", SIZE, 1 << 24, "vector length"), PARTIALS,
+     ParamSpec("chunks", FACTOR, 1, "contiguous chunks, each with its own partial sums "
+                                    "(for threads); 1 = one"), DTYPE),
     dot, _dot_ref,
     flops=lambda n, **_: 2 * n,
     bytes=lambda n, dtype, **_: (2 * n + 1) * np.dtype(dtype).itemsize,
