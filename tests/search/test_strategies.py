@@ -174,6 +174,29 @@ def test_nothing_compiles_while_a_batch_is_measured() -> None:
             assert events[i - 1] == ("compile", entries)
 
 
+def test_the_first_batch_is_measured_lowest_bound_first() -> None:
+    """With no time measured yet, the first program's time sets the call limit of the
+    others: the batch starts with its lowest bound."""
+    space = small_space()
+    model = Model(RATES)
+    distinct = 0
+    for seed in range(20):
+        sizes: list[int] = []
+        bounds: list[float] = []
+
+        def evaluate(progs: list[Program], sizes: list[int] = sizes
+                     ) -> list[FakeMeasurement]:
+            sizes.append(len(progs))
+            return [FakeMeasurement(1e-3) for _ in progs]
+
+        tune_space(space, model, evaluate, Evaluations(6), strategy="random", batch=6,
+                   on_evaluation=lambda ev, b=bounds: b.append(ev.bound_s), seed=seed)
+        first = bounds[:sizes[0]]
+        assert first == sorted(first)
+        distinct += len(set(first)) > 1
+    assert distinct >= 5
+
+
 def test_rollouts_favour_fusion() -> None:
     """The rollout prior: MERGED for loops that may be fused, IN for an instruction and a
     loop fusable with one of its own, the kind of an already decided fusion partner."""

@@ -151,9 +151,14 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
     start = time.perf_counter()
 
     def next_batch() -> list[tuple[Candidate, Program | None, str]]:
-        """Proposals, printed."""
+        """Proposals, printed. With no time measured yet, the lowest bound goes first: its
+        time sets the call limit of the others (a first candidate bounded at tens of seconds
+        would otherwise run to the default limit)."""
         out = []
-        for c in strat.propose(batch):
+        proposed = strat.propose(batch)
+        if math.isinf(state.best_time):
+            proposed = sorted(proposed, key=bound)
+        for c in proposed:
             key = c.decisions_json()
             if key in seen:
                 continue
