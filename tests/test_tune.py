@@ -197,6 +197,11 @@ def test_a_batch_tightens_the_call_limit_as_it_measures() -> None:
     assert limit([measured(0.4)]) == call_limit(0.4) < call_limit(float("inf"))
     assert batch_limit(0.2)([measured(0.4)]) == call_limit(0.2)
     assert call_limit(1e-6) > 0
+    # With nothing measured, a large kernel's first calls get a multiple of its bound.
+    from partita.tuning import FIRST_CALL_BOUNDS
+    assert batch_limit(float("inf"), 1.0)([]) == FIRST_CALL_BOUNDS * 1.0
+    assert batch_limit(float("inf"), 1e-6)([]) == call_limit(float("inf"))
+    assert batch_limit(float("inf"), 1.0)([measured(0.4)]) == call_limit(0.4)
 
 
 def test_timing_is_abandoned_past_a_multiple_of_the_best_so_far() -> None:
@@ -215,3 +220,43 @@ def test_timing_is_abandoned_past_a_multiple_of_the_best_so_far() -> None:
     assert limit([measured(0.4)]) == ABANDON_FACTOR * 0.4
     assert limit([measured(0.1, stop="abandoned")]) == 0.0
     assert batch_abandon(0.2)([measured(0.4)]) == ABANDON_FACTOR * 0.2
+
+
+def test_a_new_size_starts_from_the_best_of_a_related_kernel(tuned: partita.Tuned, db: Path
+                                                             ) -> None:
+    """With a best recorded for matmul 16x24x8, tuning 32x24x8 first evaluates that best's
+    decisions adapted (each one that still applies is kept); --no-transfer starts blind."""
+    from partita.space.candidate import Decision
+
+    first: list[list] = []
+    k = partita.kernel("matmul", m=32, n=24, k=8)
+    partita.tune(k, stop=Evaluations(1), db=db, model=Model(RATES), batch=1, seed=2,
+                 on_evaluation=lambda e, _: first.append(e.decisions))
+    space = partita.space(k)
+    kept = []
+    for d in map(Decision.from_json, tuned.decisions):
+        root = space.root()
+        if all(a in root.compiled.oid for a in d.args) and d.choice != "size":
+            kept.append(d)
+    assert kept
+    (decisions,) = first
+    replayed = space.replay(decisions)
+    for d in kept:
+        assert set(replayed.domain(d.choice, *d.args)) <= set(d.values), d
+
+
+def test_adapting_drops_the_decisions_that_do_not_apply() -> None:
+    import random
+
+    from partita.search.sampling import random_implementation
+    from partita.tuning import adapt
+
+    small = partita.space(partita.kernel("matmul", m=64, n=64, k=64))
+    impl = random_implementation(small.root(), random.Random(4))
+    decisions = [d.to_json() for d in impl.decisions]
+    same = adapt(small, decisions, random.Random(0))
+    assert same is not None and same.assignment() == impl.assignment()
+    odd = partita.space(partita.kernel("matmul", m=30, n=17, k=9, dtype="float64"))
+    adapted = adapt(odd, decisions, random.Random(0))
+    assert adapted is not None and adapted.is_implementation
+    assert adapt(odd, [["size", ["no_such.dim"], [4]], *decisions], random.Random(0))

@@ -259,10 +259,13 @@ def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
 @db_option
 @click.option("--continue", "continue_", is_flag=True,
               help="Search further even if a best implementation is recorded.")
+@click.option("--transfer/--no-transfer", default=True, show_default=True,
+              help="Start from the best implementations recorded for the same kernel at "
+                   "other sizes or variants, adapted to this one.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, policy: str,
              budget: str, evaluations: int | None, stop_expr: str | None, seed: int,
-             db: str | None, continue_: bool, as_json: bool) -> None:
+             db: str | None, continue_: bool, transfer: bool, as_json: bool) -> None:
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
     from partita.db import RecordsError
     from partita.search.stop import parse_stop
@@ -288,7 +291,8 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     progress_cb, finish = _progress(k, as_json)
     try:
         tuned = tune(k, stop=stop, target=target, search=search, seed=seed, db=db,
-                     continue_=continue_, on_evaluation=progress_cb, **options)
+                     continue_=continue_, transfer=transfer, on_evaluation=progress_cb,
+                     **options)
     except RecordsError as exc:
         _fail(str(exc))
     except OSError as exc:

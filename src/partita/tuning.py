@@ -11,8 +11,9 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,12 @@ from partita.model.cpu import cpu_rates
 from partita.paths import cache_root
 from partita.runtime import Compiler, Evaluator, TimingOptions, compiler_version
 from partita.runtime.data import exact_inputs, generate_inputs, view
+from partita.search.sampling import NoImplementation, random_implementation
 from partita.search.stop import Evaluations, Stop, WallTime
 from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation, TuneResult, tune_space
-from partita.space.candidate import Space
+from partita.space.candidate import Candidate, DeadEnd, Decision, Space
+from partita.space.decl import SpaceError
 
 
 def _params_of(k: Kernel) -> dict[str, Any]:
@@ -209,12 +212,22 @@ def call_limit(best_s: float, floor_s: float = 0.5, factor: float = 5.0,
     return default_s if math.isinf(best_s) else max(floor_s, factor * best_s)
 
 
-def batch_limit(best_s: float) -> Callable[[list[Any]], float]:
+FIRST_CALL_BOUNDS = 50.0
+"""With nothing measured yet, a call may run this many times the root's bound (at least
+:func:`call_limit`'s default): on matmul 4096^3 (bound 0.5 s) every candidate of a first
+batch ran past a fixed 10 s, and the tune ended with nothing verified."""
+
+
+def batch_limit(best_s: float, root_bound_s: float = 0.0) -> Callable[[list[Any]], float]:
     """The per-call limit of each program of a batch: :func:`call_limit` of the best time so
-    far, including the programs of the batch measured before it."""
+    far, including the programs of the batch measured before it (with none,
+    :data:`FIRST_CALL_BOUNDS` times the kernel's root bound if that is longer)."""
     def limit(done: list[Any]) -> float:
         times = [m.median_s for m in done if m.ok and m.median_s is not None]
-        return call_limit(min([best_s, *times]))
+        best = min([best_s, *times])
+        if math.isinf(best):
+            return max(call_limit(best), FIRST_CALL_BOUNDS * root_bound_s)
+        return call_limit(best)
     return limit
 
 
@@ -238,6 +251,76 @@ def batch_abandon(best_s: float) -> Callable[[list[Any]], float]:
     return limit
 
 
+TRANSFERRED = 3
+"""How many related kernels' best implementations a tune starts from."""
+
+
+def adapt(space: Space, decisions: list[Any], rng: random.Random) -> Candidate | None:
+    """An implementation of ``space`` that keeps every decision of another kernel's
+    implementation that still applies (taken in order; one that names an object this kernel
+    lacks, a value outside its universe, or that would empty a domain is dropped), completed
+    by random descent. Decisions name dims and instructions, so the best of matmul 1024^3
+    keeps its tile sizes, kinds, order and temporaries on 2048^3."""
+    root = space.root()
+    if isinstance(root, DeadEnd):
+        return None
+    cand = root
+    pending = [Decision.from_json(d) for d in decisions]
+    while pending:
+        ready = [d for d in pending if all(a in cand.compiled.oid for a in d.args)]
+        if not ready:
+            break  # the rest name objects no kept decision adds
+        for dec in ready:
+            pending.remove(dec)
+            if not all(a in cand.compiled.oid for a in dec.args):
+                continue
+            try:
+                nxt = cand.restrict(dec.choice, dec.args, dec.values)
+            except SpaceError:
+                continue
+            if isinstance(nxt, Candidate):
+                cand = nxt
+    try:
+        return random_implementation(cand, rng, tries=50)
+    except NoImplementation:
+        return None
+
+
+def _distance(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """How far apart two kernels' parameters are: size ratios count their log2, any other
+    difference (dtype, layout flags) as a ratio of 2^16."""
+    d = 0.0
+    for key in set(a) | set(b):
+        x, y = a.get(key), b.get(key)
+        if x == y:
+            continue
+        if (isinstance(x, int) and isinstance(y, int) and not isinstance(x, bool)
+                and x > 1 and y > 1):
+            d += abs(math.log2(x / y))
+        else:
+            d += 16.0
+    return d
+
+
+def transferred(rec: Records, space: Space, kernel: Kernel, params: dict[str, Any],
+                kernel_id: int, machine_id: int, target: str, seed: int,
+                skip: Iterable[str] = ()) -> list[Candidate]:
+    """The best implementations recorded for the same kernel with other parameters (the
+    :data:`TRANSFERRED` closest), adapted to ``space`` (:func:`adapt`): a tune starts from
+    them, so that a large size inherits what a smaller one found."""
+    rows = rec.related_best(kernel.name, kernel_id, machine_id, target)
+    rows.sort(key=lambda r: (_distance(params, r["params"]), r["time_s"]))
+    rng = random.Random(seed)
+    seen = set(skip)
+    out = []
+    for row in rows[:TRANSFERRED]:
+        cand = adapt(space, row["decisions"], rng)
+        if cand is not None and cand.decisions_json() not in seen:
+            seen.add(cand.decisions_json())
+            out.append(cand)
+    return out
+
+
 def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
     stops: list[Stop] = []
     if budget_s is not None:
@@ -257,7 +340,7 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
          db: str | Path | None = None, continue_: bool = False, batch: int = 4,
          model: Model | None = None, reference: Callable[..., dict[str, Any]] | None = None,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
-         **search_options: Any) -> Tuned:
+         transfer: bool = True, **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
 
     Every evaluated implementation is checked against the kernel's numpy reference before it
@@ -324,11 +407,15 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
                 ev = Evaluator(seed=seed, timing=timing, compiler=compiler, references=refs)
                 printer, flags = print_c, compiler.flags_text
             with ev:
+                root = space.root()
+                root_bound = model.bound(root).time_s if isinstance(root, Candidate) else 0.0
+
                 def evaluate(progs: list[Program]) -> list[Any]:
                     programs.update((p.digest, p) for p in progs)
+                    limit = batch_limit(state.best_time, root_bound)
                     if gpu:
-                        return ev.evaluate(progs, timeout_s=batch_limit(state.best_time))
-                    return ev.evaluate(progs, timeout_s=batch_limit(state.best_time),
+                        return ev.evaluate(progs, timeout_s=limit)
+                    return ev.evaluate(progs, timeout_s=limit,
                                        abandon_s=batch_abandon(state.best_time))
 
                 def record(e: Evaluation) -> None:
@@ -343,10 +430,12 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
                     if on_evaluation is not None:
                         on_evaluation(e, state)
 
+                initial = transferred(rec, space, kernel, params, kid, mid, target, seed,
+                                      seen) if transfer and best is None else []
                 result = tune_space(space, model, evaluate, stop, strategy=search, seed=seed,
                                     batch=batch, known_best=known, on_evaluation=record,
                                     skip=seen, state=state, prepare=ev.prepare,
-                                    printer=printer, **search_options)
+                                    printer=printer, initial=initial, **search_options)
             status = "finished"
         finally:
             stopped = result.stopped_by if result is not None else "interrupted"

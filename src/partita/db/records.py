@@ -695,6 +695,21 @@ class Records:
 
         return self._write("offering a best implementation", upsert)
 
+    def related_best(self, name: str, kernel_id: int, machine_id: int,
+                     target: str) -> list[dict[str, Any]]:
+        """The best implementations recorded on this machine and target for the other
+        kernels of the same name (other sizes or variants): their decisions (decoded), time
+        and the kernel's parameters (decoded)."""
+        rows = self._read("reading the best implementations of related kernels",
+                          "SELECT b.time_s, b.decisions, k.params FROM best b "
+                          "JOIN kernels k ON b.kernel_id = k.id WHERE k.name = ? "
+                          "AND b.machine_id = ? AND b.target = ? AND b.kernel_id != ?",
+                          (name, machine_id, target, kernel_id))
+        for row in rows:
+            row["decisions"] = json.loads(row["decisions"])
+            row["params"] = json.loads(row["params"])
+        return rows
+
     def best(self, kernel_id: int, machine_id: int, target: str) -> dict[str, Any] | None:
         """The fastest implementation recorded for (kernel, machine, target), or None: its
         evaluation id, time, decisions (decoded), C source, entry name and flags."""

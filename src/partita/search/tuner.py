@@ -125,6 +125,7 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                skip: Iterable[str] = (), state: SearchState | None = None,
                prepare: Callable[[list[Program]], None] | None = None,
                printer: Callable[[Candidate, str], Program] = print_c,
+               initial: Iterable[Candidate] = (),
                **strategy_options: Any) -> TuneResult:
     """Search ``space`` until ``stop``; ``known_best`` prunes with a time already measured
     (resuming), and implementations whose decisions are in ``skip`` are not re-evaluated.
@@ -133,7 +134,9 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
     while the current one compiles, and nothing else runs while it is measured: on a machine
     with few cores, a compiler or the search beside a timed kernel slows it down.
     ``printer`` prints an implementation under an entry name (:func:`print_c`; ``print_cuda``
-    for the GPU target); a :class:`CodegenError` it raises is a ``codegen_error``."""
+    for the GPU target); a :class:`CodegenError` it raises is a ``codegen_error``.
+    ``initial`` implementations (say, adapted from the best of a related kernel) are the
+    first batch, before anything the strategy proposes."""
     root = space.root()
     if isinstance(root, DeadEnd):
         raise ValueError(f"the space has no implementation: {root.reason}")
@@ -154,8 +157,10 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
         """Proposals, printed. With no time measured yet, the lowest bound goes first: its
         time sets the call limit of the others (a first candidate bounded at tens of seconds
         would otherwise run to the default limit)."""
+        return printed(strat.propose(batch))
+
+    def printed(proposed: list[Candidate]) -> list[tuple[Candidate, Program | None, str]]:
         out = []
-        proposed = strat.propose(batch)
         if math.isinf(state.best_time):
             proposed = sorted(proposed, key=bound)
         for c in proposed:
@@ -173,7 +178,8 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
         if prepare is not None:
             prepare([p for _, p, _ in batch if p is not None])
 
-    current = next_batch()
+    first = [c for c in initial if c.is_implementation]
+    current = printed(first) if first else next_batch()
     compile_soon(current)
     while not stop.done(progress):
         if not current:
