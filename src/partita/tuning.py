@@ -259,8 +259,9 @@ def adapt(space: Space, decisions: list[Any], rng: random.Random) -> Candidate |
     """An implementation of ``space`` that keeps every decision of another kernel's
     implementation that still applies (taken in order; one that names an object this kernel
     lacks, a value outside its universe, or that would empty a domain is dropped), completed
-    by random descent. Decisions name dims and instructions, so the best of matmul 1024^3
-    keeps its tile sizes, kinds, order and temporaries on 2048^3."""
+    by random descent (a few tries: a tune waits for it). Decisions name dims and
+    instructions, so the best of matmul 1024^3 keeps its tile sizes, kinds, order and
+    temporaries on 2048^3."""
     root = space.root()
     if isinstance(root, DeadEnd):
         return None
@@ -281,7 +282,7 @@ def adapt(space: Space, decisions: list[Any], rng: random.Random) -> Candidate |
             if isinstance(nxt, Candidate):
                 cand = nxt
     try:
-        return random_implementation(cand, rng, tries=50)
+        return random_implementation(cand, rng, tries=5)
     except NoImplementation:
         return None
 
