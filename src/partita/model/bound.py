@@ -157,14 +157,21 @@ class Model:
             temps = [a for a in k.arrays if a.carries is not None]
             temp_elements = {a.name: math.prod(_size_of(k, x, self.sizes) for x in a.shape)
                              for a in temps}
-            temp_dims = {a.name: _consumer_dims(k, a.carries) for a in temps}
             temp_axes = {a.name: _temp_axes(k, a.carries) for a in temps}
+            temp_sides = {a.name: tuple(_split(own[inst], {pair[side] for pairs in
+                                                           temp_axes[a.name] for pair in pairs})
+                                        for side, inst in enumerate(a.carries))
+                          for a in temps}
+            chain_dims = {i: _split(own[i], {d for op in k.inst(i).operands
+                                             if isinstance(op, Reduce)
+                                             for ld in op.dims for d in k.dims_of(ld)})
+                          for i in k.reducing_insts}
             moved, footprint = self.compulsory_bytes(k)
             chain = max((self.reduction_length(k, i) for i in k.reducing_insts), default=0)
             itemsize = min((a.dtype.itemsize for a in k.arrays), default=4)
             self._static[key] = _KernelTerms(
-                volumes, own, foreign, inner, tuple(issued), temp_elements, temp_dims,
-                temp_axes,
+                volumes, own, foreign, inner, tuple(issued), temp_elements, temp_axes,
+                temp_sides, chain_dims,
                 max(1, r.vector_bytes // itemsize),
                 moved / r.bandwidth(footprint),
                 chain * r.fma_latency_cycles / (r.ghz * 1e9))
@@ -309,11 +316,8 @@ class Model:
         k = cand.kernel
         r = self.rates
         t = self._terms(k)
-        reduced = {d for op in k.inst(inst).operands if isinstance(op, Reduce)
-                   for ld in op.dims for d in k.dims_of(ld)}
         own = t.own[inst]
-        red = [d for d in own if d in reduced]
-        other = [d for d in own if d not in reduced]
+        red, other = t.chain_dims[inst]
         if not red:
             return 0.0
         size = self.dim_size_range
@@ -461,18 +465,14 @@ class Model:
             if arr.carries is None or not self.in_memory(cand, arr.name):
                 continue
             producer, consumer = arr.carries
-            axes = t.temp_axes[arr.name]
             # The compiler sinks a store out of the loops its address does not vary in (an
             # accumulator's partial values are stored once, after the reduction loop).
-            writing = tuple(a for pairs in axes for a, _ in pairs)
-            issue("store", producer, t.temp_elements[arr.name] * self.repetition(
-                cand, writing, tuple(d for d in t.own[producer] if d not in writing)
-                + t.foreign[producer]),
-                n=self._temp_lanes(cand, arr.name, axes, 0, t.inner[producer], t.widest))
-            indexing, others = t.temp_dims[arr.name]
-            issue("load", consumer, t.temp_elements[arr.name] * self.repetition(
-                cand, indexing, others + t.foreign[consumer]),
-                n=self._temp_lanes(cand, arr.name, axes, 1, t.inner[consumer], t.widest))
+            axes = t.temp_axes[arr.name]
+            for side, (kind, inst) in enumerate((("store", producer), ("load", consumer))):
+                indexing, others = t.temp_sides[arr.name][side]
+                issue(kind, inst, t.temp_elements[arr.name] * self.repetition(
+                    cand, indexing, others + t.foreign[inst]),
+                    n=self._temp_lanes(cand, arr.name, axes, side, t.inner[inst], t.widest))
         cycles = max(busy)
         chains = 0.0
         if not r.lane_group:
@@ -492,11 +492,14 @@ class _KernelTerms:
     issued: tuple[tuple[str, str, tuple[str, ...]], ...]
     """(load, store or arith; instruction; dims that may carry its vector) per instruction."""
     temp_elements: dict[str, int]
-    temp_dims: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
-    """The consumer's tile dims that index a temporary, and its other own tile dims."""
     temp_axes: dict[str, tuple[tuple[tuple[str, str], ...], ...]]
     """Per axis of a temporary (in the consumer's order, layout 0), its (producer tile,
     consumer tile) pairs from the outermost tile to the innermost."""
+    temp_sides: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]]
+    """For the producer, then the consumer of a temporary: (its tile dims that index the
+    temporary, its other tile dims)."""
+    chain_dims: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
+    """Per accumulation: (its reduction tile dims, its other tile dims)."""
     widest: int
     memory_s: float
     latency_s: float
@@ -527,15 +530,7 @@ def _temp_axes(k: Kernel, carries: tuple[str, str]) -> tuple[tuple[tuple[str, st
     return ()
 
 
-def _consumer_dims(k: Kernel, carries: tuple[str, str]) -> tuple[tuple[str, ...],
-                                                                 tuple[str, ...]]:
-    """(tile dims of the consumer that index the temporary, the consumer's other dims)."""
-    producer, consumer = carries
-    carried: set[str] = set()
-    for op in k.inst(consumer).values():
-        src = op.inst if isinstance(op, Value) else op.init if isinstance(op, Reduce) else None
-        if src == producer:
-            carried.update(dst for _, dst in op.mapping)
-    own = k.iteration_dims(consumer)
-    indexing = tuple(d for d in own if k.dim(d).logical in carried)
-    return indexing, tuple(d for d in own if d not in indexing)
+def _split(dims: tuple[str, ...], chosen: set[str]) -> tuple[tuple[str, ...],
+                                                             tuple[str, ...]]:
+    """(the ``dims`` in ``chosen``, the others), in order."""
+    return (tuple(d for d in dims if d in chosen), tuple(d for d in dims if d not in chosen))
