@@ -35,8 +35,7 @@ from partita.search.sampling import NoImplementation, random_implementation
 from partita.search.stop import Evaluations, Stop, WallTime
 from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation, TuneResult, tune_space
-from partita.space.candidate import Candidate, DeadEnd, Decision, Space
-from partita.space.decl import SpaceError
+from partita.space.candidate import Candidate, DeadEnd, Space
 
 
 def _params_of(k: Kernel) -> dict[str, Any]:
@@ -212,6 +211,14 @@ def call_limit(best_s: float, floor_s: float = 0.5, factor: float = 5.0,
     return default_s if math.isinf(best_s) else max(floor_s, factor * best_s)
 
 
+def _batch_best(best_s: float, done: list[Any]) -> float:
+    """The best time so far, the batch's fully timed programs included (an abandoned one
+    is never faster than the best, by construction)."""
+    times = [m.median_s for m in done if m.ok and m.median_s is not None
+             and getattr(m, "stop", "") != "abandoned"]
+    return min([best_s, *times])
+
+
 FIRST_CALL_BOUNDS = 50.0
 """With nothing measured yet, a call may run this many times the root's bound (at least
 :func:`call_limit`'s default): on matmul 4096^3 (bound 0.5 s) every candidate of a first
@@ -223,8 +230,7 @@ def batch_limit(best_s: float, root_bound_s: float = 0.0) -> Callable[[list[Any]
     far, including the programs of the batch measured before it (with none,
     :data:`FIRST_CALL_BOUNDS` times the kernel's root bound if that is longer)."""
     def limit(done: list[Any]) -> float:
-        times = [m.median_s for m in done if m.ok and m.median_s is not None]
-        best = min([best_s, *times])
+        best = _batch_best(best_s, done)
         if math.isinf(best):
             return max(call_limit(best), FIRST_CALL_BOUNDS * root_bound_s)
         return call_limit(best)
@@ -244,9 +250,7 @@ def batch_abandon(best_s: float) -> Callable[[list[Any]], float]:
     """The time beyond which timing a program of a batch stops (:data:`ABANDON_FACTOR`
     times the best so far, the batch's own measurements included; 0 with no best yet)."""
     def limit(done: list[Any]) -> float:
-        times = [m.median_s for m in done if m.ok and m.median_s is not None
-                 and m.stop != "abandoned"]
-        best = min([best_s, *times])
+        best = _batch_best(best_s, done)
         return 0.0 if math.isinf(best) else ABANDON_FACTOR * best
     return limit
 
@@ -262,25 +266,9 @@ def adapt(space: Space, decisions: list[Any], rng: random.Random) -> Candidate |
     by random descent (a few tries: a tune waits for it). Decisions name dims and
     instructions, so the best of matmul 1024^3 keeps its tile sizes, kinds, order and
     temporaries on 2048^3."""
-    root = space.root()
-    if isinstance(root, DeadEnd):
+    cand = space.replay(decisions, lenient=True)
+    if isinstance(cand, DeadEnd):
         return None
-    cand = root
-    pending = [Decision.from_json(d) for d in decisions]
-    while pending:
-        ready = [d for d in pending if all(a in cand.compiled.oid for a in d.args)]
-        if not ready:
-            break  # the rest name objects no kept decision adds
-        for dec in ready:
-            pending.remove(dec)
-            if not all(a in cand.compiled.oid for a in dec.args):
-                continue
-            try:
-                nxt = cand.restrict(dec.choice, dec.args, dec.values)
-            except SpaceError:
-                continue
-            if isinstance(nxt, Candidate):
-                cand = nxt
     try:
         return random_implementation(cand, rng, tries=5)
     except NoImplementation:

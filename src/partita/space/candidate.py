@@ -97,21 +97,35 @@ class Space:
         cand = Candidate(self, sp, vec, (), frozenset())
         return cand._settle(all_slots(sp), first=sp.root_checks)
 
-    def replay(self, decisions: list[Decision] | list[Any]) -> Candidate | DeadEnd:
+    def replay(self, decisions: list[Decision] | list[Any], *,
+               lenient: bool = False) -> Candidate | DeadEnd:
         """Apply decisions in order. A decision on an object that a trigger adds waits until
-        the trigger has fired, so any order of the same decisions gives the same candidate."""
+        the trigger has fired, so any order of the same decisions gives the same candidate.
+
+        ``lenient`` replays another kernel's decisions: one that names an object or a value
+        this space lacks, or that would empty a domain, is dropped instead of ending the
+        replay (with a SpaceError or a DeadEnd)."""
         cand: Candidate | DeadEnd = self.root()
         pending = [d if isinstance(d, Decision) else Decision.from_json(d) for d in decisions]
         while pending and not isinstance(cand, DeadEnd):
             ready = [d for d in pending if all(a in cand.compiled.oid for a in d.args)]
             if not ready:
+                if lenient:
+                    break
                 missing = pending[0]
                 raise SpaceError(f"decision {missing} names objects that no decision adds")
             for dec in ready:
                 pending.remove(dec)
                 if isinstance(cand, DeadEnd):
                     break
-                cand = cand.restrict(dec.choice, dec.args, dec.values)
+                try:
+                    nxt = cand.restrict(dec.choice, dec.args, dec.values)
+                except SpaceError:
+                    if not lenient:
+                        raise
+                    continue
+                if isinstance(nxt, Candidate) or not lenient:
+                    cand = nxt
         return cand
 
 
