@@ -323,3 +323,81 @@ def test_gpu_instructions_fill_lanes_only_through_threads() -> None:
     # SM instead of 128.
     assert model.bound(single).terms["issue"] == pytest.approx(
         32 * model.bound(root).terms["issue"])
+
+
+def _without_parallel(cand: Candidate) -> Candidate:
+    for d in cand.kernel.dims:
+        if "PARALLEL" in cand.domain("dim_kind", d.name):
+            kinds = [v for v in cand.domain("dim_kind", d.name) if v != "PARALLEL"]
+            nxt = cand.restrict("dim_kind", (d.name,), kinds)
+            assert isinstance(nxt, Candidate)
+            cand = nxt
+    return cand
+
+
+def test_one_core_streams_at_one_core_bandwidth() -> None:
+    """A nest with no parallel loop moves its bytes through one core's link (half of what
+    two cores move here); while a parallel loop remains possible, every core's."""
+    from dataclasses import replace
+
+    rates = replace(RATES, bandwidth_one_core_gbs=((48 << 10, 250.0), (2 << 20, 110.0),
+                                                   (1 << 62, 16.0)))
+    model = Model(rates)
+    n = 1 << 22
+    root = _root("axpy", {"n": n})
+    assert model.bound(root).terms["memory"] == pytest.approx(12 * n / 30e9)
+    seq = _without_parallel(root)
+    assert model.bound(seq).terms["memory"] == pytest.approx(12 * n / 16e9)
+    # Unknown one-core rates: only the all-core table bounds.
+    assert Model(RATES).bound(seq).terms["memory"] == pytest.approx(12 * n / 30e9)
+
+
+def test_a_parallel_loop_of_one_iteration_runs_on_one_core() -> None:
+    from dataclasses import replace
+
+    rates = replace(RATES, bandwidth_one_core_gbs=((1 << 62, 16.0),))
+    model = Model(rates)
+    n = 1 << 22
+    cand = _root("axpy", {"n": n})
+    k = cand.kernel
+    outer, *inner = k.dims_of("i")
+    # Every element in the inner tiles: the parallel outer tile has one iteration.
+    for d, size in zip(inner, (128, 64), strict=False):
+        nxt = cand.restrict("size", (d,), [size])
+        assert isinstance(nxt, Candidate)
+        cand = nxt
+    assert model.dim_size_range(cand, outer) == (n // 8192, n // 8192)
+    nxt = cand.restrict("dim_kind", (outer,), ["PARALLEL"])
+    assert isinstance(nxt, Candidate)
+    assert model.bound(nxt).terms["memory"] == pytest.approx(12 * n / 30e9)
+    one = _root("axpy", {"n": 8192})
+    for d, size in zip(one.kernel.dims_of("i")[1:], (128, 64), strict=False):
+        nxt = one.restrict("size", (d,), [size])
+        assert isinstance(nxt, Candidate)
+        one = nxt
+    single = one.restrict("dim_kind", (one.kernel.dims_of("i")[0],), ["PARALLEL"])
+    assert isinstance(single, Candidate)
+    assert model.dim_size_range(single, single.kernel.dims_of("i")[0]) == (1, 1)
+    b = model.bound(single).terms["memory"]
+    assert b == pytest.approx(12 * 8192 / 16e9)
+
+
+def test_cpu_rates_for_one_core_come_from_the_single_thread_streams() -> None:
+    from dataclasses import replace
+
+    from partita.model.cpu import cpu_rates
+    from partita.targets.cpu.description import CpuDescription, Sample
+
+    d = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
+    assert cpu_rates(d).bandwidth_one_core_gbs == ()  # nothing measured on one thread
+    samples = []
+    for lv, gbs in zip(d.levels, (300.0, 120.0, 40.0, 9.0), strict=True):
+        per_thread = lv.working_set_bytes // d.cores
+        samples.append(Sample(f"read:{per_thread}:1", "B/s", gbs * 1e9, gbs * 1e9, 5, 5))
+    dram = d.levels[-1].working_set_bytes // d.cores
+    samples.append(Sample(f"triad:{dram}:1", "B/s", 12e9, 12e9, 5, 5))
+    one = cpu_rates(replace(d, samples=tuple(samples))).bandwidth_one_core_gbs
+    assert [gbs for _, gbs in one] == [300.0, 300.0, 120.0, pytest.approx(40.0)]
+    # DRAM: at least the triad's true traffic (16 GB/s), here the L3 stream above it.
+    assert cpu_rates(replace(d, samples=tuple(samples))).bandwidth(1 << 40, 1) == \
+        pytest.approx(40e9)

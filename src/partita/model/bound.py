@@ -14,7 +14,8 @@ every implementation the candidate still allows, and it can only grow as decisio
   add is not counted;
 - the cores share the work only if some dimension can still be parallel;
 - the compulsory traffic of the arrays (each accessed element moved once, a cache line per
-  element for strides of a line or more) crosses the memory level the data fits in;
+  element for strides of a line or more) crosses the memory level the data fits in, at the
+  bandwidth of the cores that can share it (one core alone moves about half of what two do);
 - an accumulation is a chain of dependent operations: its length times the latency of one
   operation bounds the time, however the other work overlaps; and a core runs the chains of
   its accumulators only as many at once as the loop nest interleaves: with ``P`` accumulators
@@ -76,6 +77,9 @@ class Rates:
     """0: one lane dim per instruction fills up to the widest vector (a CPU). Otherwise lanes
     issue in groups of this many (a GPU warp), ``widest // lane_group`` groups per cycle: an
     instruction on ``t`` lanes fills ``min(t, lane_group)`` of each group."""
+    bandwidth_one_core_gbs: tuple[tuple[int, float], ...] = ()
+    """The same table for what one core moves alone (empty: unknown, then only the all-core
+    table bounds): a loop nest that runs on one core streams at this rate."""
     register_space: str = "REGISTER"
     reorder_window: int = 512
     """Instructions an out-of-order core holds in flight at most (an upper bound: current x86
@@ -93,11 +97,19 @@ class Rates:
         return (arith, max(self.loads_per_cycle, self.scalar_loads_per_cycle),
                 max(self.stores_per_cycle, self.scalar_stores_per_cycle))
 
-    def bandwidth(self, working_set: int) -> float:
-        for limit, gbs in self.bandwidth_gbs:
+    def bandwidth(self, working_set: int, cores: int | None = None) -> float:
+        """Bytes per second the level holding ``working_set`` delivers to every core, or to
+        ``cores`` of them (``math.inf`` where that is not measured)."""
+        table = self.bandwidth_gbs
+        scale = 1.0
+        if cores is not None and cores < self.cores:
+            if not self.bandwidth_one_core_gbs:
+                return math.inf
+            table, scale = self.bandwidth_one_core_gbs, cores
+        for limit, gbs in table:
             if working_set <= limit:
-                return gbs * 1e9
-        return self.bandwidth_gbs[-1][1] * 1e9
+                return gbs * 1e9 * scale
+        return table[-1][1] * 1e9 * scale
 
 
 @dataclass
@@ -173,7 +185,7 @@ class Model:
                 volumes, own, foreign, inner, tuple(issued), temp_elements, temp_axes,
                 temp_sides, chain_dims,
                 max(1, r.vector_bytes // itemsize),
-                moved / r.bandwidth(footprint),
+                moved / r.bandwidth(footprint), moved, footprint,
                 chain * r.fma_latency_cycles / (r.ghz * 1e9))
         return self._static[key]
 
@@ -275,6 +287,23 @@ class Model:
             counted.append(dim.name)
             n *= self.dim_size_range(cand, dim.name)[0]
         return math.ceil(n / cores) / n
+
+    def memory_time(self, cand: Candidate,
+                    parallel: list[tuple[Any, tuple[str, ...]]] | None = None) -> float:
+        """The compulsory traffic over the bandwidth of the cores that can share it: all of
+        them, or as many as the parallel loops still allowed have iterations (one with none).
+        Each core moves what it touches through its own link to the memory level, and a
+        core's share of the traffic is at least the traffic over the cores that work."""
+        t = self._terms(cand.kernel)
+        cores = self.rates.cores
+        if cores > 1 and self.rates.bandwidth_one_core_gbs:
+            share = self._share(cand, None, parallel if parallel is not None
+                                else self._parallel_dims(cand))
+            working = min(cores, math.ceil(1 / share - 1e-9))
+            if working < cores:
+                return max(t.memory_s, t.moved_bytes / self.rates.bandwidth(
+                    t.footprint_bytes, working))
+        return t.memory_s
 
     def in_memory(self, cand: Candidate, temp: str) -> bool:
         """A temporary that can no longer live in registers."""
@@ -478,7 +507,7 @@ class Model:
         if not r.lane_group:
             for inst in k.reducing_insts:
                 chains = max(chains, self.chain_time(cand, inst, parallel))
-        terms = {"issue": cycles / (r.ghz * 1e9), "memory": t.memory_s,
+        terms = {"issue": cycles / (r.ghz * 1e9), "memory": self.memory_time(cand, parallel),
                  "latency": max(t.latency_s, chains)}
         return Bound(max(terms.values()), terms)
 
@@ -502,6 +531,8 @@ class _KernelTerms:
     """Per accumulation: (its reduction tile dims, its other tile dims)."""
     widest: int
     memory_s: float
+    moved_bytes: int
+    footprint_bytes: int
     latency_s: float
 
 

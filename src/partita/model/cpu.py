@@ -17,21 +17,29 @@ from partita.targets.cpu.description import CpuDescription, dtype_name
 WRITE_ALLOCATE = 32 / 24
 
 
-def _best(d: CpuDescription, prefix: str) -> float:
-    return max((s.best for s in d.samples if s.spec.startswith(prefix)), default=0.0)
+def _best(d: CpuDescription, spec: str) -> float:
+    """The best clean rate of one micro-benchmark (0 if it never ran)."""
+    return max((s.best for s in d.samples if s.spec == spec), default=0.0)
 
 
-def cpu_rates(d: CpuDescription, dtype: str = "float32") -> Rates:
-    """Per-core port rates at the widest vectors, the FMA latency and the bandwidth per level
-    (DRAM at least the STREAM triad's true traffic), in the layout :class:`Rates` uses."""
+def _bandwidths(d: CpuDescription, threads: int) -> tuple[tuple[int, float], ...]:
+    """(working-set bytes, GB/s) per level, as :attr:`Rates.bandwidth_gbs` wants them, from
+    the read and triad benchmarks run on ``threads`` threads (empty if they never ran)."""
     table = []
     for level in d.levels:
         per_thread = level.working_set_bytes // max(d.cores, 1)
-        best = _best(d, f"read:{per_thread}:") / 1e9
-        table.append((level.capacity_bytes or 1 << 62, max(level.bandwidth_gbs, best)))
+        best = _best(d, f"read:{per_thread}:{threads}") / 1e9
+        if threads == d.cores:
+            best = max(level.bandwidth_gbs, best)
+        if not best:
+            return ()
+        table.append((level.capacity_bytes or 1 << 62, best))
     if table:
         limit, gbs = table[-1]
-        triad = max(d.stream_triad_gbs, _best(d, "triad:") / 1e9)
+        per_thread = d.levels[-1].working_set_bytes // max(d.cores, 1)
+        triad = _best(d, f"triad:{per_thread}:{threads}") / 1e9
+        if threads == d.cores:
+            triad = max(d.stream_triad_gbs, triad)
         gbs = max(gbs, triad * WRITE_ALLOCATE)
         if len(table) > 1:
             # Streams from DRAM cross the last cache level, so its bandwidth bounds theirs.
@@ -48,6 +56,15 @@ def cpu_rates(d: CpuDescription, dtype: str = "float32") -> Rates:
     # the closer level's bandwidth. DRAM-sized sets stream through the caches and keep theirs.
     for i in range(len(table) - 2, 0, -1):
         table[i] = (table[i][0], table[i - 1][1])
+    return tuple(table)
+
+
+def cpu_rates(d: CpuDescription, dtype: str = "float32") -> Rates:
+    """Per-core port rates at the widest vectors, the FMA latency and the bandwidth per level
+    (DRAM at least the STREAM triad's true traffic), for all cores and for one, in the layout
+    :class:`Rates` uses."""
+    table = _bandwidths(d, d.cores)
+    one = _bandwidths(d, 1) if d.cores > 1 else ()
     return Rates(
         cores=d.cores, ghz=d.frequency_ghz, vector_bytes=d.vector_bytes,
         arith_per_cycle=d.fma_per_cycle(dtype), loads_per_cycle=d.loads_per_cycle,
@@ -58,5 +75,6 @@ def cpu_rates(d: CpuDescription, dtype: str = "float32") -> Rates:
         scalar_stores_per_cycle=d.scalar_stores_per_cycle,
         # The compiler may split a multiply-add so that only the add is on the chain.
         fma_latency_cycles=min(d.fma_latency_cycles, d.add_latency_cycles),
-        bandwidth_gbs=tuple(table),
+        bandwidth_gbs=table,
+        bandwidth_one_core_gbs=one,
     )

@@ -286,11 +286,15 @@ def _specs(threads: int, wide: int, ws: WorkingSets) -> tuple[list[str], list[st
     single += [f"{lat}:f32:{w}" for lat in ("fmalat", "addlat") for w in dict.fromkeys((0, wide))]
     single += [f"chase:{ws.l1}", f"load:{ws.l1}", f"store:{ws.l1}", f"sload:{ws.l1}",
                f"sstore:{ws.l1}"]
+    # What one core moves alone: a loop nest with no parallel loop streams at this rate,
+    # about half of what every core together moves here.
+    single += [f"read:{getattr(ws, lv)}:1" for lv in ("l1", "l2", "l3", "dram")]
+    single += [f"triad:{ws.dram}:1"]
     multi = [f"fma:{dt}:{w}:{threads}" for dt in ("f32", "f64") for w in WIDTHS]
     multi += [f"read:{getattr(ws, lv)}:{threads}" for lv in ("l1", "l2", "l3", "dram")]
     multi += [f"triad:{ws.dram}:{threads}"]
     if threads == 1:
-        multi = [s for s in multi if not s.startswith("fma:")]
+        multi = [s for s in multi if not s.startswith(("fma:", "read:", "triad:"))]
     return single, multi
 
 
