@@ -262,10 +262,15 @@ def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
 @click.option("--transfer/--no-transfer", default=True, show_default=True,
               help="Start from the best implementations recorded for the same kernel at "
                    "other sizes or variants, adapted to this one.")
+@click.option("--sketches/--no-sketches", default=True, show_default=True,
+              help="Start from completions of the kernel's sketches (the micro-kernel "
+                   "structure of contractions, CPU) and keep completing them for part of "
+                   "the search.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, policy: str,
              budget: str, evaluations: int | None, stop_expr: str | None, seed: int,
-             db: str | None, continue_: bool, transfer: bool, as_json: bool) -> None:
+             db: str | None, continue_: bool, transfer: bool, sketches: bool,
+             as_json: bool) -> None:
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
     from partita.db import RecordsError
     from partita.search.stop import parse_stop
@@ -291,7 +296,8 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     progress_cb, finish = _progress(k, as_json)
     try:
         tuned = tune(k, stop=stop, target=target, search=search, seed=seed, db=db,
-                     continue_=continue_, transfer=transfer, on_evaluation=progress_cb,
+                     continue_=continue_, transfer=transfer, sketches=sketches,
+                     on_evaluation=progress_cb,
                      **options)
     except RecordsError as exc:
         _fail(str(exc))

@@ -310,6 +310,33 @@ def transferred(rec: Records, space: Space, kernel: Kernel, params: dict[str, An
     return out
 
 
+SKETCH_COMPLETIONS = 2
+"""Implementations of each sketch in the first batch (random completions: a bad one is
+common, two rarely both are)."""
+
+
+def sketched(space: Space, model: Model, seed: int) -> tuple[list[Candidate], list[Candidate]]:
+    """(the sketches of the kernel as partial candidates, a few random completions of each
+    for the first batch); see :mod:`partita.search.sketch`. Completions whose bound exceeds
+    the least of them twice over are left out: the search would prune them."""
+    from partita.search.sketch import sketch_candidates
+
+    lanes = max(1, model.rates.vector_bytes // space.kernel.arrays[0].dtype.itemsize)
+    seeds = [c for _, c in sketch_candidates(space, lanes)]
+    rng = random.Random(seed)
+    first: list[Candidate] = []
+    for c in seeds:
+        for _ in range(SKETCH_COMPLETIONS):
+            try:
+                first.append(random_implementation(c, rng, tries=5))
+            except NoImplementation:
+                break
+    if first:
+        least = min(model.bound(c).time_s for c in first)
+        first = [c for c in first if model.bound(c).time_s <= 2 * least]
+    return seeds, first
+
+
 def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
     stops: list[Stop] = []
     if budget_s is not None:
@@ -329,7 +356,7 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
          db: str | Path | None = None, continue_: bool = False, batch: int = 4,
          model: Model | None = None, reference: Callable[..., dict[str, Any]] | None = None,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
-         transfer: bool = True, **search_options: Any) -> Tuned:
+         transfer: bool = True, sketches: bool = True, **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
 
     Every evaluated implementation is checked against the kernel's numpy reference before it
@@ -337,9 +364,12 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
 
     With a best already recorded for this kernel and machine, it is returned at once unless
     ``continue_``; a continued run starts from the records (it prunes with the known best and
-    skips implementations already evaluated). ``reference`` computes a kernel built with the
-    builder in numpy (called like the kernel, returning a dict of outputs by name); library
-    kernels have theirs.
+    skips implementations already evaluated). With ``transfer``, the first batch holds the
+    best implementations recorded for related kernels (other sizes), adapted; with
+    ``sketches`` (CPU), completions of the kernel's sketches (:mod:`partita.search.sketch`),
+    which MCTS then keeps completing for part of its proposals. ``reference`` computes a
+    kernel built with the builder in numpy (called like the kernel, returning a dict of
+    outputs by name); library kernels have theirs.
 
     On the ``gpu`` target, implementations are printed as CUDA, built with nvcc, run, checked
     and timed on the CUDA device (:mod:`partita.gpu.cuda`), and bounded by the GPU model (the
@@ -421,6 +451,11 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
 
                 initial = transferred(rec, space, kernel, params, kid, mid, target, seed,
                                       seen) if transfer and best is None else []
+                if sketches and not gpu:
+                    seeds, completions = sketched(space, model, seed)
+                    initial += completions if best is None else []
+                    if search == "mcts" and seeds:
+                        search_options = {"seeds": seeds, **search_options}
                 result = tune_space(space, model, evaluate, stop, strategy=search, seed=seed,
                                     batch=batch, known_best=known, on_evaluation=record,
                                     skip=seen, state=state, prepare=ev.prepare,

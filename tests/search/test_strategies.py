@@ -148,6 +148,10 @@ def test_stop_conditions_combine() -> None:
     with pytest.raises(ValueError, match="invalid stop condition"):
         parse_stop("walltime=3")
     assert math.isinf(Progress().best_time)
+    # How many evaluations a batch may still hold.
+    assert (WallTime(5) | Evaluations(8)).room(p) == 3
+    assert (WallTime(50) & Evaluations(8)).room(p) == math.inf
+    assert math.isinf(WallTime(50).room(p)) and Evaluations(4).room(p) == 0
 
 
 def test_nothing_compiles_while_a_batch_is_measured() -> None:

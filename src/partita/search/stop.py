@@ -22,6 +22,12 @@ class Stop:
     def done(self, p: Progress) -> bool:
         raise NotImplementedError
 
+    def room(self, p: Progress) -> float:
+        """How many more evaluations may run before this condition holds whatever they
+        measure (``math.inf`` when no count of evaluations decides it): a batch is cut to
+        it, so that a budget of ``N`` evaluations evaluates ``N``."""
+        return math.inf
+
     def __and__(self, other: Stop) -> Stop:
         return _All(self, other)
 
@@ -37,6 +43,9 @@ class _All(Stop):
     def done(self, p: Progress) -> bool:
         return self.a.done(p) and self.b.done(p)
 
+    def room(self, p: Progress) -> float:
+        return max(self.a.room(p), self.b.room(p))
+
     def __str__(self) -> str:
         return f"({self.a} and {self.b})"
 
@@ -48,6 +57,9 @@ class _Any(Stop):
 
     def done(self, p: Progress) -> bool:
         return self.a.done(p) or self.b.done(p)
+
+    def room(self, p: Progress) -> float:
+        return min(self.a.room(p), self.b.room(p))
 
     def __str__(self) -> str:
         return f"({self.a} or {self.b})"
@@ -70,6 +82,9 @@ class Evaluations(Stop):
 
     def done(self, p: Progress) -> bool:
         return p.evaluations >= self.count
+
+    def room(self, p: Progress) -> float:
+        return max(0, self.count - p.evaluations)
 
     def __str__(self) -> str:
         return f"{self.count} evaluations"

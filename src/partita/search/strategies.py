@@ -12,7 +12,7 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,8 +127,16 @@ class MonteCarlo(Strategy):
                  rng: random.Random, policy: str = "tag", topk: int = 10, delta: float = 1.0,
                  uct_c: float = math.sqrt(2), fusion_prior: float = 16.0,
                  preference_prior: float = 16.0, mutation: float = 0.0,
-                 elite: int = 8) -> None:
+                 elite: int = 8, sharpness: float = 1.0,
+                 seeds: Sequence[Candidate] = (), seed_share: float = 0.5) -> None:
         super().__init__(root, bound, state, rng)
+        if not 0.0 <= seed_share <= 1.0:
+            raise ValueError(f"seed_share must be a fraction in [0, 1], got {seed_share}")
+        self.seeds = [s for s in seeds if not s.is_implementation]
+        self.seed_share = seed_share if self.seeds else 0.0
+        if sharpness <= 0:
+            raise ValueError(f"sharpness must be positive, got {sharpness}")
+        self.sharpness = sharpness
         if not 0.0 <= mutation <= 1.0:
             raise ValueError(f"mutation must be a fraction in [0, 1], got {mutation}")
         self.mutation = mutation
@@ -161,7 +169,10 @@ class MonteCarlo(Strategy):
         attempts = 0
         while len(out) < n and not self.tree.exhausted and attempts < 20 * n:
             attempts += 1
-            if self.elite and self.rng.random() < self.mutation:
+            draw = self.rng.random()
+            if draw < self.seed_share:
+                leaf = self._from_seed()
+            elif self.elite and draw < self.seed_share + self.mutation:
                 leaf = self._mutate()
             else:
                 leaf = self._iterate()
@@ -175,6 +186,17 @@ class MonteCarlo(Strategy):
             self.proposed.add(key)
             out.append(leaf)
         return out
+
+    def _from_seed(self) -> Candidate | None:
+        """An implementation completed by a rollout from one of the seeds (partial
+        candidates: say, the sketches of :mod:`partita.search.sketch`) whose bound is below
+        the best time. The tree refines from the root; seeds put part of the evaluations
+        where a known structure leaves only parameters to find."""
+        live = [s for s in self.seeds if self.bound(s) < self.state.best_time]
+        if not live:
+            self.seed_share = 0.0
+            return None
+        return self._rollout(self.rng.choice(live))
 
     def _mutate(self) -> Candidate | None:
         """A neighbour of one of the fastest implementations: its decisions replayed from the
@@ -253,21 +275,35 @@ class MonteCarlo(Strategy):
     def _rollout(self, cand: Candidate) -> Candidate | None:
         """Complete ``cand`` by sampling (eq. 6.2) without computing every child.
 
-        A value drawn uniformly is accepted with probability ``(T_best - bound) / T_best``,
-        which picks children with probability proportional to ``max(T_best - bound, 0)`` at
-        the cost of one propagation per draw instead of one per child. Dead or pruned values
-        are dropped and the draw repeats; a choice with none left backtracks (returns None).
+        A value drawn uniformly is accepted with probability
+        ``((T_best - bound) / (T_best - parent bound)) ** sharpness``, which picks children
+        with probability proportional to ``max(T_best - bound, 0) ** sharpness`` at the cost
+        of one propagation per draw instead of one per child (a child's bound is never below
+        its parent's). Dead or pruned values are dropped and the draw repeats; a choice with
+        none left backtracks (returns None).
         """
+        parent: float | None = None
         while not cand.is_implementation:
             slot = cand.open_slots()[0]
             values = set_bits(cand.vec[slot])
             weights = self._prior(cand, slot, values)
             best = self.state.best_time
+            if not math.isinf(best) and parent is None:
+                parent = self.bound(cand)
+            slack = best - parent if parent is not None else math.inf
             # Children rejected by chance are kept: a value drawn again costs no propagation.
             tried: dict[int, tuple[Candidate, float]] = {}
             while True:
                 if not values:
                     return None
+                if len(tried) == len(values) and tried:
+                    # Every child left is known: draw from their exact weights (with a sharp
+                    # policy, rejection could take many draws when all of them raise the bound).
+                    live = [tried[x] for x in values]
+                    w = [(best - b) ** self.sharpness * (weights[x] if weights else 1.0)
+                         for x, (_, b) in zip(values, live, strict=True)]
+                    child, b = live[self.rng.choices(range(len(live)), w)[0]]
+                    break
                 at = self.rng.randrange(len(values)) if weights is None else \
                     self.rng.choices(range(len(values)), [weights[x] for x in values])[0]
                 v = values.pop(at)
@@ -286,10 +322,11 @@ class MonteCarlo(Strategy):
                         self.state.pruned += 1
                         continue
                     tried[v] = (child, b)
-                if self.rng.random() * best < best - b:
+                if self.rng.random() < ((best - b) / slack) ** self.sharpness:
                     break
                 values.append(v)  # rejected by chance, not pruned: it may be drawn again
             cand = child
+            parent = None if math.isinf(best) else b
         return cand
 
     def _prior(self, cand: Candidate, slot: int, values: list[int]) -> dict[int, float] | None:
@@ -323,7 +360,7 @@ class MonteCarlo(Strategy):
         best = self.state.best_time
         if math.isinf(best):
             return self.rng.randrange(len(bounds))
-        weights = [max(best - b, 0.0) for b in bounds]
+        weights = [max(best - b, 0.0) ** self.sharpness for b in bounds]
         if sum(weights) <= 0:
             return self.rng.randrange(len(bounds))
         return self.rng.choices(range(len(bounds)), weights)[0]

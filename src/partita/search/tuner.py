@@ -190,6 +190,9 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
             current = next_batch()
             compile_soon(current)
             continue
+        room = stop.room(progress)
+        if room < len(current):
+            current = current[:max(1, int(room))]
         # The next batch is proposed while this one compiles; it compiles once this one is
         # measured.
         upcoming = next_batch() if prepare is not None else []

@@ -1,0 +1,211 @@
+"""Sketches: the loop structure of the fastest CPU contractions, stated as decisions.
+
+A sketch fixes the *structure* of an implementation and leaves its parameters (tile sizes,
+the tiles outside the micro-kernel) to the search: it is a partial candidate, and everything
+below it is still searched and bounded. The structure is the one every fast CPU matmul shares
+(the BLIS and OpenBLAS design):
+
+- a register tile: the innermost tile of the output's contiguous dimension is a full vector,
+  its middle tile and the innermost tile of another output dimension are unrolled, so the
+  accumulators of the tile stay in vector registers;
+- the reduction loops run around the register tile, inside every other tile loop;
+- the outermost tile of the output's contiguous dimension is the parallel loop;
+- the accumulator (its initial value, the value stored) lives in registers;
+- the operand that does not vary along the unrolled dimension is either loaded inside the
+  micro-kernel (``fused``) or copied once per parallel tile into a local buffer read in the
+  micro-kernel's order (``packed``), as BLIS packs B.
+
+Random implementations of matmul 1024^3 measure 45-500 ms; random completions of the packed
+sketch measured 17-82 ms (median 28) with the best at 16.8 ms, beside OpenBLAS's 14 ms. The
+rules read the kernel's structure (which instruction accumulates, which array it stores, how
+the operands' dimensions map onto it), not its name: they apply to matmul in every layout and
+precision, batched matmul, and any builder kernel of the same shape.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from partita.ir.kernel import Kernel
+from partita.ir.operands import Reduce, Value
+from partita.space.candidate import Candidate, Decision, Space
+from partita.space.decl import SpaceError
+from partita.space.temporaries import temporary_name
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A named structure: the decisions that state it, applied in order."""
+
+    name: str
+    decisions: tuple[Decision, ...]
+
+    def apply(self, space: Space) -> Candidate | None:
+        """The partial candidate of this sketch in ``space`` (None: the space forbids it)."""
+        try:
+            cand = space.replay(list(self.decisions))
+        except SpaceError:
+            return None
+        return cand if isinstance(cand, Candidate) else None
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the rules need to know of a contraction kernel."""
+
+    acc: str
+    vector: str
+    """The accumulation's logical dim along the output's contiguous axis."""
+    unrolled: str
+    """Its logical dim along the output's next axis."""
+    reduction: tuple[str, ...]
+    others: tuple[str, ...]
+    """The accumulation's remaining output logical dims (a batch)."""
+    strided: tuple[str, ...] = ()
+    """Loads that read the vector dim with a stride (a transposed operand)."""
+
+
+def _counterpart(k: Kernel, inst: str, logical: str) -> str | None:
+    """The logical dim of ``inst`` in the mapping class of ``logical`` (one of another
+    instruction's), if it has one."""
+    cls = k.logical_class[logical]
+    return next((ld for ld in k.inst(inst).dims if k.logical_class[ld] == cls), None)
+
+
+def _output_axis_dim(k: Kernel, store: str, acc: str, axis_from_last: int) -> str | None:
+    """The accumulation's logical dim that indexes the stored array's ``axis_from_last``-th
+    fastest axis alone, with coefficient 1."""
+    access = k.inst(store).access
+    assert access is not None
+    arr = k.array(access.array)
+    if len(arr.order) < axis_from_last:
+        return None
+    terms = access.index[arr.order[-axis_from_last]].terms
+    if len(terms) != 1 or terms[0][1] != 1:
+        return None
+    return _counterpart(k, acc, terms[0][0])
+
+
+def contraction_shape(k: Kernel) -> _Shape | None:
+    """The shape of a contraction (an accumulation over some dims whose result is stored
+    in an array of at least two dims, contiguous along one of the accumulation's dims), or
+    None for any other kernel (axpy, dot, gemv: their fast structure is another one)."""
+    if not k.reducing_insts:
+        return None
+    acc = max(sorted(k.reducing_insts), key=lambda i: len(k.inst(i).dims))
+    red = {ld for op in k.inst(acc).operands if isinstance(op, Reduce) for ld in op.dims}
+    stores = [i.name for i in k.instructions if i.op == "store" and any(
+        isinstance(op, Value) and op.inst == acc for op in i.operands)]
+    if len(stores) != 1:
+        return None
+    store = stores[0]
+    access = k.inst(store).access
+    assert access is not None
+    if k.array(access.array).elem_stride != 1:
+        return None
+    vector = _output_axis_dim(k, store, acc, 1)
+    unrolled = _output_axis_dim(k, store, acc, 2)
+    if vector is None or unrolled is None or vector == unrolled or vector in red:
+        return None
+    if len(k.dims_of(vector)) < 2 or len(k.dims_of(unrolled)) < 2:
+        return None
+    # Loads that move along the vector dim with a stride: only a packed copy can feed them
+    # to the micro-kernel as vectors.
+    strided = tuple(i.name for i in k.instructions if i.op == "load" and (
+        ld := _counterpart(k, i.name, vector)) is not None
+        and k.element_stride(i.name, ld) not in (0, 1))
+    others = tuple(ld for ld in k.inst(acc).dims if ld not in red and ld not in (
+        vector, unrolled))
+    return _Shape(acc, vector, unrolled, tuple(ld for ld in k.inst(acc).dims if ld in red),
+                  others, strided)
+
+
+def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
+    """The ``packed`` and ``fused`` sketches of a contraction kernel with vectors of
+    ``lanes`` elements (none for another kernel)."""
+    shape = contraction_shape(k)
+    if shape is None:
+        return []
+    acc = shape.acc
+    vec_tiles = k.dims_of(shape.vector)
+    unr_tiles = k.dims_of(shape.unrolled)
+    parallel = vec_tiles[0]
+    register = [unr_tiles[-1], *vec_tiles[1:-1], vec_tiles[-1]]
+    outer = [d for ld in (*shape.others, shape.unrolled, shape.vector) for d in k.dims_of(ld)
+             if d not in register and d != parallel]
+    reduction = [d for ld in shape.reduction for d in k.dims_of(ld)]
+    chain = [parallel, *outer, *reduction, *register]
+    inside_reduction = set(register)
+
+    base: list[Decision] = [Decision("size", (vec_tiles[-1],), (lanes,)),
+                            Decision("dim_kind", (vec_tiles[-1],), ("VECTOR",)),
+                            Decision("dim_kind", (parallel,), ("PARALLEL",)),
+                            Decision("dim_kind", (unr_tiles[-1],), ("UNROLL",))]
+    base += [Decision("dim_kind", (d,), ("UNROLL",)) for d in vec_tiles[1:-1]]
+    base += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
+
+    # The initial value and the store: fused with the loops around the reduction, their
+    # register-tile loops beside the accumulation's (before it, after it).
+    init = next(op.init for op in k.inst(acc).operands if isinstance(op, Reduce))
+    stores = [i.name for i in k.instructions
+              if any(isinstance(op, Value) and op.inst == acc for op in i.operands)]
+    for inst, beside in [(init, "BEFORE"), *((s, "AFTER") for s in stores)]:
+        for d, e in _tile_pairs(k, inst, acc):
+            base.append(Decision("order", (d, e), ("MERGED",) if e not in inside_reduction
+                                 else (beside,)))
+    base += [Decision("mem_space", (temporary_name(init, acc),), ("REGISTER",))]
+    base += [Decision("mem_space", (temporary_name(acc, s),), ("REGISTER",)) for s in stores]
+
+    loads = [op.inst for op in k.inst(acc).operands
+             if isinstance(op, Value) and k.inst(op.inst).op == "load"]
+    out = []
+    if not shape.strided:
+        fused = list(base)
+        for ld in loads:
+            fused += [Decision("order", (d, e), ("MERGED",)) for d, e in _tile_pairs(k, ld, acc)]
+        out.append(Sketch("fused", tuple(fused)))
+
+    # Packed: the operand that does not move along the unrolled dim is copied per parallel
+    # tile, before the loops that reuse it, into a local buffer.
+    panel = [ld for ld in loads if _counterpart(k, ld, shape.unrolled) is None
+             and _counterpart(k, ld, shape.vector) is not None]
+    if len(panel) == 1 and set(shape.strided) <= set(panel):
+        packed = list(base)
+        (p,) = panel
+        for ld in loads:
+            pairs = _tile_pairs(k, ld, acc)
+            if ld != p:
+                packed += [Decision("order", (d, e), ("MERGED",)) for d, e in pairs]
+                continue
+            packed += [Decision("order", (d, e), ("MERGED",)) for d, e in pairs if e == parallel]
+            first = next((d for d, e in pairs if e != parallel and e in reduction), None)
+            if first is not None and outer:
+                packed.append(Decision("order", (first, outer[0]), ("BEFORE",)))
+            if p not in shape.strided:  # a transposing copy is left to the search
+                inner = k.dims_of(_counterpart(k, p, shape.vector) or "")[-1:]
+                packed += [Decision("dim_kind", (d,), ("VECTOR",)) for d in inner]
+        packed.append(Decision("mem_space", (temporary_name(p, acc),), ("LOCAL",)))
+        out.insert(0, Sketch("packed", tuple(packed)))
+    return out
+
+
+def _tile_pairs(k: Kernel, inst: str, acc: str) -> list[tuple[str, str]]:
+    """(tile of ``inst``, tile of ``acc`` at the same level of the same mapping class)."""
+    pairs = []
+    for ld in k.inst(inst).dims:
+        other = _counterpart(k, acc, ld)
+        if other is None:
+            continue
+        pairs += list(zip(k.dims_of(ld), k.dims_of(other), strict=True))
+    return pairs
+
+
+def sketch_candidates(space: Space, lanes: int) -> list[tuple[str, Candidate]]:
+    """The sketches of ``space``'s kernel that its decision space allows, as candidates."""
+    out = []
+    for sketch in contraction_sketches(space.kernel, lanes):
+        cand = sketch.apply(space)
+        if cand is not None:
+            out.append((sketch.name, cand))
+    return out

@@ -1,0 +1,147 @@
+"""Sketches: the micro-kernel structure of contractions, as partial candidates whose random
+completions compile, compute the product and keep the structure."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+
+import partita
+from partita.codegen.looptree import Node, loop_tree
+from partita.model import Model, Rates
+from partita.runtime import Evaluator, TimingOptions
+from partita.search.sampling import random_implementation, sample_and_evaluate
+from partita.search.sketch import contraction_shape, contraction_sketches, sketch_candidates
+from partita.search.strategies import MonteCarlo, SearchState
+from partita.space.candidate import Candidate, Space
+from partita.targets import AVX512_REFERENCE
+
+MATMULS = [
+    ("matmul", {"m": 64, "n": 48, "k": 32}, 16, {"packed", "fused"}),
+    ("matmul", {"m": 40, "n": 32, "k": 24, "transpose_a": 1}, 16, {"packed", "fused"}),
+    # B read across its rows: only a packed copy gives the micro-kernel vectors.
+    ("matmul", {"m": 32, "n": 32, "k": 16, "transpose_b": 1}, 16, {"packed"}),
+    ("matmul", {"m": 32, "n": 32, "k": 16, "dtype": "float64"}, 8, {"packed", "fused"}),
+    ("batched_matmul", {"b": 4, "m": 16, "n": 32, "k": 8}, 16, {"packed", "fused"}),
+    ("batched_matmul", {"b": 4, "m": 16, "n": 32, "k": 8, "reuse_b": 1}, 16,
+     {"packed", "fused"}),
+]
+
+
+def _space(name: str, params: dict) -> Space:
+    return partita.space(partita.kernel(name, **params), "cpu", cpu=AVX512_REFERENCE)
+
+
+@pytest.fixture(scope="module")
+def evaluator() -> Iterator[Evaluator]:
+    with Evaluator(seed=5, timeout_s=20.0, timing=TimingOptions(min_reps=1, max_reps=1)) as ev:
+        yield ev
+
+
+def _nodes(node: Node) -> Iterator[Node]:
+    yield node
+    for child in node.children:
+        yield from _nodes(child)
+
+
+@pytest.mark.parametrize(("name", "params", "lanes", "names"), MATMULS)
+def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
+                                         names: set[str]) -> None:
+    space = _space(name, params)
+    found = dict(sketch_candidates(space, lanes))
+    assert set(found) == names
+    k = space.kernel
+    shape = contraction_shape(k)
+    assert shape is not None
+    vector, unrolled = k.dims_of(shape.vector), k.dims_of(shape.unrolled)
+    for cand in found.values():
+        assert cand.domain("dim_kind", vector[-1]) == ("VECTOR",)
+        assert cand.domain("size", vector[-1]) == (lanes,)
+        assert cand.domain("dim_kind", vector[0]) == ("PARALLEL",)
+        assert cand.domain("dim_kind", unrolled[-1]) == ("UNROLL",)
+        for r in (d for ld in shape.reduction for d in k.dims_of(ld)):
+            # The reduction runs around the register tile.
+            assert cand.domain("order", r, unrolled[-1]) == ("OUT",)
+        temps = [a.name for a in cand.kernel.arrays if a.carries is not None
+                 and shape.acc in a.carries and cand.kernel.inst(a.carries[0]).op != "load"]
+        assert temps and all(cand.domain("mem_space", t) == ("REGISTER",) for t in temps)
+    if "packed" in found:
+        packed = found["packed"]
+        assert [a.name for a in packed.kernel.arrays
+                if a.carries is not None and packed.domain("mem_space", a.name) == ("LOCAL",)]
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("axpy", {"n": 1024}), ("dot", {"n": 4096}), ("dot", {"n": 4096, "partials": 64}),
+    ("gemv", {"m": 64, "n": 64}), ("gemv", {"m": 64, "n": 64, "transpose": 1}),
+    ("matmul", {"m": 64, "n": 64, "k": 64, "stride_a": 32}),
+])
+def test_other_kernels_get_only_the_sketches_their_shape_allows(name: str,
+                                                                  params: dict) -> None:
+    k = partita.kernel(name, **params)
+    sketches = contraction_sketches(k, 16)
+    if name == "matmul":  # a strided A is broadcast from scalars: both apply
+        assert {s.name for s in sketches} == {"packed", "fused"}
+    else:
+        assert sketches == []
+
+
+@pytest.mark.parametrize(("name", "params", "lanes", "names"), MATMULS)
+def test_sketch_completions_compute_the_product(evaluator: Evaluator, name: str,
+                                                params: dict, lanes: int,
+                                                names: set[str]) -> None:
+    for i, (_, cand) in enumerate(sketch_candidates(_space(name, params), lanes)):
+        report = sample_and_evaluate(cand, 2, random.Random(i),
+                                     lambda ps: evaluator.evaluate(ps, time_it=False))
+        assert report.verified == 2, report.failed[:2]
+
+
+def test_a_completion_keeps_the_accumulators_in_one_register_tile() -> None:
+    space = _space("matmul", {"m": 64, "n": 48, "k": 32})
+    (packed,) = [c for n, c in sketch_candidates(space, 16) if n == "packed"]
+    impl = random_implementation(packed, random.Random(3))
+    tree = loop_tree(impl)
+    # The accumulation sits in unrolled and vector loops only, inside the reduction loops.
+    path: list[Node] = []
+
+    def find(node: Node, trail: list[Node]) -> bool:
+        if node.inst == "acc":
+            path.extend(trail)
+            return True
+        return any(find(c, [*trail, node]) for c in node.children)
+
+    assert find(tree, [])
+    kinds = [n.kind for n in path if n.dims]
+    assert kinds[0] == "PARALLEL"
+    first_register = next(i for i, kd in enumerate(kinds) if kd in ("UNROLL", "VECTOR"))
+    assert all(kd in ("UNROLL", "VECTOR") for kd in kinds[first_register:])
+    assert kinds[-1] == "VECTOR"
+    assert any(d.startswith("r.") for n in path[:first_register + 1] for d in n.dims)
+
+
+RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
+              stores_per_cycle=1, fma_latency_cycles=4,
+              bandwidth_gbs=((48 << 10, 300.0), (1 << 62, 20.0)))
+
+
+def test_mcts_completes_its_seeds() -> None:
+    space = _space("matmul", {"m": 64, "n": 48, "k": 32})
+    seeds = dict(sketch_candidates(space, 16))
+    root = space.root()
+    assert isinstance(root, Candidate)
+    model = Model(RATES)
+    state = SearchState(best_time=1.0)
+    strat = MonteCarlo(root, lambda c: model.bound(c).time_s, state, random.Random(0),
+                       seeds=list(seeds.values()), seed_share=1.0)
+    proposed = strat.propose(4)
+    assert proposed
+    sketches = {s.name: s for s in contraction_sketches(space.kernel, 16)}
+    for cand in proposed:
+        assert cand.is_implementation
+        # Below one of the seeds: every decision of one sketch holds.
+        assert any(all(set(cand.domain(d.choice, *d.args)) <= set(d.values)
+                       for d in s.decisions) for s in sketches.values())
+    with pytest.raises(ValueError, match="seed_share"):
+        MonteCarlo(root, lambda c: 0.0, state, random.Random(0), seed_share=2.0)
