@@ -13,7 +13,13 @@ from partita.codegen.looptree import Node, loop_tree
 from partita.model import Model, Rates
 from partita.runtime import Evaluator, TimingOptions
 from partita.search.sampling import random_implementation, sample_and_evaluate
-from partita.search.sketch import contraction_shape, contraction_sketches, sketch_candidates
+from partita.search.sketch import (
+    contraction_shape,
+    contraction_sketches,
+    kernel_sketches,
+    partial_sum_shape,
+    sketch_candidates,
+)
 from partita.search.strategies import MonteCarlo, SearchState
 from partita.space.candidate import Candidate, Space
 from partita.targets import AVX512_REFERENCE
@@ -73,19 +79,46 @@ def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
                 if a.carries is not None and packed.domain("mem_space", a.name) == ("LOCAL",)]
 
 
-@pytest.mark.parametrize(("name", "params"), [
-    ("axpy", {"n": 1024}), ("dot", {"n": 4096}), ("dot", {"n": 4096, "partials": 64}),
-    ("gemv", {"m": 64, "n": 64}), ("gemv", {"m": 64, "n": 64, "transpose": 1}),
-    ("matmul", {"m": 64, "n": 64, "k": 64, "stride_a": 32}),
+@pytest.mark.parametrize(("name", "params", "names"), [
+    ("axpy", {"n": 1024}, set()), ("dot", {"n": 4096}, set()),
+    ("gemv", {"m": 64, "n": 64}, set()), ("gemv", {"m": 64, "n": 64, "transpose": 1}, set()),
+    # a strided A is broadcast from scalars: both contraction sketches apply
+    ("matmul", {"m": 64, "n": 64, "k": 64, "stride_a": 32}, {"packed", "fused"}),
+    ("dot", {"n": 4096, "partials": 64}, {"partials"}),
+    ("dot", {"n": 4096, "partials": 64, "chunks": 2}, {"partials"}),
+    ("gemv", {"m": 64, "n": 64, "partials": 32}, {"partials"}),
+    # column-major A: the partial sums would be strided
+    ("gemv", {"m": 64, "n": 64, "partials": 32, "transpose": 1}, set()),
 ])
-def test_other_kernels_get_only_the_sketches_their_shape_allows(name: str,
-                                                                  params: dict) -> None:
+def test_each_kernel_gets_the_sketches_its_shape_allows(name: str, params: dict,
+                                                        names: set[str]) -> None:
     k = partita.kernel(name, **params)
-    sketches = contraction_sketches(k, 16)
-    if name == "matmul":  # a strided A is broadcast from scalars: both apply
-        assert {s.name for s in sketches} == {"packed", "fused"}
-    else:
-        assert sketches == []
+    assert {s.name for s in kernel_sketches(k, 16)} == names
+    assert {n for n, _ in sketch_candidates(_space(name, params), 16)} == names
+
+
+PARTIALS = [("dot", {"n": 4096, "partials": 64}), ("dot", {"n": 4096, "partials": 32,
+                                                           "chunks": 2}),
+            ("gemv", {"m": 16, "n": 64, "partials": 32})]
+
+
+@pytest.mark.parametrize(("name", "params"), PARTIALS)
+def test_partial_sums_sit_in_a_register_tile(evaluator: Evaluator, name: str,
+                                             params: dict) -> None:
+    (cand,) = [c for n, c in sketch_candidates(_space(name, params), 16) if n == "partials"]
+    k = cand.kernel
+    shape = partial_sum_shape(k)
+    assert shape is not None
+    p_tiles = k.dims_of(shape.partial)
+    assert cand.domain("dim_kind", p_tiles[-1]) == ("VECTOR",)
+    assert cand.domain("size", p_tiles[-1]) == (16,)
+    for q in (d for ld in shape.reduction for d in k.dims_of(ld)):
+        assert cand.domain("order", q, p_tiles[-1]) == ("OUT",)
+    outer = k.dims_of(shape.rows[0])[0] if shape.rows else p_tiles[0]
+    assert cand.domain("dim_kind", outer) == ("PARALLEL",)
+    report = sample_and_evaluate(cand, 2, random.Random(1),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 2, report.failed[:2]
 
 
 @pytest.mark.parametrize(("name", "params", "lanes", "names"), MATMULS)

@@ -15,6 +15,10 @@ below it is still searched and bounded. The structure is the one every fast CPU 
   micro-kernel (``fused``) or copied once per parallel tile into a local buffer read in the
   micro-kernel's order (``packed``), as BLIS packs B.
 
+Reductions reassociated into partial sums (dot and gemv with ``partials``) get the
+``partials`` sketch: the partial sums in a register tile, the reduction around it, the rows or
+chunks parallel (:func:`partial_sum_sketches`).
+
 Random implementations of matmul 1024^3 measure 45-500 ms; random completions of the packed
 sketch measured 17-82 ms (median 28) with the best at 16.8 ms, beside OpenBLAS's 14 ms. The
 rules read the kernel's structure (which instruction accumulates, which array it stores, how
@@ -201,10 +205,99 @@ def _tile_pairs(k: Kernel, inst: str, acc: str) -> list[tuple[str, str]]:
     return pairs
 
 
+@dataclass(frozen=True)
+class _PartialShape:
+    """An accumulation into partial sums (``acc`` over ``reduction``, ``partial`` indexing
+    the sums) that a second reduction (``final``) adds up; ``rows`` are its other output
+    dims (gemv's rows, dot's chunks)."""
+
+    acc: str
+    final: str
+    partial: str
+    reduction: tuple[str, ...]
+    rows: tuple[str, ...]
+
+
+def partial_sum_shape(k: Kernel) -> _PartialShape | None:
+    """The shape of a reduction reassociated into partial sums (dot and gemv with
+    ``partials``), or None."""
+    for acc in sorted(k.reducing_insts):
+        red = [ld for op in k.inst(acc).operands if isinstance(op, Reduce) for ld in op.dims]
+        for fin in sorted(k.reducing_insts - {acc}):
+            if not any(isinstance(op, Value) and op.inst == acc for op in k.inst(fin).operands):
+                continue
+            summed = {ld for op in k.inst(fin).operands if isinstance(op, Reduce)
+                      for ld in op.dims}
+            loads = [op.inst for op in k.inst(acc).operands if isinstance(op, Value)
+                     and k.inst(op.inst).op == "load"]
+
+            def contiguous(ld: str, loads: list[str] = loads) -> bool:
+                return all(k.element_stride(x, _counterpart(k, x, ld) or "") in (0, 1)
+                           for x in loads)
+
+            # The partial sums: summed again by the final reduction, and contiguous in
+            # memory (dot's chunks are summed too, but a chunk apart).
+            partial = [ld for ld in k.inst(acc).dims if ld not in red
+                       and _counterpart(k, fin, ld) in summed and contiguous(ld)]
+            if len(partial) != 1 or len(k.dims_of(partial[0])) < 2:
+                return None
+            rows = tuple(ld for ld in k.inst(acc).dims if ld not in red and ld != partial[0])
+            return _PartialShape(acc, fin, partial[0], tuple(red), rows)
+    return None
+
+
+def partial_sum_sketches(k: Kernel, lanes: int) -> list[Sketch]:
+    """The ``partials`` sketch: the partial sums in a register tile (a vector of them,
+    unrolled copies of it), the reduction loop around them, the rows (or chunks) parallel
+    outside and unrolled inside it, the operands loaded in the tile. Hand-picked decisions of
+    this structure stream gemv 4096^2 at the triad's bandwidth and a chunked dot above it."""
+    shape = partial_sum_shape(k)
+    if shape is None:
+        return []
+    acc = shape.acc
+    p_tiles = k.dims_of(shape.partial)
+    register = list(p_tiles[1:])
+    row_tiles = [k.dims_of(ld) for ld in shape.rows]
+    parallel = row_tiles[0][0] if row_tiles else p_tiles[0]
+    unrolled = [t[-1] for t in row_tiles if len(t) > 1]
+    outer = [d for t in row_tiles for d in t if d != parallel and d not in unrolled]
+    if parallel != p_tiles[0]:
+        outer.append(p_tiles[0])
+    reduction = [d for ld in shape.reduction for d in k.dims_of(ld)]
+    chain = [parallel, *outer, *reduction, *unrolled, *register]
+    decisions = [Decision("size", (p_tiles[-1],), (lanes,)),
+                 Decision("dim_kind", (p_tiles[-1],), ("VECTOR",)),
+                 Decision("dim_kind", (parallel,), ("PARALLEL",))]
+    decisions += [Decision("dim_kind", (d,), ("UNROLL",)) for d in [*unrolled, *register[:-1]]]
+    decisions += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
+    around = {parallel, *outer}
+    init = next(op.init for op in k.inst(acc).operands if isinstance(op, Reduce))
+    # The final sum shares the parallel rows it does not add up (gemv's, not dot's chunks).
+    summed = set(k.reduction_dims)
+    for inst, beside in ((init, "BEFORE"), (shape.final, None)):
+        for d, e in _tile_pairs(k, inst, acc):
+            if e in around and (inst == init or (k.dim(e).logical in shape.rows
+                                                 and d not in summed)):
+                decisions.append(Decision("order", (d, e), ("MERGED",)))
+            elif beside is not None and e not in around:
+                decisions.append(Decision("order", (d, e), (beside,)))
+    for op in k.inst(acc).operands:
+        if isinstance(op, Value) and k.inst(op.inst).op == "load":
+            decisions += [Decision("order", (d, e), ("MERGED",))
+                          for d, e in _tile_pairs(k, op.inst, acc)]
+    decisions.append(Decision("mem_space", (temporary_name(init, acc),), ("REGISTER",)))
+    return [Sketch("partials", tuple(decisions))]
+
+
+def kernel_sketches(k: Kernel, lanes: int) -> list[Sketch]:
+    """Every sketch that applies to ``k`` (contractions, partial sums)."""
+    return contraction_sketches(k, lanes) + partial_sum_sketches(k, lanes)
+
+
 def sketch_candidates(space: Space, lanes: int) -> list[tuple[str, Candidate]]:
     """The sketches of ``space``'s kernel that its decision space allows, as candidates."""
     out = []
-    for sketch in contraction_sketches(space.kernel, lanes):
+    for sketch in kernel_sketches(space.kernel, lanes):
         cand = sketch.apply(space)
         if cand is not None:
             out.append((sketch.name, cand))
