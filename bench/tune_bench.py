@@ -135,7 +135,8 @@ Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_be
 {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation (worker median)
 and numpy on the same inputs are compared. The records start empty and are shared by the cases,
 in the order of the table: a case starts from the best of the earlier cases of the same kernel
-(transfer, `partita tune --transfer`), so 2048^3 starts from what 1024^3 found.
+(transfer, `partita tune --transfer`), so 2048^3 starts from what 1024^3 found, and the
+contractions and partial-sum reductions from completions of their sketches (`--sketches`).
 Peak: {peak:.0f} GFLOP/s fp32, STREAM triad {stream:.1f} GB/s ({how} by `partita machine`).
 
 {table}{rerun}
