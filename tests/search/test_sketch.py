@@ -33,6 +33,9 @@ MATMULS = [
     ("batched_matmul", {"b": 4, "m": 16, "n": 32, "k": 8}, 16, {"packed", "fused"}),
     ("batched_matmul", {"b": 4, "m": 16, "n": 32, "k": 8, "reuse_b": 1}, 16,
      {"packed", "fused"}),
+    # every element of A on its own line: A is packed too, once per block of rows
+    ("matmul", {"m": 32, "n": 32, "k": 16, "stride_a": 32}, 16,
+     {"packed", "fused", "packed_a"}),
 ]
 
 
@@ -65,7 +68,9 @@ def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
     for cand in found.values():
         assert cand.domain("dim_kind", vector[-1]) == ("VECTOR",)
         assert cand.domain("size", vector[-1]) == (lanes,)
-        assert cand.domain("dim_kind", vector[0]) == ("PARALLEL",)
+        # Parallel columns, or parallel rows when A is packed per block of rows.
+        assert cand.domain("dim_kind", vector[0] if cand is not found.get("packed_a")
+                           else unrolled[0]) == ("PARALLEL",)
         assert cand.domain("dim_kind", unrolled[-1]) == ("UNROLL",)
         for r in (d for ld in shape.reduction for d in k.dims_of(ld)):
             # The reduction runs around the register tile.
@@ -82,8 +87,10 @@ def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
 @pytest.mark.parametrize(("name", "params", "names"), [
     ("axpy", {"n": 1024}, set()), ("dot", {"n": 4096}, set()),
     ("gemv", {"m": 64, "n": 64}, set()), ("gemv", {"m": 64, "n": 64, "transpose": 1}, set()),
-    # a strided A is broadcast from scalars: both contraction sketches apply
-    ("matmul", {"m": 64, "n": 64, "k": 64, "stride_a": 32}, {"packed", "fused"}),
+    # A read with a stride along both its dims: packed as well
+    ("matmul", {"m": 64, "n": 64, "k": 64, "stride_a": 32}, {"packed", "fused", "packed_a"}),
+    # A transposed is contiguous along the rows of one reduction step: not packed
+    ("matmul", {"m": 64, "n": 64, "k": 64, "transpose_a": 1}, {"packed", "fused"}),
     ("dot", {"n": 4096, "partials": 64}, {"partials"}),
     ("dot", {"n": 4096, "partials": 64, "chunks": 2}, {"partials"}),
     ("gemv", {"m": 64, "n": 64, "partials": 32}, {"partials"}),
@@ -176,5 +183,11 @@ def test_mcts_completes_its_seeds() -> None:
         # Below one of the seeds: every decision of one sketch holds.
         assert any(all(set(cand.domain(d.choice, *d.args)) <= set(d.values)
                        for d in s.decisions) for s in sketches.values())
+    # What is measured below a seed steers the next draws towards it.
+    first = proposed[0]
+    strat.observe(first, 0.5)
+    assert any(t == 0.5 for t in strat.seed_best)
+    below = [i for i, t in enumerate(strat.seed_best) if t == 0.5]
+    assert all(strat._below(strat.seeds[i], first) for i in below)
     with pytest.raises(ValueError, match="seed_share"):
         MonteCarlo(root, lambda c: 0.0, state, random.Random(0), seed_share=2.0)

@@ -127,70 +127,98 @@ def contraction_shape(k: Kernel) -> _Shape | None:
 
 def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     """The ``packed`` and ``fused`` sketches of a contraction kernel with vectors of
-    ``lanes`` elements (none for another kernel)."""
+    ``lanes`` elements, and ``packed_a`` where A is a strided view (none for another
+    kernel)."""
     shape = contraction_shape(k)
     if shape is None:
         return []
     acc = shape.acc
     vec_tiles = k.dims_of(shape.vector)
     unr_tiles = k.dims_of(shape.unrolled)
-    parallel = vec_tiles[0]
     register = [unr_tiles[-1], *vec_tiles[1:-1], vec_tiles[-1]]
-    outer = [d for ld in (*shape.others, shape.unrolled, shape.vector) for d in k.dims_of(ld)
-             if d not in register and d != parallel]
     reduction = [d for ld in shape.reduction for d in k.dims_of(ld)]
-    chain = [parallel, *outer, *reduction, *register]
-    inside_reduction = set(register)
+    loads = [op.inst for op in k.inst(acc).operands
+             if isinstance(op, Value) and k.inst(op.inst).op == "load"]
 
-    base: list[Decision] = [Decision("size", (vec_tiles[-1],), (lanes,)),
-                            Decision("dim_kind", (vec_tiles[-1],), ("VECTOR",)),
-                            Decision("dim_kind", (parallel,), ("PARALLEL",)),
-                            Decision("dim_kind", (unr_tiles[-1],), ("UNROLL",))]
-    base += [Decision("dim_kind", (d,), ("UNROLL",)) for d in vec_tiles[1:-1]]
-    base += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
+    def base(parallel: str, outer: list[str]) -> list[Decision]:
+        """The register tile, the reduction around it, ``outer`` tiles around that, the
+        ``parallel`` tile outermost, the accumulator in registers."""
+        chain = [parallel, *outer, *reduction, *register]
+        out = [Decision("size", (vec_tiles[-1],), (lanes,)),
+               Decision("dim_kind", (vec_tiles[-1],), ("VECTOR",)),
+               Decision("dim_kind", (parallel,), ("PARALLEL",)),
+               Decision("dim_kind", (unr_tiles[-1],), ("UNROLL",))]
+        out += [Decision("dim_kind", (d,), ("UNROLL",)) for d in vec_tiles[1:-1]]
+        out += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
+        # The initial value and the store: fused with the loops around the reduction, their
+        # register-tile loops beside the accumulation's (before it, after it).
+        for inst, beside in [(init, "BEFORE"), *((s, "AFTER") for s in stores)]:
+            for d, e in _tile_pairs(k, inst, acc):
+                out.append(Decision("order", (d, e), ("MERGED",) if e not in register
+                                    else (beside,)))
+        out += [Decision("mem_space", (temporary_name(init, acc),), ("REGISTER",))]
+        out += [Decision("mem_space", (temporary_name(acc, s),), ("REGISTER",))
+                for s in stores]
+        return out
 
-    # The initial value and the store: fused with the loops around the reduction, their
-    # register-tile loops beside the accumulation's (before it, after it).
+    def packing(p: str, shared: set[str], before: str | None) -> list[Decision]:
+        """Load ``p`` copied into a local buffer inside the ``shared`` tiles, before the
+        loop ``before``; every other load in the micro-kernel."""
+        out = []
+        for ld in loads:
+            pairs = _tile_pairs(k, ld, acc)
+            if ld != p:
+                out += [Decision("order", (d, e), ("MERGED",)) for d, e in pairs]
+                continue
+            out += [Decision("order", (d, e), ("MERGED",)) for d, e in pairs if e in shared]
+            first = next((d for d, e in pairs if e not in shared and e in reduction), None)
+            if first is not None and before is not None:
+                out.append(Decision("order", (first, before), ("BEFORE",)))
+        out.append(Decision("mem_space", (temporary_name(p, acc),), ("LOCAL",)))
+        return out
+
     init = next(op.init for op in k.inst(acc).operands if isinstance(op, Reduce))
     stores = [i.name for i in k.instructions
               if any(isinstance(op, Value) and op.inst == acc for op in i.operands)]
-    for inst, beside in [(init, "BEFORE"), *((s, "AFTER") for s in stores)]:
-        for d, e in _tile_pairs(k, inst, acc):
-            base.append(Decision("order", (d, e), ("MERGED",) if e not in inside_reduction
-                                 else (beside,)))
-    base += [Decision("mem_space", (temporary_name(init, acc),), ("REGISTER",))]
-    base += [Decision("mem_space", (temporary_name(acc, s),), ("REGISTER",)) for s in stores]
-
-    loads = [op.inst for op in k.inst(acc).operands
-             if isinstance(op, Value) and k.inst(op.inst).op == "load"]
+    # Parallel columns: the vector dim's outer tile outermost.
+    outer = [d for ld in (*shape.others, shape.unrolled, shape.vector) for d in k.dims_of(ld)
+             if d not in register and d != vec_tiles[0]]
     out = []
-    if not shape.strided:
-        fused = list(base)
-        for ld in loads:
-            fused += [Decision("order", (d, e), ("MERGED",)) for d, e in _tile_pairs(k, ld, acc)]
-        out.append(Sketch("fused", tuple(fused)))
-
     # Packed: the operand that does not move along the unrolled dim is copied per parallel
     # tile, before the loops that reuse it, into a local buffer.
     panel = [ld for ld in loads if _counterpart(k, ld, shape.unrolled) is None
              and _counterpart(k, ld, shape.vector) is not None]
     if len(panel) == 1 and set(shape.strided) <= set(panel):
-        packed = list(base)
         (p,) = panel
+        packed = base(vec_tiles[0], outer) + packing(p, {vec_tiles[0]}, outer[0] if outer
+                                                     else None)
+        if p not in shape.strided:  # a transposing copy is left to the search
+            inner = k.dims_of(_counterpart(k, p, shape.vector) or "")[-1:]
+            packed += [Decision("dim_kind", (d,), ("VECTOR",)) for d in inner]
+        out.append(Sketch("packed", tuple(packed)))
+    if not shape.strided:
+        fused = base(vec_tiles[0], outer)
         for ld in loads:
-            pairs = _tile_pairs(k, ld, acc)
-            if ld != p:
-                packed += [Decision("order", (d, e), ("MERGED",)) for d, e in pairs]
-                continue
-            packed += [Decision("order", (d, e), ("MERGED",)) for d, e in pairs if e == parallel]
-            first = next((d for d, e in pairs if e != parallel and e in reduction), None)
-            if first is not None and outer:
-                packed.append(Decision("order", (first, outer[0]), ("BEFORE",)))
-            if p not in shape.strided:  # a transposing copy is left to the search
-                inner = k.dims_of(_counterpart(k, p, shape.vector) or "")[-1:]
-                packed += [Decision("dim_kind", (d,), ("VECTOR",)) for d in inner]
-        packed.append(Decision("mem_space", (temporary_name(p, acc),), ("LOCAL",)))
-        out.insert(0, Sketch("packed", tuple(packed)))
+            fused += [Decision("order", (d, e), ("MERGED",)) for d, e in _tile_pairs(k, ld, acc)]
+        out.append(Sketch("fused", tuple(fused)))
+    # Packed A: the operand broadcast along the unrolled dim, read with a stride along every
+    # one of its dims (a strided view: each element its own cache line), is copied once per
+    # block of rows: parallel rows outermost, the copy before the column loops, the rest in
+    # the micro-kernel. (A transposed is contiguous along the rows of one step of the
+    # reduction, which the packed sketch reads as well.)
+    rows = [ld for ld in loads if _counterpart(k, ld, shape.vector) is None
+            and _counterpart(k, ld, shape.unrolled) is not None]
+    if len(rows) == 1 and not shape.strided:
+        (a,) = rows
+        along = [x for x in (_counterpart(k, a, r) for r in (*shape.reduction,
+                                                              shape.unrolled)) if x]
+        if along and all(k.element_stride(a, x) not in (0, 1) for x in along):
+            row_outer = [d for d in unr_tiles if d not in register]
+            others = [d for ld in shape.others for d in k.dims_of(ld)]
+            columns = [d for d in vec_tiles if d not in register]
+            packed_a = base(row_outer[0], [*row_outer[1:], *others, *columns])
+            packed_a += packing(a, set(row_outer), (others + columns)[0])
+            out.append(Sketch("packed_a", tuple(packed_a)))
     return out
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from partita.space.candidate import Candidate, DeadEnd, Decision
 from partita.space.compiler import set_bits
+from partita.space.decl import SpaceError
 from partita.space.estimate import random_descent
 from partita.space.nest import is_dim
 
@@ -134,6 +135,8 @@ class MonteCarlo(Strategy):
             raise ValueError(f"seed_share must be a fraction in [0, 1], got {seed_share}")
         self.seeds = [s for s in seeds if not s.is_implementation]
         self.seed_share = seed_share if self.seeds else 0.0
+        self.seed_best = [math.inf] * len(self.seeds)
+        """The best time measured below each seed."""
         if sharpness <= 0:
             raise ValueError(f"sharpness must be positive, got {sharpness}")
         self.sharpness = sharpness
@@ -192,11 +195,26 @@ class MonteCarlo(Strategy):
         candidates: say, the sketches of :mod:`partita.search.sketch`) whose bound is below
         the best time. The tree refines from the root; seeds put part of the evaluations
         where a known structure leaves only parameters to find."""
-        live = [s for s in self.seeds if self.bound(s) < self.state.best_time]
+        live = [i for i, s in enumerate(self.seeds) if self.bound(s) < self.state.best_time]
         if not live:
             self.seed_share = 0.0
             return None
-        return self._rollout(self.rng.choice(live))
+        # Half the time the seed below which the best time was measured, else any: one
+        # structure often wins by far (a packed panel), but its first completions may not.
+        measured = [i for i in live if self.seed_best[i] < math.inf]
+        if measured and self.rng.random() < 0.5:
+            pick = min(measured, key=self.seed_best.__getitem__)
+        else:
+            pick = self.rng.choice(live)
+        return self._rollout(self.seeds[pick])
+
+    def _below(self, seed: Candidate, cand: Candidate) -> bool:
+        """Every decision of ``seed`` holds in ``cand``."""
+        try:
+            return all(set(cand.domain(d.choice, *d.args)) <= set(d.values)
+                       for d in seed.decisions)
+        except (KeyError, ValueError, SpaceError):
+            return False
 
     def _mutate(self) -> Candidate | None:
         """A neighbour of one of the fastest implementations: its decisions replayed from the
@@ -400,6 +418,9 @@ class MonteCarlo(Strategy):
 
     def observe(self, cand: Candidate, time_s: float | None) -> None:
         if time_s is not None:
+            for i, seed in enumerate(self.seeds):
+                if time_s < self.seed_best[i] and self._below(seed, cand):
+                    self.seed_best[i] = time_s
             self.elite.append((time_s, cand.decisions))
             self.elite.sort(key=lambda e: e[0])
             del self.elite[self.elite_size:]
