@@ -72,16 +72,20 @@ def test_compute_bound_kernel_is_bounded_by_peak() -> None:
     assert b.limiter == "issue"
 
 
+def _without_parallel(cand: Candidate) -> Candidate:
+    for d in cand.kernel.dims:
+        if "PARALLEL" in cand.domain("dim_kind", d.name):
+            kinds = [v for v in cand.domain("dim_kind", d.name) if v != "PARALLEL"]
+            nxt = cand.restrict("dim_kind", (d.name,), kinds)
+            assert isinstance(nxt, Candidate)
+            cand = nxt
+    return cand
+
+
 def test_sequential_implementations_get_no_parallel_speedup() -> None:
     model = Model(RATES)
     root = _root("matmul", {"m": 64, "n": 64, "k": 64})
-    seq = root
-    for d in root.kernel.dims:
-        if "PARALLEL" in seq.domain("dim_kind", d.name):
-            kinds = [v for v in seq.domain("dim_kind", d.name) if v != "PARALLEL"]
-            nxt = seq.restrict("dim_kind", (d.name,), kinds)
-            assert isinstance(nxt, Candidate)
-            seq = nxt
+    seq = _without_parallel(root)
     assert model.bound(seq).terms["issue"] == pytest.approx(
         2 * model.bound(root).terms["issue"])
 
@@ -323,16 +327,6 @@ def test_gpu_instructions_fill_lanes_only_through_threads() -> None:
     # SM instead of 128.
     assert model.bound(single).terms["issue"] == pytest.approx(
         32 * model.bound(root).terms["issue"])
-
-
-def _without_parallel(cand: Candidate) -> Candidate:
-    for d in cand.kernel.dims:
-        if "PARALLEL" in cand.domain("dim_kind", d.name):
-            kinds = [v for v in cand.domain("dim_kind", d.name) if v != "PARALLEL"]
-            nxt = cand.restrict("dim_kind", (d.name,), kinds)
-            assert isinstance(nxt, Candidate)
-            cand = nxt
-    return cand
 
 
 def test_one_core_streams_at_one_core_bandwidth() -> None:
