@@ -70,6 +70,34 @@ class _Shape:
     """Loads that read the vector dim with a stride (a transposed operand)."""
 
 
+def _reduced(k: Kernel, inst: str) -> list[str]:
+    """The logical dims ``inst`` accumulates over."""
+    return [ld for op in k.inst(inst).operands if isinstance(op, Reduce) for ld in op.dims]
+
+
+def _init(k: Kernel, acc: str) -> str:
+    """The instruction that gives accumulation ``acc`` its initial value."""
+    return next(op.init for op in k.inst(acc).operands if isinstance(op, Reduce))
+
+
+def _loads(k: Kernel, acc: str) -> list[str]:
+    """The loads whose values ``acc`` reads."""
+    return [op.inst for op in k.inst(acc).operands
+            if isinstance(op, Value) and k.inst(op.inst).op == "load"]
+
+
+def _readers(k: Kernel, acc: str) -> list[str]:
+    """The instructions that read the value of ``acc``."""
+    return [i.name for i in k.instructions
+            if any(isinstance(op, Value) and op.inst == acc for op in i.operands)]
+
+
+def _fused(k: Kernel, inst: str, acc: str, only: set[str] | None = None) -> list[Decision]:
+    """``inst``'s tiles fused with ``acc``'s (those in ``only``, or all)."""
+    return [Decision("order", (d, e), ("MERGED",)) for d, e in _tile_pairs(k, inst, acc)
+            if only is None or e in only]
+
+
 def _counterpart(k: Kernel, inst: str, logical: str) -> str | None:
     """The logical dim of ``inst`` in the mapping class of ``logical`` (one of another
     instruction's), if it has one."""
@@ -98,9 +126,8 @@ def contraction_shape(k: Kernel) -> _Shape | None:
     if not k.reducing_insts:
         return None
     acc = max(sorted(k.reducing_insts), key=lambda i: len(k.inst(i).dims))
-    red = {ld for op in k.inst(acc).operands if isinstance(op, Reduce) for ld in op.dims}
-    stores = [i.name for i in k.instructions if i.op == "store" and any(
-        isinstance(op, Value) and op.inst == acc for op in i.operands)]
+    red = set(_reduced(k, acc))
+    stores = [i for i in _readers(k, acc) if k.inst(i).op == "store"]
     if len(stores) != 1:
         return None
     store = stores[0]
@@ -137,8 +164,9 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     unr_tiles = k.dims_of(shape.unrolled)
     register = [unr_tiles[-1], *vec_tiles[1:-1], vec_tiles[-1]]
     reduction = [d for ld in shape.reduction for d in k.dims_of(ld)]
-    loads = [op.inst for op in k.inst(acc).operands
-             if isinstance(op, Value) and k.inst(op.inst).op == "load"]
+    loads = _loads(k, acc)
+    init = _init(k, acc)
+    stores = _readers(k, acc)
 
     def base(parallel: str, outer: list[str]) -> list[Decision]:
         """The register tile, the reduction around it, ``outer`` tiles around that, the
@@ -164,22 +192,15 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     def packing(p: str, shared: set[str], before: str | None) -> list[Decision]:
         """Load ``p`` copied into a local buffer inside the ``shared`` tiles, before the
         loop ``before``; every other load in the micro-kernel."""
-        out = []
-        for ld in loads:
-            pairs = _tile_pairs(k, ld, acc)
-            if ld != p:
-                out += [Decision("order", (d, e), ("MERGED",)) for d, e in pairs]
-                continue
-            out += [Decision("order", (d, e), ("MERGED",)) for d, e in pairs if e in shared]
-            first = next((d for d, e in pairs if e not in shared and e in reduction), None)
-            if first is not None and before is not None:
-                out.append(Decision("order", (first, before), ("BEFORE",)))
+        out = [d for ld in loads if ld != p for d in _fused(k, ld, acc)]
+        out += _fused(k, p, acc, shared)
+        first = next((d for d, e in _tile_pairs(k, p, acc)
+                      if e not in shared and e in reduction), None)
+        if first is not None and before is not None:
+            out.append(Decision("order", (first, before), ("BEFORE",)))
         out.append(Decision("mem_space", (temporary_name(p, acc),), ("LOCAL",)))
         return out
 
-    init = next(op.init for op in k.inst(acc).operands if isinstance(op, Reduce))
-    stores = [i.name for i in k.instructions
-              if any(isinstance(op, Value) and op.inst == acc for op in i.operands)]
     # Parallel columns: the vector dim's outer tile outermost.
     outer = [d for ld in (*shape.others, shape.unrolled, shape.vector) for d in k.dims_of(ld)
              if d not in register and d != vec_tiles[0]]
@@ -197,9 +218,7 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
             packed += [Decision("dim_kind", (d,), ("VECTOR",)) for d in inner]
         out.append(Sketch("packed", tuple(packed)))
     if not shape.strided:
-        fused = base(vec_tiles[0], outer)
-        for ld in loads:
-            fused += [Decision("order", (d, e), ("MERGED",)) for d, e in _tile_pairs(k, ld, acc)]
+        fused = base(vec_tiles[0], outer) + [d for ld in loads for d in _fused(k, ld, acc)]
         out.append(Sketch("fused", tuple(fused)))
     # Packed A: the operand broadcast along the unrolled dim, read with a stride along every
     # one of its dims (a strided view: each element its own cache line), is copied once per
@@ -250,14 +269,10 @@ def partial_sum_shape(k: Kernel) -> _PartialShape | None:
     """The shape of a reduction reassociated into partial sums (dot and gemv with
     ``partials``), or None."""
     for acc in sorted(k.reducing_insts):
-        red = [ld for op in k.inst(acc).operands if isinstance(op, Reduce) for ld in op.dims]
-        for fin in sorted(k.reducing_insts - {acc}):
-            if not any(isinstance(op, Value) and op.inst == acc for op in k.inst(fin).operands):
-                continue
-            summed = {ld for op in k.inst(fin).operands if isinstance(op, Reduce)
-                      for ld in op.dims}
-            loads = [op.inst for op in k.inst(acc).operands if isinstance(op, Value)
-                     and k.inst(op.inst).op == "load"]
+        red = _reduced(k, acc)
+        loads = _loads(k, acc)
+        for fin in sorted(k.reducing_insts & set(_readers(k, acc))):
+            summed = set(_reduced(k, fin))
 
             def contiguous(ld: str, loads: list[str] = loads) -> bool:
                 return all(k.element_stride(x, _counterpart(k, x, ld) or "") in (0, 1)
@@ -299,7 +314,7 @@ def partial_sum_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     decisions += [Decision("dim_kind", (d,), ("UNROLL",)) for d in [*unrolled, *register[:-1]]]
     decisions += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
     around = {parallel, *outer}
-    init = next(op.init for op in k.inst(acc).operands if isinstance(op, Reduce))
+    init = _init(k, acc)
     # The final sum shares the parallel rows it does not add up (gemv's, not dot's chunks).
     summed = set(k.reduction_dims)
     for inst, beside in ((init, "BEFORE"), (shape.final, None)):
@@ -309,10 +324,7 @@ def partial_sum_sketches(k: Kernel, lanes: int) -> list[Sketch]:
                 decisions.append(Decision("order", (d, e), ("MERGED",)))
             elif beside is not None and e not in around:
                 decisions.append(Decision("order", (d, e), (beside,)))
-    for op in k.inst(acc).operands:
-        if isinstance(op, Value) and k.inst(op.inst).op == "load":
-            decisions += [Decision("order", (d, e), ("MERGED",))
-                          for d, e in _tile_pairs(k, op.inst, acc)]
+    decisions += [d for ld in _loads(k, acc) for d in _fused(k, ld, acc)]
     decisions.append(Decision("mem_space", (temporary_name(init, acc),), ("REGISTER",)))
     return [Sketch("partials", tuple(decisions))]
 
