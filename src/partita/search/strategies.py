@@ -18,7 +18,6 @@ from typing import Any
 
 from partita.space.candidate import Candidate, DeadEnd, Decision
 from partita.space.compiler import set_bits
-from partita.space.decl import SpaceError
 from partita.space.estimate import random_descent
 from partita.space.nest import is_dim
 
@@ -135,6 +134,7 @@ class MonteCarlo(Strategy):
             raise ValueError(f"seed_share must be a fraction in [0, 1], got {seed_share}")
         self.seeds = [s for s in seeds if not s.is_implementation]
         self.seed_share = seed_share if self.seeds else 0.0
+        self.seed_bounds = [bound(s) for s in self.seeds]
         self.seed_best = [math.inf] * len(self.seeds)
         """The best time measured below each seed."""
         if sharpness <= 0:
@@ -195,7 +195,7 @@ class MonteCarlo(Strategy):
         candidates: say, the sketches of :mod:`partita.search.sketch`) whose bound is below
         the best time. The tree refines from the root; seeds put part of the evaluations
         where a known structure leaves only parameters to find."""
-        live = [i for i, s in enumerate(self.seeds) if self.bound(s) < self.state.best_time]
+        live = [i for i, b in enumerate(self.seed_bounds) if b < self.state.best_time]
         if not live:
             self.seed_share = 0.0
             return None
@@ -206,15 +206,7 @@ class MonteCarlo(Strategy):
             pick = min(measured, key=self.seed_best.__getitem__)
         else:
             pick = self.rng.choice(live)
-        return self._rollout(self.seeds[pick])
-
-    def _below(self, seed: Candidate, cand: Candidate) -> bool:
-        """Every decision of ``seed`` holds in ``cand``."""
-        try:
-            return all(set(cand.domain(d.choice, *d.args)) <= set(d.values)
-                       for d in seed.decisions)
-        except (KeyError, ValueError, SpaceError):
-            return False
+        return self._rollout(self.seeds[pick], self.seed_bounds[pick])
 
     def _mutate(self) -> Candidate | None:
         """A neighbour of one of the fastest implementations: its decisions replayed from the
@@ -283,14 +275,14 @@ class MonteCarlo(Strategy):
             return None
         i = self._weighted([c.bound for c in node.children])
         path.append((node, i))
-        leaf = self._rollout(node.children[i].cand)
+        leaf = self._rollout(node.children[i].cand, node.children[i].bound)
         if leaf is None:
             return None
         # A leaf reached again keeps the path it was proposed (and will be observed) by.
         self.paths.setdefault(leaf.key(), path)
         return leaf
 
-    def _rollout(self, cand: Candidate) -> Candidate | None:
+    def _rollout(self, cand: Candidate, parent: float | None = None) -> Candidate | None:
         """Complete ``cand`` by sampling (eq. 6.2) without computing every child.
 
         A value drawn uniformly is accepted with probability
@@ -298,9 +290,8 @@ class MonteCarlo(Strategy):
         with probability proportional to ``max(T_best - bound, 0) ** sharpness`` at the cost
         of one propagation per draw instead of one per child (a child's bound is never below
         its parent's). Dead or pruned values are dropped and the draw repeats; a choice with
-        none left backtracks (returns None).
+        none left backtracks (returns None). ``parent`` is ``cand``'s bound, if known.
         """
-        parent: float | None = None
         while not cand.is_implementation:
             slot = cand.open_slots()[0]
             values = set_bits(cand.vec[slot])
@@ -419,7 +410,7 @@ class MonteCarlo(Strategy):
     def observe(self, cand: Candidate, time_s: float | None) -> None:
         if time_s is not None:
             for i, seed in enumerate(self.seeds):
-                if time_s < self.seed_best[i] and self._below(seed, cand):
+                if time_s < self.seed_best[i] and cand.satisfies(seed.decisions):
                     self.seed_best[i] = time_s
             self.elite.append((time_s, cand.decisions))
             self.elite.sort(key=lambda e: e[0])

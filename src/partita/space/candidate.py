@@ -210,6 +210,15 @@ class Candidate:
             out = sorted((decl.swapped(v) for v in out), key=decl.values.index)
         return tuple(out)
 
+    def satisfies(self, decisions: tuple[Decision, ...] | list[Decision]) -> bool:
+        """Every one of ``decisions`` holds here (False if one names a choice this candidate
+        lacks): the candidate lies below any candidate those decisions produce."""
+        try:
+            return all(set(self.domain(d.choice, *d.args)) <= set(d.values)
+                       for d in decisions)
+        except SpaceError:
+            return False
+
     def counter(self, name: str, *args: str) -> tuple[int, int]:
         """The interval ``(lo, hi)`` of a counter instance."""
         sp = self.compiled
