@@ -315,26 +315,26 @@ SKETCH_COMPLETIONS = 2
 common, two rarely both are)."""
 
 
-def sketched(space: Space, model: Model, seed: int) -> tuple[list[Candidate], list[Candidate]]:
-    """(the sketches of the kernel as partial candidates, a few random completions of each
-    for the first batch); see :mod:`partita.search.sketch`. Completions whose bound exceeds
-    the least of them twice over are left out: the search would prune them."""
+def sketched(space: Space, model: Model, seed: int, completions: int = SKETCH_COMPLETIONS
+             ) -> tuple[list[Candidate], list[Candidate]]:
+    """(the sketches of the kernel as partial candidates, ``completions`` random completions
+    of each for the first batch); see :mod:`partita.search.sketch`. Completions whose bound
+    exceeds the least of them twice over are left out: the search would prune them."""
     from partita.search.sketch import sketch_candidates
 
     lanes = max(1, model.rates.vector_bytes // space.kernel.arrays[0].dtype.itemsize)
     seeds = [c for _, c in sketch_candidates(space, lanes)]
     rng = random.Random(seed)
-    first: list[Candidate] = []
+    first: list[tuple[float, Candidate]] = []
     for c in seeds:
-        for _ in range(SKETCH_COMPLETIONS):
+        for _ in range(completions):
             try:
-                first.append(random_implementation(c, rng, tries=5))
+                impl = random_implementation(c, rng, tries=5)
             except NoImplementation:
                 break
-    if first:
-        least = min(model.bound(c).time_s for c in first)
-        first = [c for c in first if model.bound(c).time_s <= 2 * least]
-    return seeds, first
+            first.append((model.bound(impl).time_s, impl))
+    least = min((b for b, _ in first), default=0.0)
+    return seeds, [c for b, c in first if b <= 2 * least]
 
 
 def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
@@ -452,8 +452,10 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
                 initial = transferred(rec, space, kernel, params, kid, mid, target, seed,
                                       seen) if transfer and best is None else []
                 if sketches and not gpu:
-                    seeds, completions = sketched(space, model, seed)
-                    initial += completions if best is None else []
+                    # A recorded best is better than random completions: none then.
+                    seeds, completions = sketched(space, model, seed,
+                                                  SKETCH_COMPLETIONS if best is None else 0)
+                    initial += completions
                     if search == "mcts" and seeds:
                         search_options = {"seeds": seeds, **search_options}
                 result = tune_space(space, model, evaluate, stop, strategy=search, seed=seed,
