@@ -153,11 +153,18 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
     seen = set(skip)
     start = time.perf_counter()
 
-    def next_batch() -> list[tuple[Candidate, Program | None, str]]:
+    def room(pending: int = 0) -> int:
+        """How many implementations the next batch may hold: ``batch``, or fewer where the
+        stop condition allows fewer evaluations (``pending`` are not yet counted)."""
+        left = stop.room(progress) - pending
+        return batch if left >= batch else max(0, int(left))
+
+    def next_batch(pending: int = 0) -> list[tuple[Candidate, Program | None, str]]:
         """Proposals, printed. With no time measured yet, the lowest bound goes first: its
         time sets the call limit of the others (a first candidate bounded at tens of seconds
         would otherwise run to the default limit)."""
-        return printed(strat.propose(batch))
+        n = room(pending)
+        return printed(strat.propose(n)) if n else []
 
     def printed(proposed: list[Candidate]) -> list[tuple[Candidate, Program | None, str]]:
         out = []
@@ -179,6 +186,9 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
             prepare([p for _, p, _ in batch if p is not None])
 
     first = [c for c in initial if c.is_implementation]
+    left = stop.room(progress)
+    if left < len(first):  # a budget of N evaluations evaluates N
+        first = first[:int(left)]
     current = printed(first) if first else next_batch()
     compile_soon(current)
     while not stop.done(progress):
@@ -190,12 +200,9 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
             current = next_batch()
             compile_soon(current)
             continue
-        room = stop.room(progress)
-        if room < len(current):
-            current = current[:max(1, int(room))]
         # The next batch is proposed while this one compiles; it compiles once this one is
         # measured.
-        upcoming = next_batch() if prepare is not None else []
+        upcoming = next_batch(len(current)) if prepare is not None else []
         printable = [p for _, p, _ in current if p is not None]
         measured = iter(evaluate(printable) if printable else [])
         for cand, prog, failure in current:
