@@ -295,15 +295,14 @@ class Model:
         Each core moves what it touches through its own link to the memory level, and a
         core's share of the traffic is at least the traffic over the cores that work."""
         t = self._terms(cand.kernel)
-        cores = self.rates.cores
-        if cores > 1 and self.rates.bandwidth_one_core_gbs:
-            share = self._share(cand, None, parallel if parallel is not None
-                                else self._parallel_dims(cand))
-            working = min(cores, math.ceil(1 / share - 1e-9))
-            if working < cores:
-                return max(t.memory_s, t.moved_bytes / self.rates.bandwidth(
-                    t.footprint_bytes, working))
-        return t.memory_s
+        if not self.rates.bandwidth_one_core_gbs:
+            return t.memory_s
+        share = self._share(cand, None, parallel if parallel is not None
+                            else self._parallel_dims(cand))
+        working = min(self.rates.cores, math.ceil(1 / share - 1e-9))
+        # With every core working, bandwidth() is the all-core rate: memory_s again.
+        return max(t.memory_s, t.moved_bytes / self.rates.bandwidth(t.footprint_bytes,
+                                                                     working))
 
     def in_memory(self, cand: Candidate, temp: str) -> bool:
         """A temporary that can no longer live in registers."""
