@@ -18,6 +18,7 @@ import partita
 from partita.codegen.c import print_c
 from partita.kernels import list_kernels
 from partita.runtime import Evaluator, TimingOptions
+from partita.runtime.compile import DEFAULT_FLAGS, Compiler
 from partita.search.sampling import sample_and_evaluate, sample_implementations
 
 CASES = [
@@ -93,8 +94,8 @@ def test_register_blocked_micro_kernels_match_numpy(evaluator: Evaluator) -> Non
 def test_full_tiles_run_without_guards_and_the_last_tile_with_them(evaluator: Evaluator
                                                                     ) -> None:
     """A 16-lane register tile on n = 37: two full tiles run the unguarded vector code, the
-    third (5 columns) the guarded lane-by-lane version; each instruction of a guarded dim
-    appears in both versions, and the result is right."""
+    third (5 columns) the guarded version; each instruction of a guarded dim appears in both
+    versions, and the result is right."""
     cand = partita.space(partita.kernel("matmul", m=6, n=37, k=19)).root()
     for choice, args, values in [
         ("size", ["j.2"], [16]), ("size", ["j.1"], [1]), ("dim_kind", ["j.2"], ["VECTOR"]),
@@ -110,4 +111,46 @@ def test_full_tiles_run_without_guards_and_the_last_tile_with_them(evaluator: Ev
         assert "< 37)" in source
     report = sample_and_evaluate(cand, 4, random.Random(11),
                                  lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 4, report.failed[:3]
+
+
+def _partial_tile_candidates(params: dict, count: int, seed: int):
+    """Implementations of a matmul whose 16-lane vector dim j.2 has a last, partial tile and
+    whose reduction tile r.1 = 8 does not divide k."""
+    cand = partita.space(partita.kernel("matmul", **params)).root()
+    for choice, args, values in [
+        ("size", ["j.2"], [16]), ("dim_kind", ["j.2"], ["VECTOR"]), ("size", ["r.1"], [8]),
+        ("dim_kind", ["r.1"], ["LOOP"]),
+    ]:
+        cand = cand.restrict(choice, args, values)
+        assert cand, cand
+    return cand, list(sample_implementations(cand, count, random.Random(seed)))
+
+
+@pytest.mark.parametrize("params", [{"m": 6, "n": 37, "k": 19},
+                                    {"m": 5, "n": 21, "k": 11, "transpose_b": 1}],
+                         ids=["row-major", "b-transposed"])
+@pytest.mark.parametrize("march", ["native", "x86-64-v2"])
+def test_partial_vectors_compute_on_whole_vectors_with_masked_accesses(
+        params: dict, march: str) -> None:
+    """The last, partial vector of j runs on whole vectors: its loads from the kernel's
+    arrays read only the lanes in range (lanes past the end are zero) and its stores write
+    only them; no scalar loop over the lanes remains. The innermost reduction loop of the last
+    r tile stops at k instead of guarding its instructions (where every instruction inside
+    the loop iterates r: one nested there without r must run each iteration). Checked with
+    AVX-512's masked moves (native) and with the portable lane loops (x86-64-v2); the
+    evaluator's canaries catch a write past the end of C."""
+    cand, impls = _partial_tile_candidates(params, 4, 13)
+    k = params["k"]
+    clamped = f"r_1 < (8 < {k} - (8 * r_0) ? 8 : {k} - (8 * r_0))"
+    sources = [print_c(impl, f"pv_{i}").source for i, impl in enumerate(impls)]
+    assert not any("j_2 < 16" in source for source in sources)
+    assert sum("loadn_v16f32(&" in source or "storen_v16f32(&" in source
+               for source in sources) >= 3
+    assert sum(clamped in source for source in sources) >= 2
+    flags = tuple(f if f != "-march=native" else f"-march={march}" for f in DEFAULT_FLAGS)
+    with Evaluator(seed=3, timeout_s=20.0, timing=TimingOptions(min_reps=1, max_reps=1),
+                   compiler=Compiler(flags=flags)) as ev:
+        report = sample_and_evaluate(cand, 4, random.Random(13),
+                                     lambda ps: ev.evaluate(ps, time_it=False))
     assert report.verified == 4, report.failed[:3]

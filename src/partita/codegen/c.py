@@ -23,7 +23,10 @@ How dimensions are printed
     ``PARALLEL`` loops form one ``omp for collapse(n) schedule(static)`` nest inside a single
     parallel region around their top-level nest; the other top-level nests run before or
     after it on one thread. Where a strip-mining factor does not divide a size, instructions are
-    guarded, and a vector dimension falls back to a scalar loop on its last partial tile.
+    guarded, the innermost loop of such a dim stops at the size, and the last partial vector
+    of a dimension computes on whole vectors: its loads from the kernel's arrays fill the lanes
+    past the end with zeros and its stores leave them out (masked on AVX-512), so the lanes
+    past the end compute values nothing reads.
 """
 
 from __future__ import annotations
@@ -125,6 +128,8 @@ class CPrinter:
         self.vector_types: dict[tuple[DType, int], str] = {}
         self.helpers: set[tuple[str, str]] = set()
         self.in_partial_tile = False
+        self.partial_vector = False
+        """Printing the last, partial vector of a dim: global accesses along lanes are masked."""
         self.full_tiles: frozenset[str] = frozenset()
         """Logical dims known not to overflow where the printer is (inside the full-tile
         version of their outermost tile loop): their guards are left out."""
@@ -394,11 +399,17 @@ class CPrinter:
                        f"{{ {name} v; memcpy(&v, p, sizeof v); return v; }}")
             out.append(f"static inline void store_{name}({c} *p, {name} v) "
                        f"{{ memcpy(p, &v, sizeof v); }}")
-        lanes_of = {name: lanes for (_, lanes), name in self.vector_types.items()}
+        types = {name: key for key, name in self.vector_types.items()}
+        if any(op in ("loadn", "storen") for op, _ in self.helpers):
+            out[5:5] = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
         for op, vt in sorted(self.helpers):
+            dtype, lanes = types[vt]
+            if op in ("loadn", "storen"):
+                out += _masked_access(op, vt, dtype, lanes)
+                continue
             cmp = ">" if op == "max" else "<"
             out.append(f"static inline {vt} {op}_{vt}({vt} a, {vt} b) {{ {vt} r; "
-                       f"for (int l = 0; l < {lanes_of[vt]}; ++l) "
+                       f"for (int l = 0; l < {lanes}; ++l) "
                        f"r[l] = a[l] {cmp} b[l] ? a[l] : b[l]; return r; }}")
         if self.vector_types:
             out.append("")
@@ -546,10 +557,42 @@ class CPrinter:
         else:
             var = c_name(d)
             inner = {**env, **dict.fromkeys(node.dims, var)}
-            self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {size}; ++{var}) {{")
-            self._print_versioned([node], inner, indent + 1,
-                                  lambda at: self._print_body(node, inner, at))
+            stop, clamped = self._loop_stop(node, env)
+            self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {stop}; ++{var}) {{")
+            outside = self.full_tiles
+            self.full_tiles = outside | clamped
+            try:
+                self._print_versioned([node], inner, indent + 1,
+                                      lambda at: self._print_body(node, inner, at))
+            finally:
+                self.full_tiles = outside
             self.emit(indent, "}")
+
+    def _loop_stop(self, node: Node, env: dict[str, str]) -> tuple[str, frozenset[str]]:
+        """The bound of a ``for`` loop, and the logical dims it keeps in range. The innermost
+        tile loop of a dim with a remainder stops at the dim's size rather than guarding
+        every instruction inside it (the remainder of a reduction tile would otherwise test
+        the index before each FMA of the micro-kernel). Only where every instruction inside
+        iterates the loop: one that does not must still run every iteration."""
+        size = self.sizes[node.dims[0]]
+        stops = set()
+        logicals = set()
+        for d in node.dims:
+            ld = self.k.dim(d).logical
+            if self.k.dims_of(ld)[-1] != d or not self._needs_guard(ld):
+                return str(size), frozenset()
+            first = self.logical_index({**env, d: "0"}, ld)
+            stops.add(f"{self.extent(ld)} - ({first})" if first != "0" else str(self.extent(ld)))
+            logicals.add(ld)
+        if len(stops) != 1 or not all(self._iterates(i, node) for i in self._insts_under(node)):
+            return str(size), frozenset()
+        (rest,) = stops
+        return f"({size} < {rest} ? {size} : {rest})", frozenset(logicals)
+
+    def _insts_under(self, node: Node) -> list[str]:
+        if node.inst is not None:
+            return [node.inst]
+        return [i for child in node.children for i in self._insts_under(child)]
 
     def _print_versioned(self, loops: list[Node], env: dict[str, str], indent: int,
                          body: Callable[[int], None]) -> None:
@@ -598,20 +641,64 @@ class CPrinter:
             self._print_lanes(node, env, indent, lanes)
             return
         partial = self._partial_guard(node, venv, lanes)
-        if partial:
-            self.emit(indent, f"if ({partial}) {{")
-            indent += 1
+        if not partial:
+            self._print_whole_vectors(node, venv, indent, lanes)
+            return
+        self.emit(indent, f"if ({partial}) {{")
+        self._print_whole_vectors(node, venv, indent + 1, lanes)
+        self.emit(indent, "} else {")
+        if self._masked_lanes_safe(node):
+            # The last tile of a dimension with a remainder, on whole vectors: what the lanes
+            # past the end compute is never stored (scalar lanes cost 5-16x on that tile).
+            self.partial_vector = True
+            try:
+                self._print_whole_vectors(node, venv, indent + 1, lanes)
+            finally:
+                self.partial_vector = False
+        else:
+            self._print_lanes(node, env, indent + 1, lanes)
+        self.emit(indent, "}")
+
+    def _print_whole_vectors(self, node: Node, venv: dict[str, str], indent: int,
+                             lanes: int) -> None:
         self._declare(node, indent)
         for child in node.children:
             assert child.inst is not None, "only instructions are inside vector dims"
             inst = self.k.inst(child.inst)
             lane = (node, lanes) if self._iterates(inst.name, node) else None
             self._print_inst(inst, venv, indent, lane)
-        if partial:
-            # The last tile of a dimension with a remainder: one lane at a time.
-            self.emit(indent - 1, "} else {")
-            self._print_lanes(node, env, indent, lanes)
-            self.emit(indent - 1, "}")
+
+    def _masked_lanes_safe(self, node: Node) -> bool:
+        """Whether the lanes past the end may compute on zeros: not if an integer division
+        would trap on them, nor where one instruction's lanes span two guarded dims."""
+        for child in node.children:
+            inst = self.k.inst(child.inst or "")
+            if not self._iterates(inst.name, node):
+                continue
+            if inst.op == "div" and not inst.dtype.is_float:
+                return False
+            if len(self._lane_logicals(inst, set(node.dims))) > 1:
+                return False
+        return True
+
+    def _lane_logicals(self, inst: Instruction, lane_dims: set[str]) -> list[str]:
+        """The logical dims of ``inst`` that move along the lanes and may overflow."""
+        return [ld for ld in inst.dims if self._needs_guard(ld)
+                and any(self.k.dim(d).logical == ld for d in lane_dims)]
+
+    def _lane_count(self, inst: Instruction, env: dict[str, str],
+                    lane_dims: set[str]) -> str | None:
+        """In a partial vector, the C expression of how many leading lanes are in range."""
+        if not self.partial_vector or not lane_dims:
+            return None
+        logicals = self._lane_logicals(inst, lane_dims)
+        if not logicals:
+            return None
+        (ld,) = logicals
+        first = self.logical_index(env, ld)
+        left = f"{self.extent(ld)} - ({first})" if first != "0" else str(self.extent(ld))
+        coeff = self._lane_coeff(ld, lane_dims)
+        return f"({left})" if coeff == 1 else f"({left} + {coeff - 1}) / {coeff}"
 
     def _vector_mode(self, node: Node, venv: dict[str, str], lanes: int) -> bool:
         """Whether the vector dimension can be printed on whole vectors (always, in C)."""
@@ -658,16 +745,17 @@ class CPrinter:
         lanes = lane[1] if lane else 1
         vt = self.vtype(inst.dtype, lanes) if lane else None
         ops = [self._operand(inst, op, env, lane_dims, lanes) for op in inst.operands]
+        count = self._lane_count(inst, env, lane_dims)
         if inst.op == "store":
             assert inst.access is not None
             base, step = self.access_address(inst, env, lane_dims)
             arr = inst.access.array
-            self._emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes)
+            self._emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes, count)
         else:
             if inst.op == "load":
                 base, step = self.access_address(inst, env, lane_dims)
                 expr = self._load(inst.access.array if inst.access else "", base, step,
-                                  inst.dtype, lanes)
+                                  inst.dtype, lanes, count)
             else:
                 expr = self._arith(inst, ops, vt)
             st = self.storage[inst.name]
@@ -776,30 +864,44 @@ class CPrinter:
                           for i in range(lanes))
         return f"(({vt}){{{elems}}})"
 
-    def _load(self, arr: str, base: str, step: int | str, dtype: DType, lanes: int) -> str:
+    def _load(self, arr: str, base: str, step: int | str, dtype: DType, lanes: int,
+              count: str | None = None) -> str:
+        """A load of ``lanes`` elements; with ``count``, only the leading ``count`` lanes
+        are read and the others are zero."""
         if lanes == 1:
             return f"{arr}[{base}]"
         vt = self.vtype(dtype, lanes)
-        if step == 1:
-            return f"load_{vt}(&{arr}[{base}])"
         if step == 0:
             return self._broadcast(vt, f"{arr}[{base}]")
-        elems = ", ".join(f"{arr}[{base} + {_fold([i, step])}]" for i in range(lanes))
-        return f"(({vt}){{{elems}}})"
+        if step == 1 and count is None:
+            return f"load_{vt}(&{arr}[{base}])"
+        if step == 1:
+            self.helpers.add(("loadn", vt))
+            return f"loadn_{vt}(&{arr}[{base}], {count})"
+        elems = [f"{arr}[{base} + {_fold([i, step])}]" for i in range(lanes)]
+        if count is not None:
+            elems = [f"({i} < {count} ? {e} : 0)" for i, e in enumerate(elems)]
+        return f"(({vt}){{{', '.join(elems)}}})"
 
     def _emit_store(self, indent: int, arr: str, base: str, step: int | str, value: str,
-                    dtype: DType, lanes: int) -> None:
+                    dtype: DType, lanes: int, count: str | None = None) -> None:
+        """A store of ``lanes`` elements; with ``count``, of the leading ``count`` only."""
         if lanes == 1:
             self.emit(indent, f"{arr}[{base}] = {value};")
-        elif step == 1:
-            self.emit(indent, f"store_{self.vtype(dtype, lanes)}(&{arr}[{base}], {value});")
         elif step == 0:
             raise CodegenError(f"store to {arr} inside a vector dim it does not index")
+        elif step == 1 and count is None:
+            self.emit(indent, f"store_{self.vtype(dtype, lanes)}(&{arr}[{base}], {value});")
+        elif step == 1:
+            vt = self.vtype(dtype, lanes)
+            self.helpers.add(("storen", vt))
+            self.emit(indent, f"storen_{vt}(&{arr}[{base}], {value}, {count});")
         else:
             vt = self.vtype(dtype, lanes)
             self.emit(indent, f"{{ {vt} s_ = {value};")
             for i in range(lanes):
-                self.emit(indent + 1, f"{arr}[{base} + {_fold([i, step])}] = s_[{i}];")
+                store = f"{arr}[{base} + {_fold([i, step])}] = s_[{i}];"
+                self.emit(indent + 1, store if count is None else f"if ({i} < {count}) {store}")
             self.emit(indent, "}")
 
     def _emit_write(self, indent: int, st: Storage, env: dict[str, str], side: str,
@@ -824,6 +926,31 @@ class CPrinter:
                 self.emit(indent, "}")
             return
         self._emit_store(indent, st.name, base, step if lane_dims else 0, expr, st.dtype, n)
+
+
+def _masked_access(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
+    """``loadn_vt(p, n)`` (the first ``n`` lanes from ``p``, zeros after) or ``storen_vt(p, v,
+    n)`` (the first ``n`` lanes of ``v`` to ``p``): AVX-512 masked moves where the vector is
+    a whole AVX-512 register (or, with AVX512VL, a narrower one), a lane loop elsewhere."""
+    c = dtype.c_type
+    nbytes = lanes * dtype.itemsize
+    head = (f"static inline {vt} loadn_{vt}(const {c} *p, int64_t n)" if op == "loadn"
+            else f"static inline void storen_{vt}({c} *p, {vt} v, int64_t n)")
+    loop = (f"{vt} v = {{}}; for (int64_t l = 0; l < n && l < {lanes}; ++l) v[l] = p[l]; "
+            "return v;" if op == "loadn"
+            else f"for (int64_t l = 0; l < n && l < {lanes}; ++l) p[l] = v[l];")
+    prefix = {64: "_mm512", 32: "_mm256", 16: "_mm"}.get(nbytes)
+    if prefix is None or lanes > 16:
+        return [f"{head} {{ {loop} }}"]
+    suffix = {"float": "ps", "double": "pd", "int": "epi32"}[c]
+    reg = {"float": "", "double": "d", "int": "i"}[c]
+    mtype = "__mmask16" if lanes == 16 else "__mmask8"
+    mask = (f"({mtype})(n <= 0 ? 0 : n >= {lanes} ? {(1 << lanes) - 1}u "
+            f": (1u << n) - 1u)")
+    masked = (f"return ({vt}){prefix}_maskz_loadu_{suffix}({mask}, p);" if op == "loadn"
+              else f"{prefix}_mask_storeu_{suffix}(p, {mask}, (__m{nbytes * 8}{reg})v);")
+    need = "defined(__AVX512F__)" + ("" if nbytes == 64 else " && defined(__AVX512VL__)")
+    return [f"#if {need}", f"{head} {{ {masked} }}", "#else", f"{head} {{ {loop} }}", "#endif"]
 
 
 def print_c(cand: Candidate, entry: str | None = None) -> Program:

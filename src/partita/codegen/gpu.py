@@ -884,7 +884,17 @@ class GpuPrinter(CPrinter):
     def _is_array(self, name: str) -> bool:
         return any(a.name == name and not a.is_temporary for a in self.k.arrays)
 
-    def _load(self, arr: str, base: str, step: int | str, dtype: DType, lanes: int) -> str:
+    def _masked_lanes_safe(self, node: Node) -> bool:
+        """A partial vector runs lane by lane: the vector path has no masked accesses."""
+        return False
+
+    def _loop_stop(self, node: Node, env: dict[str, str]) -> tuple[str, frozenset[str]]:
+        """Loops keep their full trip count and guard their instructions: a bound that
+        differs between threads would split them around a barrier inside the loop."""
+        return str(self.sizes[node.dims[0]]), frozenset()
+
+    def _load(self, arr: str, base: str, step: int | str, dtype: DType, lanes: int,
+              count: str | None = None) -> str:
         if lanes != 1:
             raise CodegenError("vector values are printed by the vector path")
         if self._is_array(arr) and self._current is not None and self._current.op == "load":
@@ -892,7 +902,7 @@ class GpuPrinter(CPrinter):
         return f"{arr}[{base}]"
 
     def _emit_store(self, indent: int, arr: str, base: str, step: int | str, value: str,
-                    dtype: DType, lanes: int) -> None:
+                    dtype: DType, lanes: int, count: str | None = None) -> None:
         if lanes != 1:
             raise CodegenError("vector values are printed by the vector path")
         if self._is_array(arr) and self._current is not None and self._current.op == "store":
