@@ -22,11 +22,12 @@ How dimensions are printed
     ``-march``), with contiguous loads and stores, broadcasts, or element-wise gathers;
     ``PARALLEL`` loops form one ``omp for collapse(n) schedule(static)`` nest inside a single
     parallel region around their top-level nest; the other top-level nests run before or
-    after it on one thread. Where a strip-mining factor does not divide a size, instructions are
-    guarded, the innermost loop of such a dim stops at the size, and the last partial vector
-    of a dimension computes on whole vectors: its loads from the kernel's arrays fill the lanes
-    past the end with zeros and its stores leave them out (masked on AVX-512), so the lanes
-    past the end compute values nothing reads.
+    after it on one thread. Where a strip-mining factor does not divide a size, the last tile
+    is printed apart: the innermost loop of the dim stops at the size, stores and sums along
+    the dim are guarded, other instructions run past the end on clamped indices, and a partial
+    vector computes on whole vectors whose loads from the kernel's arrays fill the lanes past
+    the end with zeros and whose stores leave them out (masked on AVX-512). Values past the
+    end are computed but never stored.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ class CPrinter:
         self.in_partial_tile = False
         self.partial_vector = False
         """Printing the last, partial vector of a dim: global accesses along lanes are masked."""
+        self.clamped: set[str] = set()
+        """Logical dims whose index the instruction being printed clamps to the last element
+        (see :meth:`_speculated`)."""
         self.full_tiles: frozenset[str] = frozenset()
         """Logical dims known not to overflow where the printer is (inside the full-tile
         version of their outermost tile loop): their guards are left out."""
@@ -338,6 +342,11 @@ class CPrinter:
             lane = 0
             for ld, c in ix.terms:
                 li = self.logical_index(env, ld)
+                if ld in self.clamped:
+                    # A speculated access past the end reads the last element instead.
+                    last = self.extent(ld)
+                    last = str(last - 1) if isinstance(last, int) else f"({last} - 1)"
+                    li = f"({li} < {last} ? {li} : {last})"
                 parts.append(li if c == 1 else f"{c} * ({li})")
                 lane += c * self._lane_coeff(ld, lane_dims)
             expr = _sum(parts)
@@ -644,20 +653,37 @@ class CPrinter:
         if not partial:
             self._print_whole_vectors(node, venv, indent, lanes)
             return
-        self.emit(indent, f"if ({partial}) {{")
-        self._print_whole_vectors(node, venv, indent + 1, lanes)
-        self.emit(indent, "} else {")
+        full = self._capture(lambda: self._print_whole_vectors(node, venv, indent + 1, lanes))
         if self._masked_lanes_safe(node):
             # The last tile of a dimension with a remainder, on whole vectors: what the lanes
             # past the end compute is never stored (scalar lanes cost 5-16x on that tile).
             self.partial_vector = True
             try:
-                self._print_whole_vectors(node, venv, indent + 1, lanes)
+                last = self._capture(
+                    lambda: self._print_whole_vectors(node, venv, indent + 1, lanes))
             finally:
                 self.partial_vector = False
+            if last == full:
+                # Nothing inside reads or writes the kernel's arrays along the lanes.
+                self.lines += [line[4:] for line in full]
+                return
         else:
-            self._print_lanes(node, env, indent + 1, lanes)
+            last = self._capture(lambda: self._print_lanes(node, env, indent + 1, lanes))
+        self.emit(indent, f"if ({partial}) {{")
+        self.lines += full
+        self.emit(indent, "} else {")
+        self.lines += last
         self.emit(indent, "}")
+
+    def _capture(self, print_fn: Callable[[], None]) -> list[str]:
+        """The lines ``print_fn`` emits, kept out of the output."""
+        outer = self.lines
+        self.lines = []
+        try:
+            print_fn()
+            return self.lines
+        finally:
+            self.lines = outer
 
     def _print_whole_vectors(self, node: Node, venv: dict[str, str], indent: int,
                              lanes: int) -> None:
@@ -733,11 +759,24 @@ class CPrinter:
 
     # -- instructions ----------------------------------------------------------------------
 
+    def _speculated(self, inst: Instruction, logical: str) -> bool:
+        """Whether ``inst`` runs unguarded past the end of ``logical`` (on clamped indices),
+        computing values nothing stores: not a store to the kernel's arrays, not a reduction
+        along ``logical`` (the values past the end would join the sum), not an integer
+        division (it would trap). Guards in a micro-kernel cost a test and a branch per
+        instruction; a consumer that reduces along the dim keeps its own guard."""
+        if inst.op == "store" or (inst.op == "div" and not inst.dtype.is_float):
+            return False
+        return not any(isinstance(op, Reduce) and logical in op.dims for op in inst.operands)
+
     def _print_inst(self, inst: Instruction, env: dict[str, str], indent: int,
                     lane: tuple[Node, int] | None) -> None:
+        lane_logicals = {self.k.dim(d).logical for d in lane[0].dims} if lane else set()
+        open_dims = [ld for ld in inst.dims
+                     if self._needs_guard(ld) and ld not in lane_logicals]
+        self.clamped = {ld for ld in open_dims if self._speculated(inst, ld)}
         guards = [f"{self.logical_index(env, ld)} < {self.extent(ld)}"
-                  for ld in inst.dims if self._needs_guard(ld)
-                  and not (lane and any(self.k.dim(d).logical == ld for d in lane[0].dims))]
+                  for ld in open_dims if ld not in self.clamped]
         if guards:
             self.emit(indent, f"if ({' && '.join(guards)}) {{")
             indent += 1
@@ -767,6 +806,7 @@ class CPrinter:
             for (producer, _), tst in self.temps.items():
                 if producer == inst.name:
                     self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
+        self.clamped = set()
         if guards:
             self.emit(indent - 1, "}")
 

@@ -884,6 +884,10 @@ class GpuPrinter(CPrinter):
     def _is_array(self, name: str) -> bool:
         return any(a.name == name and not a.is_temporary for a in self.k.arrays)
 
+    def _speculated(self, inst: Instruction, logical: str) -> bool:
+        """Every instruction keeps its guards (threads past the end stay idle)."""
+        return False
+
     def _masked_lanes_safe(self, node: Node) -> bool:
         """A partial vector runs lane by lane: the vector path has no masked accesses."""
         return False

@@ -240,8 +240,8 @@ def _product(b: KernelBuilder, A, B, i, j, r, name: str):
 EXACT_MULTIPLE = 16
 """Sizes that are multiples of this (a full vector of fp32 on AVX-512) are tiled exactly;
 other static sizes (999, 1021) may take tiles that leave a remainder, which the printed code
-guards (a partial vector tile runs lane by lane): a prime size would otherwise allow no tile
-but 1, and no vector at all."""
+handles (see :mod:`partita.codegen.c`): a prime size would otherwise allow no tile but 1,
+and no vector at all."""
 
 
 def _exact(b: KernelBuilder, size: str) -> bool:
