@@ -14,6 +14,7 @@ from partita.model import Model, Rates
 from partita.runtime import Evaluator, TimingOptions
 from partita.search.sampling import random_implementation, sample_and_evaluate
 from partita.search.sketch import (
+    ROW_BLOCK_TILES,
     contraction_shape,
     contraction_sketches,
     kernel_sketches,
@@ -26,7 +27,9 @@ from partita.targets import AVX512_REFERENCE
 
 MATMULS = [
     ("matmul", {"m": 64, "n": 48, "k": 32}, 16, {"packed", "fused"}),
-    ("matmul", {"m": 40, "n": 32, "k": 24, "transpose_a": 1}, 16, {"packed", "fused"}),
+    # A read across lines at each reduction step: packed with B as well
+    ("matmul", {"m": 40, "n": 32, "k": 24, "transpose_a": 1}, 16,
+     {"packed", "fused", "packed_ab"}),
     # B read across its rows: only a packed copy gives the micro-kernel vectors.
     ("matmul", {"m": 32, "n": 32, "k": 16, "transpose_b": 1}, 16, {"packed"}),
     ("matmul", {"m": 32, "n": 32, "k": 16, "dtype": "float64"}, 8, {"packed", "fused"}),
@@ -91,8 +94,10 @@ def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
     # A read with a stride along both its dims: packed as well
     ("matmul", {"m": 64, "n": 64, "k": 64, "stride_a": 32},
      {"packed", "fused", "packed_a", "packed_ab"}),
-    # A transposed is contiguous along the rows of one reduction step: not packed
-    ("matmul", {"m": 64, "n": 64, "k": 64, "transpose_a": 1}, {"packed", "fused"}),
+    # A transposed: contiguous along the rows, so not packed alone, but a reduction step
+    # reads another line
+    ("matmul", {"m": 64, "n": 64, "k": 64, "transpose_a": 1},
+     {"packed", "fused", "packed_ab"}),
     ("dot", {"n": 4096, "partials": 64}, {"partials"}),
     ("dot", {"n": 4096, "partials": 64, "chunks": 2}, {"partials"}),
     ("gemv", {"m": 64, "n": 64, "partials": 32}, {"partials"}),
@@ -221,3 +226,21 @@ def test_mcts_completes_its_seeds() -> None:
     assert all(first.satisfies(strat.seeds[i].decisions) for i in below)
     with pytest.raises(ValueError, match="seed_share"):
         MonteCarlo(root, lambda c: 0.0, state, random.Random(0), seed_share=2.0)
+
+
+@pytest.mark.parametrize(("params", "restricted"), [
+    ({"m": 1024, "n": 1024, "k": 1024, "transpose_a": 1}, True),
+    ({"m": 1024, "n": 1024, "k": 1024, "stride_a": 32}, True),
+    ({"m": 40, "n": 32, "k": 24, "transpose_a": 1}, False),
+])
+def test_packed_ab_blocks_hold_enough_rows_to_amortise_the_copy_of_b(params: dict,
+                                                                      restricted: bool) -> None:
+    """B's panel is copied once per block of rows: the block's middle row tile holds at
+    least ROW_BLOCK_TILES register tiles where the rows make two such blocks."""
+    (sketch,) = [s for s in kernel_sketches(partita.kernel("matmul", **params), 16)
+                 if s.name == "packed_ab"]
+    sizes = [d.values for d in sketch.decisions if d.choice == "size" and d.args == ("i.1",)]
+    if restricted:
+        assert sizes and min(sizes[0]) == ROW_BLOCK_TILES
+    else:
+        assert not sizes

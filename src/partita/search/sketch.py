@@ -213,7 +213,11 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
         if p not in shape.strided and 1 in strides.values():
             chain = sorted(free, key=lambda d: (-strides[d], k.dim(d).level))
             out += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
-            layout = _layout_with_last(k, p, acc, shape.vector)
+            # The micro-kernel reads a vector of B, and the register tile's rows of A, at
+            # consecutive addresses.
+            layout = (_layout_with_last(k, p, acc, shape.vector)
+                      if _counterpart(k, p, shape.vector) is not None
+                      else _layout_with_last(k, p, acc, shape.unrolled))
             if layout is not None:
                 out.append(Decision("layout", (temporary_name(p, acc),), (layout,)))
         first = next((d for d, e in _tile_pairs(k, p, acc)
@@ -245,35 +249,51 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     # Packed A: the operand broadcast along the unrolled dim, read with a stride along every
     # one of its dims (a strided view: each element its own cache line), is copied once per
     # block of rows: parallel rows outermost, the copy before the column loops, the rest in
-    # the micro-kernel. (A transposed is contiguous along the rows of one step of the
-    # reduction, which the packed sketch reads as well.)
+    # the micro-kernel.
     rows = [ld for ld in loads if _counterpart(k, ld, shape.vector) is None
             and _counterpart(k, ld, shape.unrolled) is not None]
     if len(rows) == 1 and not shape.strided:
         (a,) = rows
         along = [x for x in (_counterpart(k, a, r) for r in (*shape.reduction,
                                                               shape.unrolled)) if x]
-        if along and all(k.element_stride(a, x) not in (0, 1) for x in along):
-            row_outer = [d for d in unr_tiles if d not in register]
-            others = [d for ld in shape.others for d in k.dims_of(ld)]
-            columns = [d for d in vec_tiles if d not in register]
+        row_outer = [d for d in unr_tiles if d not in register]
+        others = [d for ld in shape.others for d in k.dims_of(ld)]
+        columns = [d for d in vec_tiles if d not in register]
+        strided = bool(along) and all(k.element_stride(a, x) not in (0, 1) for x in along)
+        if strided:
             packed_a = base(row_outer[0], [*row_outer[1:], *others, *columns])
             packed_a += packing(a, set(row_outer), (others + columns)[0])
             out.append(Sketch("packed_a", tuple(packed_a)))
-            # Both packed: A copied once per parallel block of rows (read once in all), B
-            # per column tile inside it, so that the micro-kernel streams two contiguous
-            # panels and B's panel stays in cache across the rows of the block (packed_a
-            # streams all of B per block of unrolled rows).
-            if len(panel) == 1 and len(row_outer) > 1:
-                (p,) = panel
-                inner_rows = row_outer[1:]
-                packed_ab = base(row_outer[0], [vec_tiles[0], *others, *inner_rows,
-                                                *columns[1:]])
-                packed_ab += copy(a, {row_outer[0]}, vec_tiles[0])
-                packed_ab += copy(p, {vec_tiles[0]}, (others + inner_rows + columns[1:])[0])
-                inner = k.dims_of(_counterpart(k, p, shape.vector) or "")[-1:]
-                packed_ab += [Decision("dim_kind", (d,), ("VECTOR",)) for d in inner]
-                out.append(Sketch("packed_ab", tuple(packed_ab)))
+        # Both packed: A copied once per parallel block of rows (read once in all), B per
+        # column tile inside it, so that the micro-kernel streams two contiguous panels and
+        # B's panel stays in cache across the rows of the block (packed_a streams all of B
+        # per block of unrolled rows). For a strided A, and for A read with a stride along
+        # the reduction (transposed): there each step of the reduction reads the register
+        # tile's rows from another line, lines a power of two apart share cache sets.
+        steps = [x for x in (_counterpart(k, a, r) for r in shape.reduction) if x]
+        across = bool(steps) and all(k.element_stride(a, x) not in (0, 1) for x in steps)
+        if (strided or across) and len(panel) == 1 and len(row_outer) > 1:
+            (p,) = panel
+            inner_rows = row_outer[1:]
+            packed_ab = base(row_outer[0], [vec_tiles[0], *others, *inner_rows, *columns[1:]])
+            packed_ab += copy(a, {row_outer[0]}, vec_tiles[0])
+            packed_ab += copy(p, {vec_tiles[0]}, (others + inner_rows + columns[1:])[0])
+            inner = k.dims_of(_counterpart(k, p, shape.vector) or "")[-1:]
+            packed_ab += [Decision("dim_kind", (d,), ("VECTOR",)) for d in inner]
+            # B's panel is copied once per block of rows: a copy costs a load and a store per
+            # element, the block's micro-kernels rows / lanes FMAs per element, so small
+            # blocks spend much of their time copying (4-row blocks: 63 ms against 15 ms
+            # with 128 on A transposed, the bound blind to it: each copy's panel fits in L2).
+            # The block holds at least 16 row tiles, where the rows make two such blocks of
+            # the tallest register tile (one per thread on two cores).
+            rows_n = k.static_size(k.logical(shape.unrolled).size) or 0
+            tallest = max(k.dim(unr_tiles[-1]).sizes or (1,))
+            for d in inner_rows[:1]:
+                sizes = k.dim(d).sizes or ()
+                if rows_n >= 2 * ROW_BLOCK_TILES * tallest:
+                    packed_ab.append(Decision("size", (d,), tuple(
+                        v for v in sizes if v >= ROW_BLOCK_TILES)))
+            out.append(Sketch("packed_ab", tuple(packed_ab)))
     return out
 
 
@@ -289,6 +309,11 @@ def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str) -> 
             perms = itertools.permutations(range(len(axes)))
             return next(i for i, perm in enumerate(perms) if perm[-1] == last)
     return None
+
+
+ROW_BLOCK_TILES = 16
+"""The fewest row tiles (of the register tile's height) in a block of rows that copies B's
+panel for itself, in the ``packed_ab`` sketch."""
 
 
 def _tile_pairs(k: Kernel, inst: str, acc: str) -> list[tuple[str, str]]:
