@@ -131,9 +131,6 @@ class CPrinter:
         self.in_partial_tile = False
         self.partial_vector = False
         """Printing the last, partial vector of a dim: global accesses along lanes are masked."""
-        self.clamped: set[str] = set()
-        """Logical dims whose index the instruction being printed clamps to the last element
-        (see :meth:`_speculated`)."""
         self.full_tiles: frozenset[str] = frozenset()
         """Logical dims known not to overflow where the printer is (inside the full-tile
         version of their outermost tile loop): their guards are left out."""
@@ -329,9 +326,10 @@ class CPrinter:
                     else _fold([step, extent]))
         return strides
 
-    def access_address(self, inst: Instruction, env: dict[str, str],
-                       lane_dims: set[str]) -> tuple[str, int | str]:
-        """(element offset at lane 0, offset step per lane) of a load or store."""
+    def access_address(self, inst: Instruction, env: dict[str, str], lane_dims: set[str],
+                       clamped: frozenset[str] = frozenset()) -> tuple[str, int | str]:
+        """(element offset at lane 0, offset step per lane) of a load or store; the indices
+        of the ``clamped`` logical dims stop at their last element (see :meth:`_speculated`)."""
         assert inst.access is not None
         arr = self.k.array(inst.access.array)
         strides = self._array_strides(arr)
@@ -342,8 +340,7 @@ class CPrinter:
             lane = 0
             for ld, c in ix.terms:
                 li = self.logical_index(env, ld)
-                if ld in self.clamped:
-                    # A speculated access past the end reads the last element instead.
+                if ld in clamped:
                     last = self.extent(ld)
                     last = str(last - 1) if isinstance(last, int) else f"({last} - 1)"
                     li = f"({li} < {last} ? {li} : {last})"
@@ -590,8 +587,7 @@ class CPrinter:
             ld = self.k.dim(d).logical
             if self.k.dims_of(ld)[-1] != d or not self._needs_guard(ld):
                 return str(size), frozenset()
-            first = self.logical_index({**env, d: "0"}, ld)
-            stops.add(f"{self.extent(ld)} - ({first})" if first != "0" else str(self.extent(ld)))
+            stops.add(self._left(ld, {**env, d: "0"}))
             logicals.add(ld)
         if len(stops) != 1 or not all(self._iterates(i, node) for i in self._insts_under(node)):
             return str(size), frozenset()
@@ -653,37 +649,33 @@ class CPrinter:
         if not partial:
             self._print_whole_vectors(node, venv, indent, lanes)
             return
-        full = self._capture(lambda: self._print_whole_vectors(node, venv, indent + 1, lanes))
-        if self._masked_lanes_safe(node):
+        masked = self._masked_lanes_safe(node)
+        if masked and not self._masks(node):
+            # On whole vectors, and nothing inside reads or writes the kernel's arrays along
+            # the lanes: the last tile prints as the others.
+            self._print_whole_vectors(node, venv, indent, lanes)
+            return
+        self.emit(indent, f"if ({partial}) {{")
+        self._print_whole_vectors(node, venv, indent + 1, lanes)
+        self.emit(indent, "} else {")
+        if masked:
             # The last tile of a dimension with a remainder, on whole vectors: what the lanes
             # past the end compute is never stored (scalar lanes cost 5-16x on that tile).
             self.partial_vector = True
             try:
-                last = self._capture(
-                    lambda: self._print_whole_vectors(node, venv, indent + 1, lanes))
+                self._print_whole_vectors(node, venv, indent + 1, lanes)
             finally:
                 self.partial_vector = False
-            if last == full:
-                # Nothing inside reads or writes the kernel's arrays along the lanes.
-                self.lines += [line[4:] for line in full]
-                return
         else:
-            last = self._capture(lambda: self._print_lanes(node, env, indent + 1, lanes))
-        self.emit(indent, f"if ({partial}) {{")
-        self.lines += full
-        self.emit(indent, "} else {")
-        self.lines += last
+            self._print_lanes(node, env, indent + 1, lanes)
         self.emit(indent, "}")
 
-    def _capture(self, print_fn: Callable[[], None]) -> list[str]:
-        """The lines ``print_fn`` emits, kept out of the output."""
-        outer = self.lines
-        self.lines = []
-        try:
-            print_fn()
-            return self.lines
-        finally:
-            self.lines = outer
+    def _masks(self, node: Node) -> bool:
+        """Whether a partial vector of ``node`` masks an access: a load or store of the
+        kernel's arrays along lanes that may overflow."""
+        lane_dims = set(node.dims)
+        return any(inst.op in ("load", "store") and self._lane_logicals(inst, lane_dims)
+                   for inst in (self.k.inst(c.inst or "") for c in node.children))
 
     def _print_whole_vectors(self, node: Node, venv: dict[str, str], indent: int,
                              lanes: int) -> None:
@@ -721,10 +713,16 @@ class CPrinter:
         if not logicals:
             return None
         (ld,) = logicals
-        first = self.logical_index(env, ld)
-        left = f"{self.extent(ld)} - ({first})" if first != "0" else str(self.extent(ld))
+        left = self._left(ld, env)
         coeff = self._lane_coeff(ld, lane_dims)
         return f"({left})" if coeff == 1 else f"({left} + {coeff - 1}) / {coeff}"
+
+    def _left(self, logical: str, env: dict[str, str]) -> str:
+        """The C expression of how many indices of ``logical`` remain from where ``env``
+        is (its size less the index there)."""
+        first = self.logical_index(env, logical)
+        return f"{self.extent(logical)} - ({first})" if first != "0" else str(
+            self.extent(logical))
 
     def _vector_mode(self, node: Node, venv: dict[str, str], lanes: int) -> bool:
         """Whether the vector dimension can be printed on whole vectors (always, in C)."""
@@ -774,9 +772,9 @@ class CPrinter:
         lane_logicals = {self.k.dim(d).logical for d in lane[0].dims} if lane else set()
         open_dims = [ld for ld in inst.dims
                      if self._needs_guard(ld) and ld not in lane_logicals]
-        self.clamped = {ld for ld in open_dims if self._speculated(inst, ld)}
+        clamped = frozenset(ld for ld in open_dims if self._speculated(inst, ld))
         guards = [f"{self.logical_index(env, ld)} < {self.extent(ld)}"
-                  for ld in open_dims if ld not in self.clamped]
+                  for ld in open_dims if ld not in clamped]
         if guards:
             self.emit(indent, f"if ({' && '.join(guards)}) {{")
             indent += 1
@@ -792,7 +790,7 @@ class CPrinter:
             self._emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes, count)
         else:
             if inst.op == "load":
-                base, step = self.access_address(inst, env, lane_dims)
+                base, step = self.access_address(inst, env, lane_dims, clamped)
                 expr = self._load(inst.access.array if inst.access else "", base, step,
                                   inst.dtype, lanes, count)
             else:
@@ -806,7 +804,6 @@ class CPrinter:
             for (producer, _), tst in self.temps.items():
                 if producer == inst.name:
                     self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
-        self.clamped = set()
         if guards:
             self.emit(indent - 1, "}")
 
@@ -918,10 +915,11 @@ class CPrinter:
         if step == 1:
             self.helpers.add(("loadn", vt))
             return f"loadn_{vt}(&{arr}[{base}], {count})"
-        elems = [f"{arr}[{base} + {_fold([i, step])}]" for i in range(lanes)]
         if count is not None:
-            elems = [f"({i} < {count} ? {e} : 0)" for i, e in enumerate(elems)]
-        return f"(({vt}){{{', '.join(elems)}}})"
+            raise CodegenError(f"a partial vector gathers from {arr}: vector accesses to the "
+                               "kernel's arrays are contiguous")
+        elems = ", ".join(f"{arr}[{base} + {_fold([i, step])}]" for i in range(lanes))
+        return f"(({vt}){{{elems}}})"
 
     def _emit_store(self, indent: int, arr: str, base: str, step: int | str, value: str,
                     dtype: DType, lanes: int, count: str | None = None) -> None:
@@ -936,12 +934,14 @@ class CPrinter:
             vt = self.vtype(dtype, lanes)
             self.helpers.add(("storen", vt))
             self.emit(indent, f"storen_{vt}(&{arr}[{base}], {value}, {count});")
+        elif count is not None:
+            raise CodegenError(f"a partial vector scatters to {arr}: vector accesses to the "
+                               "kernel's arrays are contiguous")
         else:
             vt = self.vtype(dtype, lanes)
             self.emit(indent, f"{{ {vt} s_ = {value};")
             for i in range(lanes):
-                store = f"{arr}[{base} + {_fold([i, step])}] = s_[{i}];"
-                self.emit(indent + 1, store if count is None else f"if ({i} < {count}) {store}")
+                self.emit(indent + 1, f"{arr}[{base} + {_fold([i, step])}] = s_[{i}];")
             self.emit(indent, "}")
 
     def _emit_write(self, indent: int, st: Storage, env: dict[str, str], side: str,
