@@ -153,10 +153,16 @@ def contraction_shape(k: Kernel) -> _Shape | None:
                   others, strided)
 
 
+
+ROW_BLOCK_TILES = 16
+"""The fewest row tiles (of the register tile's height) in a block of rows that copies B's
+panel for itself, in the ``packed_ab`` sketch."""
+
+
 def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     """The ``packed`` and ``fused`` sketches of a contraction kernel with vectors of
-    ``lanes`` elements, and ``packed_a`` where A is a strided view (none for another
-    kernel)."""
+    ``lanes`` elements, ``packed_a`` where A is a strided view and ``packed_ab`` where A is
+    strided or transposed (none for another kernel)."""
     shape = contraction_shape(k)
     if shape is None:
         return []
@@ -220,6 +226,10 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
                       else _layout_with_last(k, p, acc, shape.unrolled))
             if layout is not None:
                 out.append(Decision("layout", (temporary_name(p, acc),), (layout,)))
+        along = _counterpart(k, p, shape.vector)
+        if along is not None and p not in shape.strided:
+            # B's copy moves vectors (a transposing copy's are left to the search).
+            out.append(Decision("dim_kind", (k.dims_of(along)[-1],), ("VECTOR",)))
         first = next((d for d, e in _tile_pairs(k, p, acc)
                       if e not in shared and e in reduction), None)
         if first is not None and before is not None:
@@ -239,9 +249,6 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
         (p,) = panel
         packed = base(vec_tiles[0], outer) + packing(p, {vec_tiles[0]}, outer[0] if outer
                                                      else None)
-        if p not in shape.strided:  # a transposing copy is left to the search
-            inner = k.dims_of(_counterpart(k, p, shape.vector) or "")[-1:]
-            packed += [Decision("dim_kind", (d,), ("VECTOR",)) for d in inner]
         out.append(Sketch("packed", tuple(packed)))
     if not shape.strided:
         fused = base(vec_tiles[0], outer) + [d for ld in loads for d in _fused(k, ld, acc)]
@@ -278,8 +285,6 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
             packed_ab = base(row_outer[0], [vec_tiles[0], *others, *inner_rows, *columns[1:]])
             packed_ab += copy(a, {row_outer[0]}, vec_tiles[0])
             packed_ab += copy(p, {vec_tiles[0]}, (others + inner_rows + columns[1:])[0])
-            inner = k.dims_of(_counterpart(k, p, shape.vector) or "")[-1:]
-            packed_ab += [Decision("dim_kind", (d,), ("VECTOR",)) for d in inner]
             # B's panel is copied once per block of rows: a copy costs a load and a store per
             # element, the block's micro-kernels rows / lanes FMAs per element, so small
             # blocks spend much of their time copying (4-row blocks: 63 ms against 15 ms
@@ -288,11 +293,10 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
             # the tallest register tile (one per thread on two cores).
             rows_n = k.static_size(k.logical(shape.unrolled).size) or 0
             tallest = max(k.dim(unr_tiles[-1]).sizes or (1,))
-            for d in inner_rows[:1]:
-                sizes = k.dim(d).sizes or ()
-                if rows_n >= 2 * ROW_BLOCK_TILES * tallest:
-                    packed_ab.append(Decision("size", (d,), tuple(
-                        v for v in sizes if v >= ROW_BLOCK_TILES)))
+            sizes = k.dim(inner_rows[0]).sizes or ()
+            enough = tuple(v for v in sizes if v >= ROW_BLOCK_TILES)
+            if enough and rows_n >= 2 * ROW_BLOCK_TILES * tallest:
+                packed_ab.append(Decision("size", (inner_rows[0],), enough))
             out.append(Sketch("packed_ab", tuple(packed_ab)))
     return out
 
@@ -310,10 +314,6 @@ def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str) -> 
             return next(i for i, perm in enumerate(perms) if perm[-1] == last)
     return None
 
-
-ROW_BLOCK_TILES = 16
-"""The fewest row tiles (of the register tile's height) in a block of rows that copies B's
-panel for itself, in the ``packed_ab`` sketch."""
 
 
 def _tile_pairs(k: Kernel, inst: str, acc: str) -> list[tuple[str, str]]:
