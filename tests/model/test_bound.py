@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -395,3 +396,46 @@ def test_cpu_rates_for_one_core_come_from_the_single_thread_streams() -> None:
     # DRAM: at least the triad's true traffic (16 GB/s), here the L3 stream above it.
     assert cpu_rates(replace(d, samples=tuple(samples))).bandwidth(1 << 40, 1) == \
         pytest.approx(40e9)
+
+
+def test_sets_in_the_shared_cache_get_its_fastest_measured_stream() -> None:
+    """Where streams were timed at several sets through the shared cache, a set that fits it
+    is charged the fastest of them (with a margin for the machine's variation), not the
+    closer level's rate; a set of up to twice the private caches keeps that, DRAM-sized sets
+    keep DRAM's."""
+    from dataclasses import replace
+
+    from partita.model.cpu import LADDER_MARGIN, cpu_rates
+    from partita.targets.cpu.description import CpuDescription, Sample, ladder_specs
+
+    d = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
+    mib = 1 << 20
+    d = replace(d, levels=tuple(replace(lv, bandwidth_gbs=gbs) for lv, gbs in
+                                zip(d.levels, (300.0, 120.0, 40.0, 9.0), strict=True)))
+    d = replace(d, levels=(*d.levels[:2], replace(d.levels[2], working_set_bytes=12 * mib,
+                                                  capacity_bytes=64 * mib), d.levels[3]))
+    # (read, triad as STREAM counts it, in-place update) GB/s per rung
+    rungs = {8 * mib: (60.0, 50.0, 70.0), 16 * mib: (55.0, 60.0, 75.0),
+             32 * mib: (24.0, 20.0, 25.0)}
+    samples = []
+    for total, rates in rungs.items():
+        for spec, gbs in zip(ladder_specs(total, d.cores), rates, strict=True):
+            samples.append(Sample(spec, "B/s", gbs * 1e9, gbs * 1e9, 5, 5))
+    plain = cpu_rates(d)
+    r = cpu_rates(replace(d, samples=tuple(samples), ladder_bytes=tuple(rungs)))
+    l2 = d.levels[1].bandwidth_gbs * 1e9
+    dram = plain.bandwidth(1 << 40)
+    assert r.bandwidth(1 << 40) == pytest.approx(dram)
+    assert r.bandwidth(8 * mib) == pytest.approx(l2)  # up to twice the L2s: as before
+    # the 16 MiB triad's true traffic (60 * 4/3 GB/s), the fastest stream, for every set
+    # the shared cache holds
+    for size in (12 * mib, 20 * mib, 48 * mib, d.levels[2].capacity_bytes):
+        assert r.bandwidth(size) == pytest.approx(80e9 * LADDER_MARGIN)
+    assert plain.bandwidth(48 * mib) == pytest.approx(l2)
+    assert dram == pytest.approx(40e9)  # DRAM is floored at the L3 stream's rate
+    # Rates never rise with the set.
+    sizes = [1 << s for s in range(10, 40)]
+    assert all(r.bandwidth(a) >= r.bandwidth(b) for a, b in itertools.pairwise(sizes))
+    # An unmeasured rung leaves the nominal table.
+    missing = replace(d, samples=tuple(samples), ladder_bytes=(*rungs, 64 * mib))
+    assert cpu_rates(missing).bandwidth_gbs == plain.bandwidth_gbs

@@ -21,6 +21,7 @@ from partita.targets.cpu.description import (
     SCHEMA,
     CpuDescription,
     dtype_name,
+    ladder_specs,
     machine_key,
 )
 from partita.targets.cpu.measure import (
@@ -194,6 +195,14 @@ def test_working_sets_are_ordered(settings):
         caches = cpu.l3_bytes + cpu.cores * cpu.l2_bytes
         assert ws.l1 <= cpu.l1d_bytes < ws.l2 <= cpu.l2_bytes < ws.l3
         assert ws.total("l3") < caches < ws.total("dram")
+        # The ladder doubles from twice the private caches and stays below the shared one.
+        private = cpu.cores * cpu.l2_bytes
+        assert list(ws.ladder) == [2 * private << i for i in range(len(ws.ladder))]
+        assert all(total < cpu.l3_bytes for total in ws.ladder)
+        assert not ws.ladder or 2 * ws.ladder[-1] >= cpu.l3_bytes
+    # 64 cores whose L2s hold more than the L3: nothing between them to measure.
+    assert working_sets(replace(AVX512_REFERENCE, cores=64, l3_bytes=32 << 20), 64,
+                        FULL).ladder == ()
 
 
 def test_nominal_is_marked_and_sane(nominal):
@@ -229,5 +238,10 @@ def test_measured_numbers_are_sane(measured):
     assert d.peak_flops("fp32") == pytest.approx(d.peak_gflops_fp32 * 1e9)
     assert d.bandwidth(1 << 40) == pytest.approx(dram.bandwidth_gbs * 1e9)
     assert d.seconds < 60
+    # Every rung of the ladder ran on all cores and on one.
+    ran = {s.spec for s in d.samples}
+    for total in d.ladder_bytes:
+        for threads in {1, d.cores}:
+            assert set(ladder_specs(total, threads)) <= ran
     assert min(d.fma_per_cycle(), d.loads_per_cycle, d.stores_per_cycle) > 0
     assert "measured" in d.summary()

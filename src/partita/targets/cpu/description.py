@@ -25,7 +25,7 @@ import numpy as np
 
 from partita.targets.cpu.machine import CpuCapabilities
 
-SCHEMA = 3
+SCHEMA = 4
 """Version of the JSON layout and of the way it is measured; part of the machine key, so a
 new layout or method never reads an old file."""
 
@@ -33,6 +33,20 @@ WIDTHS = (0, 128, 256, 512)
 """Vector widths in bits that are measured; 0 stands for scalar code."""
 
 LEVELS = ("L1", "L2", "L3", "DRAM")
+
+PAGE = 4096
+
+
+def ladder_specs(total_bytes: int, threads: int) -> tuple[str, str, str]:
+    """The read, triad and in-place update benchmarks that stream ``total_bytes`` on
+    ``threads`` threads (the arrays of one benchmark share the set), in whole pages per
+    thread and array."""
+    def pages(n: float) -> int:
+        return max(1, -(-int(n) // PAGE)) * PAGE
+    return (f"read:{pages(total_bytes / threads)}:{threads}",
+            f"triad:{pages(total_bytes / (3 * threads))}:{threads}",
+            f"update:{pages(total_bytes / (2 * threads))}:{threads}")
+
 
 _DTYPES = {"fp32": "fp32", "f32": "fp32", "float32": "fp32", "single": "fp32",
            "fp64": "fp64", "f64": "fp64", "float64": "fp64", "double": "fp64"}
@@ -144,6 +158,12 @@ class CpuDescription:
     """4-byte loads per cycle and core from L1 (0: not measured; the vector rate applies)."""
     scalar_stores_per_cycle: float = 0.0
     """4-byte stores per cycle and core to L1 (0: not measured)."""
+    ladder_bytes: tuple[int, ...] = ()
+    """Working sets (all cores together) between the private caches and the shared cache's
+    size at which streams were also timed (:func:`ladder_specs`, on all cores and on one).
+    The share of a shared cache one process gets can be far below its size (a virtual
+    machine's slice of a server's L3), so the rate of sets that nominally fit is measured
+    rather than assumed."""
     schema: int = SCHEMA
 
     # ------------------------------------------------------------------ model helpers
@@ -254,6 +274,13 @@ class CpuDescription:
         for lv in self.levels:
             lines.append(f"{lv.name:<4} {lv.bandwidth_gbs:8.1f} GB/s  ({at} "
                          f"{lv.working_set_bytes / 2**20:.2f} MiB)")
+        ladder = []
+        for total in self.ladder_bytes:
+            rates = [s.median for s in self.samples if s.spec in ladder_specs(total, self.cores)]
+            if rates:
+                ladder.append(f"{total / 2**20:g} MiB {max(rates) / 1e9:.1f}")
+        if ladder:
+            lines.append("shared  " + ", ".join(ladder) + " GB/s (the fastest stream)")
         lines.append(f"STREAM triad {self.stream_triad_gbs:.1f} GB/s")
         if self.disturbed:
             lines.append(f"disturbed (load average {self.load_average:.1f}), measure again: "
@@ -276,6 +303,7 @@ class CpuDescription:
             d["fma"] = tuple(FmaThroughput(**f) for f in d.get("fma", ()))
             d["levels"] = tuple(MemoryLevel(**lv) for lv in d.get("levels", ()))
             d["samples"] = tuple(Sample(**s) for s in d.get("samples", ()))
+            d["ladder_bytes"] = tuple(int(b) for b in d.get("ladder_bytes", ()))
             return cls(**d)
         except TypeError as e:
             raise ValueError(f"not a CPU description: {e}") from e

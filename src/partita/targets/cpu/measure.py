@@ -48,6 +48,7 @@ from partita.targets.cpu.description import (
     FmaThroughput,
     MemoryLevel,
     Sample,
+    ladder_specs,
     machine_key,
 )
 from partita.targets.cpu.machine import CpuCapabilities, host
@@ -152,6 +153,10 @@ class WorkingSets:
     the L3, which a non-inclusive L3 still holds. DRAM gets ``dram_factor`` times all the
     caches together (STREAM's rule), capped at an eighth of the available memory for the
     three triad arrays.
+
+    ``ladder`` (totals over all threads) doubles from twice the private caches while it stays
+    below the shared cache's size: the sets whose rate the model would otherwise have to
+    guess from the cache's nominal size.
     """
 
     threads: int
@@ -159,6 +164,7 @@ class WorkingSets:
     l2: int
     l3: int
     dram: int
+    ladder: tuple[int, ...] = ()
 
     def total(self, level: str) -> int:
         return getattr(self, level.lower()) * self.threads
@@ -178,7 +184,13 @@ def working_sets(cpu: CpuCapabilities, threads: int, settings: Settings = FULL
     if avail:
         dram_total = min(dram_total, avail // 8)
     dram_total = max(dram_total, 2 * ws3 * threads)
-    return WorkingSets(threads, ws1, max(ws2, 2 * ws1), ws3, _round(dram_total / threads, up=True))
+    ladder = []
+    step = 2 * private
+    while step < l3 and step <= dram_total:
+        ladder.append(step)
+        step *= 2
+    return WorkingSets(threads, ws1, max(ws2, 2 * ws1), ws3, _round(dram_total / threads, up=True),
+                       tuple(ladder))
 
 
 # ---------------------------------------------------------------------- running
@@ -290,9 +302,11 @@ def _specs(threads: int, wide: int, ws: WorkingSets) -> tuple[list[str], list[st
     # about half of what every core together moves here.
     single += [f"read:{getattr(ws, lv)}:1" for lv in ("l1", "l2", "l3", "dram")]
     single += [f"triad:{ws.dram}:1"]
+    single += [s for total in ws.ladder for s in ladder_specs(total, 1)]
     multi = [f"fma:{dt}:{w}:{threads}" for dt in ("f32", "f64") for w in WIDTHS]
     multi += [f"read:{getattr(ws, lv)}:{threads}" for lv in ("l1", "l2", "l3", "dram")]
     multi += [f"triad:{ws.dram}:{threads}"]
+    multi += [s for total in ws.ladder for s in ladder_specs(total, threads)]
     if threads == 1:
         multi = [s for s in multi if not s.startswith(("fma:", "read:", "triad:"))]
     return single, multi
@@ -369,6 +383,7 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
         levels=levels, stream_triad_gbs=rate(f"triad:{ws.dram}:{n}") / 1e9,
         scalar_loads_per_cycle=peak(f"sload:{ws.l1}") / 4 / hz,
         scalar_stores_per_cycle=peak(f"sstore:{ws.l1}") / 4 / hz,
+        ladder_bytes=ws.ladder,
         seconds=time.monotonic() - started, quick=quick, load_average=load_average,
         samples=tuple(samples.values()),
     )

@@ -294,14 +294,41 @@ static __attribute__((noinline)) double k_triad(long n, char *a, char *b, char *
     return 3.0 * (double)n * (double)(nv * sizeof(vwided));
 }
 
+/* In-place update y += s * x (axpy), counted as the lower-bound model counts an updated
+   array: x read, y read and y written back (3 x 8 bytes per element). Written-back lines
+   land in a victim L3, which read-only streams do not fill, so sets that overflow the
+   caches stream faster this way than as reads. */
+static __attribute__((noinline)) double k_update(long n, char *x, char *y, size_t bytes,
+                                                 size_t *cursor) {
+    size_t block = block_of(bytes), blocks = blocks_of(bytes);
+    size_t nv = block / sizeof(vwided) / 4 * 4;
+    vwided s = (vwided){0} + 1e-3;
+    KEEP(s);
+    size_t at = *cursor;
+    for (long r = 0; r < n; r++) {
+        vwided *px = (vwided *)(x + at * block), *py = (vwided *)(y + at * block);
+        for (size_t i = 0; i < nv; i += 4) {
+            py[i] += s * px[i];
+            py[i + 1] += s * px[i + 1];
+            py[i + 2] += s * px[i + 2];
+            py[i + 3] += s * px[i + 3];
+        }
+        at = at + 1 == blocks ? 0 : at + 1;
+        CLOBBER();
+    }
+    *cursor = at;
+    return 3.0 * (double)n * (double)(nv * sizeof(vwided));
+}
+
 /* ---------- specs ---------- */
 
-enum { IADD, FMA_TP, FMA_LAT, ADD_LAT, CHASE, LOAD, STORE, READ, TRIAD, SLOAD, SSTORE };
+enum { IADD, FMA_TP, FMA_LAT, ADD_LAT, CHASE, LOAD, STORE, READ, TRIAD, SLOAD, SSTORE,
+       UPDATE };
 
 typedef struct {
     int kind, dbl, bits, threads;
-    size_t bytes;           /* per thread (per array for TRIAD) */
-    size_t cursor[MAXT];    /* next block of each thread (READ, TRIAD) */
+    size_t bytes;           /* per thread (per array for TRIAD and UPDATE) */
+    size_t cursor[MAXT];    /* next block of each thread (READ, TRIAD, UPDATE) */
     compute_fn fn;
     char *buf[MAXT][3];
 } spec_t;
@@ -319,11 +346,17 @@ static char *alloc_touch(size_t bytes) {
 }
 
 static int setup(spec_t *s, int tid) {
-    int arrays = s->kind == TRIAD ? 3 : (s->kind == CHASE || s->kind >= LOAD) ? 1 : 0;
+    int arrays = s->kind == TRIAD ? 3 : s->kind == UPDATE ? 2
+               : (s->kind == CHASE || s->kind >= LOAD) ? 1 : 0;
     for (int k = 0; k < arrays; k++) {
         s->buf[tid][k] = alloc_touch(s->bytes);
         if (!s->buf[tid][k]) return -1;
     }
+    if (s->kind == UPDATE)    /* y grows by a thousandth of x per pass: finite, normal */
+        for (int k = 0; k < 2; k++) {
+            double *p = (double *)s->buf[tid][k];
+            for (size_t i = 0; i < s->bytes / 8; i++) p[i] = 1.0;
+        }
     if (s->kind == TRIAD) {   /* zero-ish values keep the triad finite */
         double *pb = (double *)s->buf[tid][1], *pc = (double *)s->buf[tid][2];
         for (size_t i = 0; i < s->bytes / 8; i++) { pb[i] = 1.0; pc[i] = 0.5; }
@@ -363,13 +396,14 @@ static double run_kernel(spec_t *s, int tid, long n) {
     case SSTORE: return k_sstore(n, b[0], s->bytes);
     case READ: return k_read(n, b[0], s->bytes, &s->cursor[tid]);
     case TRIAD: return k_triad(n, b[0], b[1], b[2], s->bytes, &s->cursor[tid]);
+    case UPDATE: return k_update(n, b[0], b[1], s->bytes, &s->cursor[tid]);
     }
     return 0;
 }
 
 /* spec syntax:  iadd | fma:f32:512:T | fmalat:f64:0 | addlat:f32:256 | chase:BYTES
                  | load:BYTES | store:BYTES | sload:BYTES | sstore:BYTES
-                 | read:BYTES:T | triad:BYTES:T                                       */
+                 | read:BYTES:T | triad:BYTES:T | update:BYTES:T                      */
 static int parse(const char *text, spec_t *s) {
     char kind[16] = {0}, dt[8] = {0};
     unsigned long long bytes = 0;
@@ -405,9 +439,9 @@ static int parse(const char *text, spec_t *s) {
         if (s->bytes < (s->kind == CHASE ? 2 * LINE : 512)) return -1;
         return s->kind != CHASE && WIDE_BITS == 0 ? 1 : 0;
     }
-    if (!strcmp(kind, "read") || !strcmp(kind, "triad")) {
+    if (!strcmp(kind, "read") || !strcmp(kind, "triad") || !strcmp(kind, "update")) {
         if (sscanf(text + strlen(kind), ":%llu:%d", &bytes, &threads) != 2) return -1;
-        s->kind = !strcmp(kind, "read") ? READ : TRIAD;
+        s->kind = !strcmp(kind, "read") ? READ : !strcmp(kind, "triad") ? TRIAD : UPDATE;
         s->bytes = (size_t)bytes;
         if (s->bytes < 512) return -1;
         s->threads = threads;
