@@ -25,7 +25,7 @@ from partita.codegen.program import Param, Program, signature
 from partita.db import Records
 from partita.db.records import host_fingerprint
 from partita.ir.kernel import Kernel
-from partita.kernels.registry import get_spec, library_name
+from partita.kernels.registry import get_spec, library_name, library_params
 from partita.model import Model
 from partita.model.cpu import cpu_rates
 from partita.paths import cache_root
@@ -39,6 +39,10 @@ from partita.space.candidate import Candidate, DeadEnd, Space
 
 
 def _params_of(k: Kernel) -> dict[str, Any]:
+    """A library kernel's parameters, else its sizes and element type."""
+    params = library_params(k)
+    if params is not None:
+        return params
     return {s.name: s.value for s in k.sizes} | {"dtype": k.arrays[0].dtype.value}
 
 

@@ -238,3 +238,18 @@ def test_parallel_chunks_keep_vector_partial_sums(evaluator: Evaluator) -> None:
     source = print_c(impl).source
     assert "#pragma omp for" in source and "vector_size(64)" in source
     verified(evaluator, cand, 3, seed=2)
+
+
+def test_records_keep_the_variant(tmp_path) -> None:
+    """A variant that is not a size (partials) is part of the parameters recorded with the
+    kernel, so the records and the transfer between variants tell them apart."""
+    from partita.db import Records
+    from partita.tuning import _params_of
+
+    plain, split = kernel("gemv", m=64, n=64), kernel("gemv", m=64, n=64, partials=4)
+    assert _params_of(plain)["partials"] == 1 and _params_of(split)["partials"] == 4
+    with Records(tmp_path / "r.sqlite") as rec:
+        a, b = rec.kernel_id(plain, _params_of(plain)), rec.kernel_id(split, _params_of(split))
+        assert a != b
+        found = rec.find_kernel(split.structural_hash)
+    assert found is not None and found["params"]["partials"] == 4

@@ -88,10 +88,19 @@ def get_spec(name: str) -> KernelSpec:
 def kernel(name: str, **params: Any) -> Kernel:
     """The library kernel ``name`` built for ``params`` (defaults for the others)."""
     spec = get_spec(name)
-    k = spec.build(**spec.resolve(params))
+    resolved = spec.resolve(params)
+    k = spec.build(**resolved)
     # The tag lets the runtime find this kernel's numpy reference; a user kernel that only
-    # shares the name does not carry it.
-    return dataclasses.replace(k, meta=(*k.meta, ("library", name)))
+    # shares the name does not carry it. The parameters (variants such as partials or
+    # transpose_a included, which are not sizes) go with it into the records.
+    return dataclasses.replace(k, meta=(*k.meta, ("library", name),
+                                        ("params", tuple(sorted(resolved.items())))))
+
+
+def library_params(k: Kernel) -> dict[str, Any] | None:
+    """The parameters ``k`` was built with by :func:`kernel`, if it is a library kernel."""
+    params = dict(k.meta).get("params")
+    return dict(params) if params is not None else None
 
 
 def library_name(k: Kernel) -> str | None:
