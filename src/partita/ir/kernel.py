@@ -383,8 +383,14 @@ class Kernel:
 
     @cached_property
     def structural_hash(self) -> str:
-        """A hash of the definition and sizes: equal kernels hash equally across processes."""
-        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        """A hash of the definition and sizes: equal kernels hash equally across processes.
+
+        A library kernel's build parameters (meta ``params``) only describe what the
+        definition already says, and are left out: records keep finding the kernels they
+        were made for."""
+        data = self.to_json()
+        data["meta"] = [item for item in data.get("meta", []) if item[0] != "params"]
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __hash__(self) -> int:
