@@ -14,6 +14,7 @@ from partita.model import Model, Rates
 from partita.runtime import Evaluator, TimingOptions
 from partita.search.sampling import random_implementation, sample_and_evaluate
 from partita.search.sketch import (
+    REGISTER_ROWS,
     ROW_BLOCK_TILES,
     contraction_shape,
     contraction_sketches,
@@ -244,3 +245,22 @@ def test_packed_ab_blocks_hold_enough_rows_to_amortise_the_copy_of_b(params: dic
         assert sizes and min(sizes[0]) == ROW_BLOCK_TILES
     else:
         assert not sizes
+
+
+@pytest.mark.parametrize(("params", "rows"), [
+    ({"m": 1024, "n": 1024, "k": 1024}, True),
+    ({"m": 1024, "n": 1024, "k": 1024, "transpose_a": 1}, True),
+    ({"m": 2, "n": 64, "k": 16}, False),
+])
+def test_register_tiles_have_enough_rows_to_reuse_b(params: dict, rows: bool) -> None:
+    """Every contraction sketch keeps at least REGISTER_ROWS rows in its register tile where
+    the kernel has them (each row reuses the vectors of B loaded for the tile), and stays
+    applicable where it has fewer."""
+    space = _space("matmul", params)
+    found = dict(sketch_candidates(space, 16))
+    assert {"packed", "fused"} <= set(found)
+    unrolled = space.kernel.dims_of("i")[-1]
+    for cand in found.values():
+        heights = cand.domain("size", unrolled)
+        assert heights
+        assert (min(heights) >= REGISTER_ROWS) == rows

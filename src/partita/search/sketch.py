@@ -6,8 +6,9 @@ below it is still searched and bounded. The structure is the one every fast CPU 
 (the BLIS and OpenBLAS design):
 
 - a register tile: the innermost tile of the output's contiguous dimension is a full vector,
-  its middle tile and the innermost tile of another output dimension are unrolled, so the
-  accumulators of the tile stay in vector registers;
+  its middle tile and the innermost tile of another output dimension (at least
+  :data:`REGISTER_ROWS` of its rows) are unrolled, so the accumulators of the tile stay in
+  vector registers;
 - the reduction loops run around the register tile, inside every other tile loop;
 - the outermost tile of the output's contiguous dimension is the parallel loop;
 - the accumulator (its initial value, the value stored) lives in registers;
@@ -47,9 +48,22 @@ class Sketch:
     decisions: tuple[Decision, ...]
 
     def apply(self, space: Space) -> Candidate | None:
-        """The partial candidate of this sketch in ``space`` (None: the space forbids it)."""
+        """The partial candidate of this sketch in ``space`` (None: the space forbids it).
+        A size decision keeps the values the space allows (the kernel's tile universe may
+        list sizes that do not divide the dimension)."""
+        root = space.root()
+        if not isinstance(root, Candidate):
+            return None
+        decisions = []
+        for d in self.decisions:
+            if d.choice == "size" and all(a in root.compiled.oid for a in d.args):
+                allowed = set(root.domain("size", *d.args))
+                d = Decision(d.choice, d.args, tuple(v for v in d.values if v in allowed))
+                if not d.values:
+                    return None
+            decisions.append(d)
         try:
-            cand = space.replay(list(self.decisions))
+            cand = space.replay(decisions)
         except SpaceError:
             return None
         return cand if isinstance(cand, Candidate) else None
@@ -158,6 +172,13 @@ ROW_BLOCK_TILES = 16
 """The fewest row tiles (of the register tile's height) in a block of rows that copies B's
 panel for itself, in the ``packed_ab`` sketch."""
 
+REGISTER_ROWS = 4
+"""The fewest rows of a register tile, where the kernel has that many. Each row of the tile
+reuses the vectors of B loaded for it: a tile of one or two rows reads B's panel once per
+row, every FMA's vector from L2 (the panel outgrows L1), and random completions of such
+tiles ran 32-108 ms on matmul 1024^3 with A transposed where every taller one ran 19-21 ms
+(the bound, charging FMAs and loads alone, is 7.3 ms for all of them)."""
+
 
 def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     """The ``packed`` and ``fused`` sketches of a contraction kernel with vectors of
@@ -174,12 +195,16 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     loads = _loads(k, acc)
     init = _init(k, acc)
     stores = _readers(k, acc)
+    rows_n = k.static_size(k.logical(shape.unrolled).size) or 0
 
     def base(parallel: str, outer: list[str]) -> list[Decision]:
         """The register tile, the reduction around it, ``outer`` tiles around that, the
         ``parallel`` tile outermost, the accumulator in registers."""
         chain = [parallel, *outer, *reduction, *register]
-        out = [Decision("size", (vec_tiles[-1],), (lanes,)),
+        tall = tuple(v for v in k.dim(unr_tiles[-1]).sizes or ()
+                     if REGISTER_ROWS <= v <= rows_n)
+        out = [Decision("size", (unr_tiles[-1],), tall)] if tall else []
+        out += [Decision("size", (vec_tiles[-1],), (lanes,)),
                Decision("dim_kind", (vec_tiles[-1],), ("VECTOR",)),
                Decision("dim_kind", (parallel,), ("PARALLEL",)),
                Decision("dim_kind", (unr_tiles[-1],), ("UNROLL",))]
@@ -291,7 +316,6 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
             # with 128 on A transposed, the bound blind to it: each copy's panel fits in L2).
             # The block holds at least 16 row tiles, where the rows make two such blocks of
             # the tallest register tile (one per thread on two cores).
-            rows_n = k.static_size(k.logical(shape.unrolled).size) or 0
             tallest = max(k.dim(unr_tiles[-1]).sizes or (1,))
             sizes = k.dim(inner_rows[0]).sizes or ()
             enough = tuple(v for v in sizes if v >= ROW_BLOCK_TILES)
