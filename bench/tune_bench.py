@@ -149,14 +149,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", help="comma-separated substrings of case labels")
     parser.add_argument("--write", help="rewrite the tuning section of this Markdown file")
+    parser.add_argument("--db", help="keep the records in this database (default: a temporary "
+                        "one); it must not exist yet, so that the cases start from nothing")
     args = parser.parse_args()
+    if args.db and Path(args.db).exists():
+        parser.error(f"--db {args.db}: the file exists; the benchmark starts from empty records")
     cases = [c for c in CASES if not args.only
              or any(s in c.label for s in args.only.split(","))]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        db = Path(args.db) if args.db else Path(tmp) / "records.sqlite"
         for case in cases:
             print(f"tuning {case.label} for {args.budget:g} s ...", flush=True)
-            rows.append(run(case, args.budget, Path(tmp) / "records.sqlite", args.seed))
+            rows.append(run(case, args.budget, db, args.seed))
             print(table(rows[-1:], args.budget), flush=True)
     text = table(rows, args.budget)
     print(text)
