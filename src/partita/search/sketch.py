@@ -49,15 +49,15 @@ class Sketch:
 
     def apply(self, space: Space) -> Candidate | None:
         """The partial candidate of this sketch in ``space`` (None: the space forbids it).
-        A size decision keeps the values the space allows (the kernel's tile universe may
+        A size decision keeps the values the space declares (the kernel's tile universe may
         list sizes that do not divide the dimension)."""
-        root = space.root()
-        if not isinstance(root, Candidate):
-            return None
+        sp = space.compiled()
         decisions = []
         for d in self.decisions:
-            if d.choice == "size" and all(a in root.compiled.oid for a in d.args):
-                allowed = set(root.domain("size", *d.args))
+            if d.choice == "size" and all(a in sp.oid for a in d.args):
+                slot = sp.lookup_slot("size", tuple(sp.oid[a] for a in d.args))
+                allowed = (set(sp.universe_of_slot[slot]) if 0 <= slot < sp.absent_slot
+                           else set(d.values))
                 d = Decision(d.choice, d.args, tuple(v for v in d.values if v in allowed))
                 if not d.values:
                     return None
