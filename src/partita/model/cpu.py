@@ -60,32 +60,31 @@ def _bandwidths(d: CpuDescription, threads: int) -> tuple[tuple[int, float], ...
     # the closer level's bandwidth. DRAM-sized sets stream through the caches and keep theirs.
     for i in range(len(table) - 2, 0, -1):
         table[i] = (table[i][0], table[i - 1][1])
-    ladder = _ladder(d, threads)
-    if ladder and len(table) > 2:
+    shared = _shared_rate(d, threads)
+    if shared and len(table) > 2:
         # A set of up to twice the private caches is partly still in them; a larger one
         # that fits the shared cache streams at most at the shared cache's own rate: the
         # fastest stream timed through it. Not at the rate of the size it is nearest: how
         # much of a shared cache one process gets depends on its neighbours (axpy on 80 MB
         # streamed at 38 GB/s, then at 47 GB/s ten minutes later, where the 64 MiB update
         # stream had been timed at 35 GB/s).
-        table[-2:-1] = [(ladder[0][0], table[-2][1]),
-                        (table[-2][0], max(gbs for _, gbs in ladder))]
+        table[-2:-1] = [(d.ladder_bytes[0], table[-2][1]), (table[-2][0], shared)]
         _monotone(table)
     return tuple(table)
 
 
-def _ladder(d: CpuDescription, threads: int) -> list[tuple[int, float]]:
-    """(total working set, GB/s) at each rung of the description's ladder: the fastest of the
-    read stream, the triad's true traffic and the in-place update, with
-    :data:`LADDER_MARGIN` (empty if a rung was not measured)."""
-    rungs = []
+def _shared_rate(d: CpuDescription, threads: int) -> float:
+    """GB/s of the fastest stream timed through the shared cache (read, the triad's true
+    traffic or the in-place update, at any set of the description's ladder), with
+    :data:`LADDER_MARGIN`; 0 if some set was not measured."""
+    best = 0.0
     for total in d.ladder_bytes:
         read, triad, update = ladder_specs(total, threads)
         gbs = max(_best(d, read), _best(d, triad) * WRITE_ALLOCATE, _best(d, update)) / 1e9
         if not gbs:
-            return []
-        rungs.append((total, gbs * LADDER_MARGIN))
-    return rungs
+            return 0.0
+        best = max(best, gbs)
+    return best * LADDER_MARGIN
 
 
 def _monotone(table: list[tuple[int, float]]) -> None:
