@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,15 +38,20 @@ LEVELS = ("L1", "L2", "L3", "DRAM")
 PAGE = 4096
 
 
+def whole_pages(nbytes: float, up: bool = False) -> int:
+    """Whole 4 KiB pages (at least one): down for sets that must fit a level, up for sets
+    that must spill."""
+    pages = math.ceil(nbytes / PAGE) if up else math.floor(nbytes / PAGE)
+    return max(1, pages) * PAGE
+
+
 def ladder_specs(total_bytes: int, threads: int) -> tuple[str, str, str]:
     """The read, triad and in-place update benchmarks that stream ``total_bytes`` on
     ``threads`` threads (the arrays of one benchmark share the set), in whole pages per
     thread and array."""
-    def pages(n: float) -> int:
-        return max(1, -(-int(n) // PAGE)) * PAGE
-    return (f"read:{pages(total_bytes / threads)}:{threads}",
-            f"triad:{pages(total_bytes / (3 * threads))}:{threads}",
-            f"update:{pages(total_bytes / (2 * threads))}:{threads}")
+    return (f"read:{whole_pages(total_bytes / threads, up=True)}:{threads}",
+            f"triad:{whole_pages(total_bytes / (3 * threads), up=True)}:{threads}",
+            f"update:{whole_pages(total_bytes / (2 * threads), up=True)}:{threads}")
 
 
 _DTYPES = {"fp32": "fp32", "f32": "fp32", "float32": "fp32", "single": "fp32",

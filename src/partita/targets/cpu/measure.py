@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import shutil
 import statistics
@@ -50,6 +49,7 @@ from partita.targets.cpu.description import (
     Sample,
     ladder_specs,
     machine_key,
+    whole_pages,
 )
 from partita.targets.cpu.machine import CpuCapabilities, host
 from partita.targets.cpu.microbench import MICROBENCH_C
@@ -124,12 +124,6 @@ def build(workdir: Path, cc: str = CC) -> Path:
 # ---------------------------------------------------------------------- working sets
 
 
-def _round(nbytes: float, up: bool = False) -> int:
-    """Whole 4 KiB pages: down for sets that must fit a level, up for sets that must spill."""
-    pages = math.ceil(nbytes / 4096) if up else math.floor(nbytes / 4096)
-    return max(1, pages) * 4096
-
-
 def _available_memory() -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -174,11 +168,11 @@ def working_sets(cpu: CpuCapabilities, threads: int, settings: Settings = FULL
                  ) -> WorkingSets:
     """The working set of each level's run, from the cache sizes in ``cpu``."""
     l1, l2, l3 = cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes
-    ws1 = _round(l1 / 2)
-    ws2 = _round(l2 / 2 if l2 / 2 >= 2 * l1 else (l1 + l2) / 2)
+    ws1 = whole_pages(l1 / 2)
+    ws2 = whole_pages(l2 / 2 if l2 / 2 >= 2 * l1 else (l1 + l2) / 2)
     private = threads * l2
     l3_total = 2 * private if 2 * private <= l3 / 2 else private + l3 / 2
-    ws3 = _round(l3_total / threads, up=True)
+    ws3 = whole_pages(l3_total / threads, up=True)
     dram_total = max(settings.dram_factor * (l3 + private), 64 << 20)
     avail = _available_memory()
     if avail:
@@ -189,8 +183,8 @@ def working_sets(cpu: CpuCapabilities, threads: int, settings: Settings = FULL
     while step < l3 and step <= dram_total:
         ladder.append(step)
         step *= 2
-    return WorkingSets(threads, ws1, max(ws2, 2 * ws1), ws3, _round(dram_total / threads, up=True),
-                       tuple(ladder))
+    dram = whole_pages(dram_total / threads, up=True)
+    return WorkingSets(threads, ws1, max(ws2, 2 * ws1), ws3, dram, tuple(ladder))
 
 
 # ---------------------------------------------------------------------- running
