@@ -19,9 +19,20 @@ from hypothesis import strategies as st
 from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Array
 from partita.ir.types import DType
+from partita.space import native
 from partita.space.candidate import DeadEnd, Decision, Space
 from partita.space.counters import INF
 from partita.space.decl import Compare, Is, Related, SpaceDef, SpaceError, Static, Var, values
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs on both engines: the C interpreter and the Python reference."""
+    monkeypatch.setenv("PARTITA_NATIVE", "1" if request.param == "native" else "0")
+    if request.param == "native" and native.library() is None:
+        pytest.skip("no C compiler for the native engine")
+    return request.param
+
 
 OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt,
        ">": operator.gt, "in": lambda a, b: a in b}

@@ -16,9 +16,8 @@ from typing import Any
 
 from partita.ir.kernel import Kernel
 from partita.space.compiler import CompiledSpace, DeadEndSignal
-from partita.space.counters import recompute
 from partita.space.decl import SpaceDef, SpaceError
-from partita.space.engine import all_slots, initial_vector, propagate
+from partita.space.engine import all_slots, initial_vector, open_slots, propagate
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ class Space:
         sp = self.compiled()
         vec = initial_vector(sp)
         cand = Candidate(self, sp, vec, (), frozenset())
-        return cand._settle(all_slots(sp), first=sp.root_checks)
+        return cand._settle(all_slots(sp), root=True)
 
     def replay(self, decisions: list[Decision] | list[Any], *,
                lenient: bool = False) -> Candidate | DeadEnd:
@@ -233,7 +232,12 @@ class Candidate:
     def open_slots(self) -> list[int]:
         """Decision slots with more than one value, in the space's choice order."""
         vec = self.vec
-        return [s for s in self.compiled.decision_slots if vec[s] & (vec[s] - 1)]
+        return open_slots(self.compiled, vec)
+
+    def first_open_slot(self) -> int | None:
+        """The first open decision slot in the space's choice order (None: all fixed)."""
+        found = open_slots(self.compiled, self.vec, 1)
+        return found[0] if found else None
 
     def open_choices(self) -> list[tuple[str, tuple[str, ...]]]:
         inst = self.compiled.instances
@@ -242,7 +246,7 @@ class Candidate:
     @property
     def is_implementation(self) -> bool:
         """Every choice is fixed: this candidate is one implementation."""
-        return not self.open_slots()
+        return self.first_open_slot() is None
 
     def assignment(self) -> dict[tuple[str, tuple[str, ...]], Any]:
         """The value of every fixed choice instance (pairs in stored orientation)."""
@@ -302,7 +306,7 @@ class Candidate:
         return self._restrict_slot(slot, mask, Decision(inst.choice, inst.args, vals))
 
     def _restrict_slot(self, slot: int, mask: int, decision: Decision) -> Candidate | DeadEnd:
-        vec = list(self.vec)
+        vec = self.vec[:]
         new = vec[slot] & mask
         if new == 0:
             return self._dead(DeadEndSignal(slot, -1), decision)
@@ -326,11 +330,11 @@ class Candidate:
     # -- internals -------------------------------------------------------------------------
 
     def _settle(self, changed: list[int], decision: Decision | None = None,
-                first: list | tuple = ()) -> Candidate | DeadEnd:
+                root: bool = False) -> Candidate | DeadEnd:
         """Propagate, then apply fired triggers until none fires."""
         fired: set[tuple[int, tuple[int, ...]]] = set()
         try:
-            propagate(self.compiled, self.vec, changed, fired, first)
+            propagate(self.compiled, self.vec, changed, fired, root)
         except DeadEndSignal as sig:
             return self._dead(sig, decision)
         new = self._new_lowerings(fired)
@@ -350,19 +354,11 @@ class Candidate:
         if sp is old:
             return Candidate(self.space, sp, self.vec, self.decisions, lowered)
         check_only_added(old, sp)
-        vec = initial_vector(sp)
-        for s, inst in enumerate(sp.instances):
-            prev = old.slot_of.get((inst.choice, inst.args))
-            if prev is not None:
-                vec[s] &= self.vec[prev]
-        for ci in range(len(sp.counters)):
-            recompute(sp, vec, ci)
-        fresh = [s for s, inst in enumerate(sp.instances)
-                 if (inst.choice, inst.args) not in old.slot_of]
+        vec = initial_vector(sp, self.vec, old)
         cand = Candidate(self.space, sp, vec, self.decisions, lowered)
         # Constraints among old instances are at their fixpoint already: only new instances
         # and counters (whose terms may include new objects) need to propagate.
-        return cand._settle(fresh + [c.lo_slot for c in sp.counters], decision)
+        return cand._settle(sp.fresh_slots(old), decision)
 
     def _dead(self, sig: DeadEndSignal, decision: Decision | None) -> DeadEnd:
         sp = self.compiled

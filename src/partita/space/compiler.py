@@ -19,6 +19,7 @@ their variables are bound, so a satisfied clause skips its inner loops.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -86,6 +87,17 @@ class CounterInstance:
     ones first (the slots of its quotient check), then later ones. None without a quotient."""
 
 
+@dataclass
+class PythonPropagators:
+    """The generated occurrence functions of a compiled space (the Python engine)."""
+
+    occurrences: dict[str, list[Occurrence]]
+    counter_occurrences: dict[str, list[Callable]]
+    trigger_occurrences: dict[str, list[Occurrence]]
+    root_checks: list[Callable]
+    source: str
+
+
 class CompiledSpace:
     """A decision space instantiated on one (possibly lowered) kernel."""
 
@@ -95,8 +107,12 @@ class CompiledSpace:
         self._collect_objects()
         self._layout_choices()
         self._layout_counters()
+        self._static_tables: dict[Any, Any] = {}
+        self._carried: dict[CompiledSpace, tuple[list[tuple[int, int]], list[int]]] = {}
+        self._native: Any = False
+        """The C engine (native.py): False until first asked for, None without one."""
         self._build_tables()
-        self._generate()
+        self._check_declarations()
 
     # ------------------------------------------------------------------ objects and sets
 
@@ -409,25 +425,91 @@ class CompiledSpace:
             range(self.n_choice_slots),
             key=lambda s: (rank.get(self.choice_of_slot[s], last), s))
 
+    def static_table(self, predicate: Callable[..., Any], args: tuple[str, ...],
+                     sets: dict[str, str]) -> Any:
+        """The predicate on every tuple of members of the variables' sets (None elsewhere),
+        computed once per predicate and sets (the Python and the C engines share it)."""
+        key = (predicate, tuple(sets[a] for a in args))
+        found = self._static_tables.get(key)
+        if found is not None:
+            return found
+        k, objs = self.kernel, self.objects
+        members = [set(self.set_ids[sets[a]]) for a in args]
+        if len(args) == 0:
+            table = predicate(k)
+        elif len(args) == 1:
+            table = [predicate(k, o) if i in members[0] else None for i, o in enumerate(objs)]
+        elif len(args) == 2:
+            table = [[predicate(k, a, b) if i in members[0] and j in members[1] and i != j
+                      else None for j, b in enumerate(objs)] for i, a in enumerate(objs)]
+        else:
+            raise SpaceError("static conditions take at most two objects")
+        self._static_tables[key] = table
+        return table
+
+    def carried_slots(self, since: CompiledSpace) -> list[tuple[int, int]]:
+        """``(slot, slot in since)`` of the choice instances both layouts have (a lowering
+        keeps every instance and adds some)."""
+        found = self._carried.get(since)
+        if found is None:
+            pairs = [(s, since.slot_of.get((inst.choice, inst.args)))
+                     for s, inst in enumerate(self.instances)]
+            fresh = [s for s, p in pairs if p is None]
+            found = self._carried[since] = (
+                [(s, p) for s, p in pairs if p is not None],
+                fresh + [c.lo_slot for c in self.counters])
+        return found[0]
+
+    def fresh_slots(self, since: CompiledSpace) -> list[int]:
+        """The slots to propagate after moving from ``since``: new instances and every
+        counter (their terms may include new objects)."""
+        self.carried_slots(since)
+        return self._carried[since][1]
+
+    def int_masks(self, choice: str, vals: frozenset[Any]) -> list[int]:
+        """Per slot, the mask of ``vals`` in its universe (0 for other choices' slots)."""
+        out = [0] * (self.n_choice_slots + 1)
+        for s, inst in enumerate(self.instances):
+            if inst.choice == choice:
+                out[s] = sum(1 << i for i, v in enumerate(inst.values) if v in vals)
+        return out
+
     # ------------------------------------------------------------------ code generation
 
-    def _generate(self) -> None:
+    def _check_declarations(self) -> None:
+        """The definition errors that generating propagators would meet, found without
+        generating them (the Python propagators are generated only when the C engine is
+        missing, or cannot run this space)."""
+        clauses = [(f"constraint {r.name!r}", r.forall, r.any_of) for r in self.sdef.constraints]
+        clauses += [(f"trigger {t.name!r}", t.forall, t.when) for t in self.sdef.triggers]
+        for what, forall, conds in clauses:
+            names = {v.name for v in forall}
+            for c in conds:
+                for a in _cond_args(c):
+                    if a not in names:
+                        raise SpaceError(f"{what}: condition uses unbound variable {a!r}")
+                counter = self.sdef.counters.get(c.choice) if isinstance(c, Compare) else None
+                if counter is not None and counter.half and c.op not in ("<=", "<"):
+                    raise SpaceError(f"half counter {c.choice!r} keeps only a lower bound: it "
+                                     f"can only be bounded from above, not with {c.op!r}")
+
+    @functools.cached_property
+    def python(self) -> PythonPropagators:
+        """The occurrence functions, generated as Python on first use."""
         gen = _Generator(self)
-        self.occurrences: dict[str, list[Occurrence]] = {}
-        self.counter_occurrences: dict[str, list[Callable]] = {}
-        self.trigger_occurrences: dict[str, list[Occurrence]] = {}
-        self.root_checks: list[Callable] = []
+        py = PythonPropagators({}, {}, {}, [], "")
         for kid, req in enumerate(self.sdef.constraints):
             for target, fn, cond in gen.constraint(kid, req):
-                self._register(target, fn, cond, self.occurrences, self.counter_occurrences)
+                self._register(target, fn, cond, py.occurrences, py.counter_occurrences)
             if len(req.forall) <= 2:
                 # Run once at the root: catches clauses none of whose conditions reads an
                 # existing choice instance, which no domain change would ever trigger.
-                self.root_checks.append(gen.root_check(kid, req))
+                py.root_checks.append(gen.root_check(kid, req))
         for tid, trig in enumerate(self.sdef.triggers):
             for target, fn, cond in gen.trigger(tid, trig):
-                self._register(target, fn, cond, self.trigger_occurrences, {})
-        self.source = gen.source()
+                self._register(target, fn, cond, py.trigger_occurrences, {})
+        py.source = gen.source()
+        return py
 
     def _register(self, target: str, fn: Callable, cond: Condition, choices: dict,
                   counters: dict) -> None:
@@ -719,26 +801,11 @@ class _Generator:
     # -- tables ----------------------------------------------------------------------------
 
     def _static_table(self, predicate: Callable[..., Any], args: tuple[str, ...]) -> Any:
-        """The predicate on every tuple of members of the variables' sets (None elsewhere)."""
-        sp = self.space
-        k, objs = sp.kernel, sp.objects
-        members = [set(sp.set_ids[self.vars[a].set]) for a in args]
-        if len(args) == 0:
-            return predicate(k)
-        if len(args) == 1:
-            return [predicate(k, o) if i in members[0] else None for i, o in enumerate(objs)]
-        if len(args) == 2:
-            return [[predicate(k, a, b) if i in members[0] and j in members[1] and i != j
-                     else None for j, b in enumerate(objs)] for i, a in enumerate(objs)]
-        raise SpaceError("static conditions take at most two objects")
+        return self.space.static_table(predicate, args,
+                                       {a: self.vars[a].set for a in args})
 
     def _int_masks(self, choice: str, vals: frozenset[Any]) -> list[int]:
-        sp = self.space
-        out = [0] * (sp.n_choice_slots + 1)
-        for s, inst in enumerate(sp.instances):
-            if inst.choice == choice:
-                out[s] = sum(1 << i for i, v in enumerate(inst.values) if v in vals)
-        return out
+        return self.space.int_masks(choice, vals)
 
     def _relation(self, cond: Related) -> Any:
         return _Relation(self.space, cond)

@@ -49,8 +49,10 @@ def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
 
 
 def _store(vec: list[int], c: CounterInstance, lo: int, hi: int) -> bool:
-    if c.half:
-        hi = INF
+    # Stored values saturate at INF (the C engine keeps them in 64 bits): every bound a
+    # counter is compared with is far below it.
+    lo = min(lo, INF)
+    hi = INF if c.half else min(hi, INF)
     s = c.lo_slot
     if vec[s] == lo and vec[s + 1] == hi:
         return False
@@ -145,8 +147,9 @@ def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterIns
                    exact: set[int] | None = None) -> None:
     is_mul = c.kind == "mul"
     mbit = c.merged_bit
-    statuses = _interval(sp, vec, c)[2]
-    lo, hi = vec[c.lo_slot], vec[c.lo_slot + 1]
+    # The exact interval of now (not the stored one, which saturates and may predate
+    # changes still queued): the other terms' share is this total less the term's value.
+    lo, hi, statuses = _interval(sp, vec, c)
     for idx, ((conds, value, quot, _), (certain, possible, vmin, vmax)) in enumerate(zip(
             c.terms, statuses, strict=True)):
         if not possible:

@@ -10,10 +10,12 @@ which the candidate layer turns into a :class:`~partita.space.candidate.DeadEnd`
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable
 
 from partita.space.compiler import ABSENT, CompiledSpace, DeadEndSignal
 from partita.space.counters import recompute
+from partita.space.native import engine_of, propagate_native
 
 
 def make_restrict(vec: list[int], queue: list[int], pending: dict[int, int]) -> Callable:
@@ -33,23 +35,29 @@ def make_restrict(vec: list[int], queue: list[int], pending: dict[int, int]) -> 
 
 
 def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
-              fired: set[tuple[int, tuple[int, ...]]], first: Iterable[Callable] = ()) -> None:
+              fired: set[tuple[int, tuple[int, ...]]], root: bool = False) -> None:
     """Run propagators until no domain changes. Raises DeadEndSignal on an empty domain.
 
-    ``first`` are whole-constraint checks run once before the worklist (at the root).
+    ``root`` first runs every clause of at most two variables once (at the root: a clause
+    none of whose conditions reads an existing instance is never triggered otherwise). The C
+    engine (native.py) runs it when the space has one; this is the reference.
     """
+    changed = list(changed)
+    if propagate_native(sp, vec, changed, fired, root):
+        return
+    py = sp.python
     queue = list(dict.fromkeys(changed))
     # Slots changed before the call have no known previous domain: -1 meets every mask.
     pending = dict.fromkeys(queue, -1)
     R = make_restrict(vec, queue, pending)
-    for check in first:
+    for check in py.root_checks if root else ():
         check(vec, R, fired)
     n_choice = sp.n_choice_slots
     choice_of = sp.choice_of_slot
     instances = sp.instances
-    occ = sp.occurrences
-    tocc = sp.trigger_occurrences
-    cocc = sp.counter_occurrences
+    occ = py.occurrences
+    tocc = py.trigger_occurrences
+    cocc = py.counter_occurrences
     pair = sp.pair_choice
     watch = sp.counter_watch
     counters = sp.counters
@@ -89,12 +97,37 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
                 fn(vec, R, fired, *c.ids)
 
 
-def initial_vector(sp: CompiledSpace) -> list[int]:
-    """Full domains (less unmet requirements), counters computed, before propagation."""
-    vec = [*sp.init_domains, ABSENT] + [0] * (2 * len(sp.counters))
+def initial_vector(sp: CompiledSpace, carried: array | None = None,
+                   since: CompiledSpace | None = None) -> array:
+    """Full domains (less unmet requirements) met with the domains ``carried`` from the
+    layout ``since`` (a space before a lowering added objects), counters computed, before
+    propagation."""
+    vec = array("q", [*sp.init_domains, ABSENT])
+    vec.extend(bytes(8 * 2 * len(sp.counters)))
+    if carried is not None and since is not None:
+        for s, prev in sp.carried_slots(since):
+            vec[s] &= carried[prev]
+    recompute_all(sp, vec)
+    return vec
+
+
+def recompute_all(sp: CompiledSpace, vec: array) -> None:
+    """Every counter's interval, in place."""
+    eng = engine_of(sp)
+    if eng is not None:
+        eng.recompute_all(vec)
+        return
     for ci in range(len(sp.counters)):
         recompute(sp, vec, ci)
-    return vec
+
+
+def open_slots(sp: CompiledSpace, vec: array, limit: int | None = None) -> list[int]:
+    """Decision slots with more than one value, in the space's choice order."""
+    eng = engine_of(sp)
+    if eng is not None:
+        return eng.open_slots(vec, limit or len(sp.decision_slots))
+    out = [s for s in sp.decision_slots if vec[s] & (vec[s] - 1)]
+    return out if limit is None else out[:limit]
 
 
 def all_slots(sp: CompiledSpace) -> list[int]:

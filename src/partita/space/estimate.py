@@ -123,10 +123,9 @@ def random_descent(root: Node, rng: random.Random) -> tuple[Node, int, float]:
     depth = 0
     weight = 1.0
     while isinstance(cand, Candidate):
-        opens = cand.open_slots()
-        if not opens:
+        slot = cand.first_open_slot()
+        if slot is None:
             return cand, depth, weight
-        slot = opens[0]
         bits = set_bits(cand.vec[slot])
         weight *= len(bits)
         cand = cand.restrict_slot(slot, 1 << bits[rng.randrange(len(bits))])

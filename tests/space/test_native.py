@@ -1,0 +1,94 @@
+"""The C engine against the Python reference: same fixpoints, dead ends and lowerings.
+
+Both engines run the same algorithm (native.py explains how the program mirrors the
+generated Python), so a random descent must see exactly the same vectors, the same dead end
+(constraint and domain) and the same fired triggers at every step, on every space.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import partita
+from partita.ir.builder import KernelBuilder
+from partita.space import native
+from partita.space.candidate import Candidate, Space
+from partita.space.decl import Related, SpaceDef, Static, Var
+from partita.targets import AVX512_REFERENCE
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler")
+
+KERNELS = [
+    ("cpu", "matmul", {"m": 64, "n": 48, "k": 32}),
+    ("cpu", "matmul", {"m": 1024, "n": 1024, "k": 1024}),
+    ("cpu", "batched_matmul", {"b": 4, "m": 32, "n": 32, "k": 16, "reuse_b": 1}),
+    ("cpu", "axpy", {"n": 1000}),
+    ("cpu", "dot", {"n": 4096, "partials": 64}),
+    ("gpu", "matmul", {"m": 256, "n": 256, "k": 32}),
+]
+
+
+def descent(space: Space, seed: int) -> list:
+    """Every step of a uniform random descent: the slot, the value, then the vector and
+    layout reached, or the dead end's reason."""
+    rng = random.Random(seed)
+    cand = space.root()
+    steps = []
+    while isinstance(cand, Candidate):
+        slot = cand.first_open_slot()
+        if slot is None:
+            break
+        bits = [i for i in range(64) if cand.vec[slot] >> i & 1]
+        bit = rng.choice(bits)
+        cand = cand.restrict_slot(slot, 1 << bit)
+        steps.append((slot, bit, list(cand.vec), sorted(cand.lowered))
+                     if isinstance(cand, Candidate) else (slot, bit, cand.reason))
+    return steps
+
+
+def both(monkeypatch: pytest.MonkeyPatch, target: str, name: str, params: dict,
+         seed: int) -> tuple[list, list]:
+    out = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("PARTITA_NATIVE", flag)
+        k = partita.kernel(name, **params)
+        out.append(descent(partita.space(k, target, cpu=AVX512_REFERENCE), seed))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize(("target", "name", "params"), KERNELS,
+                         ids=[f"{t}-{n}-{'x'.join(map(str, p.values()))}" for t, n, p in KERNELS])
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6))
+def test_random_descents_match_the_python_engine(monkeypatch: pytest.MonkeyPatch, target: str,
+                                                 name: str, params: dict, seed: int) -> None:
+    python, c = both(monkeypatch, target, name, params, seed)
+    assert c == python
+
+
+def test_the_space_uses_the_c_engine() -> None:
+    k = partita.kernel("matmul", m=64, n=64, k=64)
+    root = partita.space(k).root()
+    assert native.engine_of(root.compiled) is not None
+
+
+def test_a_space_the_interpreter_cannot_run_keeps_the_python_engine() -> None:
+    """A callable relation between integer choices has no C form: the space propagates in
+    Python, with the same results."""
+    s = SpaceDef("divides")
+    s.set("Objs", lambda k: ["x", "y"])
+    s.integer("size", ["Objs"], lambda k, o: [1, 2, 3, 4, 6])
+    s.require("size(y) divides size(x)", [Var("o", "Objs"), Var("p", "Objs")],
+              Static(lambda k, a, b: a != "x", ("o", "p")),
+              Related("size", ("o",), "size", ("p",), lambda a, b: a % b == 0))
+    b = KernelBuilder("tiny")
+    b.array("x", "float32", [4])
+    root = Space(s, b.build()).root()
+    assert native.engine_of(root.compiled) is None
+    c = root.restrict("size", ("x",), [6])
+    assert c.domain("size", "y") == (1, 2, 3, 6)
