@@ -32,13 +32,14 @@ KERNELS = [
 ]
 
 
-def descent(space: Space, seed: int) -> list:
+def descent(space: Space, seed: int, in_c: bool) -> list:
     """Every step of a uniform random descent: the slot, the value, then the vector and
-    layout reached, or the dead end's reason."""
+    layout reached, or the dead end's reason. ``in_c``: every layout runs the C engine."""
     rng = random.Random(seed)
     cand = space.root()
     steps = []
     while isinstance(cand, Candidate):
+        assert (native.engine_of(cand.compiled) is not None) == in_c
         slot = cand.first_open_slot()
         if slot is None:
             break
@@ -56,7 +57,7 @@ def both(monkeypatch: pytest.MonkeyPatch, target: str, name: str, params: dict,
     for flag in ("0", "1"):
         monkeypatch.setenv("PARTITA_NATIVE", flag)
         k = partita.kernel(name, **params)
-        out.append(descent(partita.space(k, target, cpu=AVX512_REFERENCE), seed))
+        out.append(descent(partita.space(k, target, cpu=AVX512_REFERENCE), seed, flag == "1"))
     return out[0], out[1]
 
 

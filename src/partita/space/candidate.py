@@ -68,6 +68,7 @@ class Space:
         self.kernel = kernel
         self._compiled: dict[Lowered, CompiledSpace] = {}
         self._by_backbone: dict[str, CompiledSpace] = {}
+        self._steps: dict[tuple[int, str, tuple[str, ...]], tuple[Kernel, Kernel]] = {}
 
     def compiled(self, lowered: Lowered = frozenset()) -> CompiledSpace:
         """The layout for a set of fired triggers. Sets that lower to the same backbone (two
@@ -83,10 +84,18 @@ class Space:
         return sp
 
     def _lower(self, lowered: Lowered) -> Kernel:
+        """The backbone after the fired triggers, applied in a canonical order. Sets share
+        most of their steps (and many steps add nothing: two pairs of one operand lower to
+        one temporary), so each step's result is kept per input kernel."""
         triggers = {t.name: t for t in self.sdef.triggers}
         kernel = self.kernel
         for name, objs in sorted(lowered):
-            kernel = triggers[name].lower(kernel, *objs)
+            key = (id(kernel), name, objs)
+            found = self._steps.get(key)
+            if found is None:
+                # The input kernel is kept with the result, so its id is never reused.
+                found = self._steps[key] = (kernel, triggers[name].lower(kernel, *objs))
+            kernel = found[1]
         return kernel
 
     def root(self) -> Candidate | DeadEnd:
@@ -353,7 +362,8 @@ class Candidate:
         sp = self.space.compiled(lowered)
         if sp is old:
             return Candidate(self.space, sp, self.vec, self.decisions, lowered)
-        check_only_added(old, sp)
+        if old not in sp._carried:
+            check_only_added(old, sp)
         vec = initial_vector(sp, self.vec, old)
         cand = Candidate(self.space, sp, vec, self.decisions, lowered)
         # Constraints among old instances are at their fixpoint already: only new instances

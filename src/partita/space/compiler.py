@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,7 +109,7 @@ class CompiledSpace:
         self._layout_choices()
         self._layout_counters()
         self._static_tables: dict[Any, Any] = {}
-        self._carried: dict[CompiledSpace, tuple[list[tuple[int, int]], list[int]]] = {}
+        self._carried: dict[CompiledSpace, tuple[array, list[int]]] = {}
         self._native: Any = False
         """The C engine (native.py): False until first asked for, None without one."""
         self._build_tables()
@@ -447,16 +448,16 @@ class CompiledSpace:
         self._static_tables[key] = table
         return table
 
-    def carried_slots(self, since: CompiledSpace) -> list[tuple[int, int]]:
-        """``(slot, slot in since)`` of the choice instances both layouts have (a lowering
-        keeps every instance and adds some)."""
+    def carried_slots(self, since: CompiledSpace) -> array:
+        """``slot, slot in since`` (flattened) of the choice instances both layouts have (a
+        lowering keeps every instance and adds some)."""
         found = self._carried.get(since)
         if found is None:
             pairs = [(s, since.slot_of.get((inst.choice, inst.args)))
                      for s, inst in enumerate(self.instances)]
             fresh = [s for s, p in pairs if p is None]
             found = self._carried[since] = (
-                [(s, p) for s, p in pairs if p is not None],
+                array("q", [x for s, p in pairs if p is not None for x in (s, p)]),
                 fresh + [c.lo_slot for c in self.counters])
         return found[0]
 
@@ -465,6 +466,13 @@ class CompiledSpace:
         counter (their terms may include new objects)."""
         self.carried_slots(since)
         return self._carried[since][1]
+
+    @functools.cached_property
+    def initial_domains(self) -> array:
+        """Full domains (less unmet requirements), the absent slot, counters zeroed."""
+        vec = array("q", [*self.init_domains, ABSENT])
+        vec.extend(bytes(8 * 2 * len(self.counters)))
+        return vec
 
     def int_masks(self, choice: str, vals: frozenset[Any]) -> list[int]:
         """Per slot, the mask of ``vals`` in its universe (0 for other choices' slots)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable
 
-from partita.space.compiler import ABSENT, CompiledSpace, DeadEndSignal
+from partita.space.compiler import CompiledSpace, DeadEndSignal
 from partita.space.counters import recompute
 from partita.space.native import engine_of, propagate_native
 
@@ -102,11 +102,15 @@ def initial_vector(sp: CompiledSpace, carried: array | None = None,
     """Full domains (less unmet requirements) met with the domains ``carried`` from the
     layout ``since`` (a space before a lowering added objects), counters computed, before
     propagation."""
-    vec = array("q", [*sp.init_domains, ABSENT])
-    vec.extend(bytes(8 * 2 * len(sp.counters)))
+    vec = sp.initial_domains[:]
     if carried is not None and since is not None:
-        for s, prev in sp.carried_slots(since):
-            vec[s] &= carried[prev]
+        pairs = sp.carried_slots(since)
+        eng = engine_of(sp)
+        if eng is not None:
+            eng.carry(vec, carried, pairs)
+        else:
+            for i in range(0, len(pairs), 2):
+                vec[pairs[i]] &= carried[pairs[i + 1]]
     recompute_all(sp, vec)
     return vec
 

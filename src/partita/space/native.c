@@ -11,7 +11,6 @@
  */
 #include <stdint.h>
 #include <string.h>
-/* build: -O2 */
 
 typedef int64_t i64;
 typedef uint64_t u64;
@@ -397,7 +396,7 @@ static i64 ok_mask(const i64 *P, i64 slot, int op, const i64 *b) {
 static int rel_test(int kind, i64 a, i64 b) { return kind == 1 ? a == b : a != b; }
 
 /* 1 if the condition certainly holds, -1 if it certainly fails, else 0. */
-static int cond_state(Ctx *c, const i64 *k, const i64 *vals) {
+static inline __attribute__((always_inline)) int cond_state(Ctx *c, const i64 *k, const i64 *vals) {
     const i64 *P = c->P;
     i64 absent = c->absent;
     switch (k[0]) {
@@ -557,8 +556,9 @@ static inline __attribute__((always_inline)) int eval_level(Ctx *c, const Occ *o
     for (i64 k = 0; k < lv[0]; k++) {
         const i64 *cd = P + lv[1 + k];
         if (cd[0] == C_STATIC) {
-            /* [type, ci, table_off, arity, v0, v1] */
-            int t = (int)P[cd[2] + table_index(c->nobj, cd[3], vals, cd[4], cd[5])];
+            /* [type, ci, table_off, arity, v0, v1]; the table is packed 64 flags a word */
+            i64 at = table_index(c->nobj, cd[3], vals, cd[4], cd[5]);
+            int t = (int)((u64)P[cd[2] + (at >> 6)] >> (at & 63) & 1);
             if (trigger ? !t : t) return 1;
             continue;
         }
@@ -832,4 +832,9 @@ int partita_open_slots(const i64 *vec, const i64 *order, int n, i64 *out, int li
         if (d & (d - 1)) out[k++] = order[i];
     }
     return k;
+}
+
+/* Meet the domains carried from another layout: vec[pairs[2i]] &= old[pairs[2i + 1]]. */
+void partita_carry(i64 *vec, const i64 *old, const i64 *pairs, int n) {
+    for (int i = 0; i < n; i++) vec[pairs[2 * i]] &= old[pairs[2 * i + 1]];
 }

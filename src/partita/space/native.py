@@ -64,6 +64,7 @@ class Unsupported(Exception):
 
 # ---------------------------------------------------------------------- the shared library
 
+FLAGS = ("-O2", "-shared", "-fPIC")
 _LIB: Any = None
 _LIB_FAILED = False
 
@@ -79,15 +80,16 @@ def library() -> Any:
     if _LIB is not None or _LIB_FAILED:
         return _LIB
     text = SOURCE.read_bytes()
-    digest = hashlib.sha256(text).hexdigest()[:16]
+    cc = os.environ.get("CC", "gcc")
+    command = [cc, *FLAGS]
+    digest = hashlib.sha256(text + " ".join(command).encode()).hexdigest()[:16]
     target = cache_root() / "native" / f"propagate-{digest}.so"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
-        cc = os.environ.get("CC", "gcc")
         try:
-            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
+            subprocess.run([*command, "-o", tmp, str(SOURCE)],
                            check=True, capture_output=True, timeout=120)
             os.replace(tmp, target)
         except (OSError, subprocess.SubprocessError):
@@ -101,6 +103,9 @@ def library() -> Any:
                                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.partita_recompute_all.restype = None
     lib.partita_recompute_all.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.partita_carry.restype = None
+    lib.partita_carry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_int]
     lib.partita_open_slots.restype = ctypes.c_int
     lib.partita_open_slots.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                        ctypes.c_void_p, ctypes.c_int]
@@ -160,6 +165,11 @@ class NativeEngine:
         """Every counter's interval, in place."""
         self.lib.partita_recompute_all(self._p, vec.buffer_info()[0])
 
+    def carry(self, vec: array, old: array, pairs: array) -> None:
+        """``vec[s] &= old[p]`` for the ``(s, p)`` pairs, flattened."""
+        self.lib.partita_carry(vec.buffer_info()[0], old.buffer_info()[0],
+                               pairs.buffer_info()[0], len(pairs) // 2)
+
     def open_slots(self, vec: array, limit: int) -> list[int]:
         """The open decision slots in the space's choice order (at most ``limit``)."""
         order = self._order
@@ -206,7 +216,7 @@ class _Builder:
         off = len(self.P)
         for v in values:
             v = int(v)
-            if not -INT64_MAX <= v <= INT64_MAX:
+            if not -INT64_MAX - 1 <= v <= INT64_MAX:
                 raise Unsupported(f"value {v} does not fit 64 bits")
             self.P.append(v)
         return off
@@ -469,7 +479,12 @@ class _Builder:
         if off is None:
             table = self.sp.static_table(cond.predicate, cond.args, self._sets_of)
             flat = _flatten(table, len(cond.args), self.sp.n_objects, None)
-            off = self._tables[key] = self.add(int(bool(v)) for v in flat)
+            words = [0] * ((len(flat) + 63) // 64)
+            for i, v in enumerate(flat):
+                if v:
+                    words[i >> 6] |= 1 << (i & 63)
+            # Packed 64 flags a word (a table per pair of sets would fill the cache).
+            off = self._tables[key] = self.add(w - (1 << 64) if w >> 63 else w for w in words)
         return off
 
 
