@@ -93,3 +93,29 @@ def test_a_space_the_interpreter_cannot_run_keeps_the_python_engine() -> None:
     assert native.engine_of(root.compiled) is None
     c = root.restrict("size", ("x",), [6])
     assert c.domain("size", "y") == (1, 2, 3, 6)
+
+
+@pytest.mark.parametrize(("target", "name", "params"), [KERNELS[0], KERNELS[2], KERNELS[5]])
+def test_lowerings_never_change_a_static_fact(target: str, name: str, params: dict) -> None:
+    """Layouts of one space share the values of static predicates (and of the values'
+    requirements) on the objects they have
+    in common (compiling a layout would otherwise re-evaluate them all): every table of
+    every layout reached equals the table computed afresh on that layout's kernel."""
+    from partita.space.compiler import CompiledSpace
+
+    space = partita.space(partita.kernel(name, **params), target, cpu=AVX512_REFERENCE)
+    root = space.root()
+    rng = random.Random(3)
+    for _ in range(12):
+        cand = root
+        while isinstance(cand, Candidate) and (slot := cand.first_open_slot()) is not None:
+            bits = [i for i in range(64) if cand.vec[slot] >> i & 1]
+            cand = cand.restrict_slot(slot, 1 << rng.choice(bits))
+    layouts = {id(sp): sp for sp in space._compiled.values()}
+    assert len(layouts) > 1
+    for sp in layouts.values():
+        fresh = CompiledSpace(sp.sdef, sp.kernel)
+        for (predicate, sets), table in sp._static_tables.items():
+            names = {f"v{i}": s for i, s in enumerate(sets)}
+            assert fresh.static_table(predicate, tuple(names), names) == table
+        assert fresh.init_domains == sp.init_domains  # requirements are static facts too

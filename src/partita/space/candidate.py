@@ -69,6 +69,7 @@ class Space:
         self._compiled: dict[Lowered, CompiledSpace] = {}
         self._by_backbone: dict[str, CompiledSpace] = {}
         self._steps: dict[tuple[int, str, tuple[str, ...]], tuple[Kernel, Kernel]] = {}
+        self._facts: dict[tuple[Any, ...], Any] = {}
 
     def compiled(self, lowered: Lowered = frozenset()) -> CompiledSpace:
         """The layout for a set of fired triggers. Sets that lower to the same backbone (two
@@ -78,7 +79,7 @@ class Space:
             kernel = self._lower(lowered)
             sp = self._by_backbone.get(kernel.structural_hash)
             if sp is None:
-                sp = CompiledSpace(self.sdef, kernel)
+                sp = CompiledSpace(self.sdef, kernel, self._facts)
                 self._by_backbone[kernel.structural_hash] = sp
             self._compiled[lowered] = sp
         return sp

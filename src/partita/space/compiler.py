@@ -102,9 +102,15 @@ class PythonPropagators:
 class CompiledSpace:
     """A decision space instantiated on one (possibly lowered) kernel."""
 
-    def __init__(self, sdef: SpaceDef, kernel: Kernel) -> None:
+    def __init__(self, sdef: SpaceDef, kernel: Kernel,
+                 facts: dict[tuple[Any, ...], Any] | None = None) -> None:
         self.sdef = sdef
         self.kernel = kernel
+        self._facts = {} if facts is None else facts
+        """Static predicates' values by object names, shared by the layouts of one space:
+        a lowering only adds objects, and never changes what holds of the others (a test
+        checks it on every space)."""
+        self._quotient_memo: dict[tuple[str, int], list[tuple[int, int]]] = {}
         self._collect_objects()
         self._layout_choices()
         self._layout_counters()
@@ -218,10 +224,10 @@ class CompiledSpace:
         reqs = dict(decl.requires)
         dom = 0
         for i, v in enumerate(decl.values):
-            ok = v not in reqs or bool(reqs[v](self.kernel, *objs))
+            ok = v not in reqs or bool(self._fact(reqs[v], *objs))
             if ok and decl.is_pair:
                 w = decl.swapped(v)
-                ok = w not in reqs or bool(reqs[w](self.kernel, *objs[::-1]))
+                ok = w not in reqs or bool(self._fact(reqs[w], *objs[::-1]))
             if ok:
                 dom |= 1 << i
         return dom
@@ -352,6 +358,9 @@ class CompiledSpace:
     def _quotient_pairs(self, qname: str, x: int) -> list[tuple[int, int]]:
         """(order slot, member) for the earlier members of the quotient's set that x may be
         merged with."""
+        found = self._quotient_memo.get((qname, x))
+        if found is not None:
+            return found
         q = self.sdef.quotients[qname]
         members = self.set_ids[q.set]
         out = []
@@ -365,6 +374,7 @@ class CompiledSpace:
             bit = 1 << self.sdef.enums[q.choice].values.index(q.value)
             if self.init_domains[real] & bit:  # the pair can be merged at all
                 out.append((real, y))
+        self._quotient_memo[(qname, x)] = out
         return out
 
     def lookup_slot(self, choice: str, ids: tuple[int, ...]) -> int:
@@ -434,19 +444,28 @@ class CompiledSpace:
         found = self._static_tables.get(key)
         if found is not None:
             return found
-        k, objs = self.kernel, self.objects
+        objs = self.objects
         members = [set(self.set_ids[sets[a]]) for a in args]
+        fact = self._fact
         if len(args) == 0:
-            table = predicate(k)
+            table = fact(predicate)
         elif len(args) == 1:
-            table = [predicate(k, o) if i in members[0] else None for i, o in enumerate(objs)]
+            table = [fact(predicate, o) if i in members[0] else None for i, o in enumerate(objs)]
         elif len(args) == 2:
-            table = [[predicate(k, a, b) if i in members[0] and j in members[1] and i != j
+            table = [[fact(predicate, a, b) if i in members[0] and j in members[1] and i != j
                       else None for j, b in enumerate(objs)] for i, a in enumerate(objs)]
         else:
             raise SpaceError("static conditions take at most two objects")
         self._static_tables[key] = table
         return table
+
+    def _fact(self, predicate: Callable[..., Any], *objs: str) -> Any:
+        key = (predicate, *objs)
+        try:
+            return self._facts[key]
+        except KeyError:
+            value = self._facts[key] = predicate(self.kernel, *objs)
+            return value
 
     def carried_slots(self, since: CompiledSpace) -> array:
         """``slot, slot in since`` (flattened) of the choice instances both layouts have (a

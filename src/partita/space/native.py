@@ -125,7 +125,10 @@ class NativeEngine:
     def __init__(self, sp: CompiledSpace, lib: Any) -> None:
         self.sp = sp
         self.lib = lib
-        self.program = array("q", _Builder(sp).program())
+        try:
+            self.program = array("q", _Builder(sp).program())
+        except (TypeError, OverflowError) as exc:
+            raise Unsupported(f"a value of the program is not a 64-bit integer: {exc}") from None
         self._p = self.program.buffer_info()[0]
         n = sp.size
         self.n = n
@@ -214,11 +217,7 @@ class _Builder:
     def add(self, values: Iterable[int]) -> int:
         """Append a record; ``values`` must not add records itself while it is read."""
         off = len(self.P)
-        for v in values:
-            v = int(v)
-            if not -INT64_MAX - 1 <= v <= INT64_MAX:
-                raise Unsupported(f"value {v} does not fit 64 bits")
-            self.P.append(v)
+        self.P.extend(values)
         return off
 
     def program(self) -> list[int]:
@@ -272,6 +271,8 @@ class _Builder:
             counters.append(self.add(head + terms))
         P[H_COUNTERS] = self.add(counters)
         P[H_ROOT] = self.add([len(root), *root])
+        if min(P) < -INT64_MAX - 1 or max(P) > INT64_MAX:
+            raise Unsupported("a value does not fit 64 bits")
         return P
 
     def _term(self, c: Any, i: int) -> int:
