@@ -29,7 +29,6 @@ enum { C_STATIC, C_IS, C_REL, C_CMP_INT, C_CMP_CNT };
 enum { OP_LE, OP_LT, OP_GE, OP_GT, OP_EQ, OP_IN };
 
 #define MAX_VARS 8
-#define MAX_FIRED 4096
 #define FIRED_WIDTH 6   /* tid, n, id0..id3 */
 
 typedef struct {
@@ -43,6 +42,7 @@ typedef struct {
     char *pending;
     i64 *fired;
     int nfired;
+    int max_fired;
     int overflow;
     i64 dead_slot;
     i64 dead_kid;
@@ -395,6 +395,18 @@ static i64 ok_mask(const i64 *P, i64 slot, int op, const i64 *b) {
 
 static int rel_test(int kind, i64 a, i64 b) { return kind == 1 ? a == b : a != b; }
 
+/* The values of `d` (universe `u`) related to some value of `e` (universe `v`). */
+static i64 supported(int kind, const i64 *u, i64 d, const i64 *v, i64 e) {
+    i64 keep = 0;
+    for (u64 x = (u64)d; x; x &= x - 1)
+        for (u64 y = (u64)e; y; y &= y - 1)
+            if (rel_test(kind, u[1 + ctz64(x)], v[1 + ctz64(y)])) {
+                keep |= ((i64)1) << ctz64(x);
+                break;
+            }
+    return keep;
+}
+
 /* 1 if the condition certainly holds, -1 if it certainly fails, else 0. */
 static inline __attribute__((always_inline)) int cond_state(Ctx *c, const i64 *k, const i64 *vals) {
     const i64 *P = c->P;
@@ -483,25 +495,9 @@ static int cond_enforce(Ctx *c, const i64 *k, const i64 *vals, i64 kid) {
             return restrict_signed(c, sb, P[k[15] + da], fb, kid);
         }
         const i64 *ua = univ(P, sa), *ub = univ(P, sb);
-        da = c->vec[sa];
-        db = c->vec[sb];
-        i64 keep_a = 0;
-        for (u64 x = (u64)da; x; x &= x - 1)
-            for (u64 y = (u64)db; y; y &= y - 1)
-                if (rel_test(kind, ua[1 + ctz64(x)], ub[1 + ctz64(y)])) {
-                    keep_a |= ((i64)1) << ctz64(x);
-                    break;
-                }
-        if (R(c, sa, keep_a, kid)) return 1;
-        da = c->vec[sa];
-        i64 keep_b = 0;
-        for (u64 y = (u64)db; y; y &= y - 1)
-            for (u64 x = (u64)da; x; x &= x - 1)
-                if (rel_test(kind, ua[1 + ctz64(x)], ub[1 + ctz64(y)])) {
-                    keep_b |= ((i64)1) << ctz64(y);
-                    break;
-                }
-        return R(c, sb, keep_b, kid);
+        if (R(c, sa, supported(kind, ua, c->vec[sa], ub, c->vec[sb]), kid)) return 1;
+        /* Equality and difference are symmetric: the same test supports b's values. */
+        return R(c, sb, supported(kind, ub, c->vec[sb], ua, c->vec[sa]), kid);
     }
     case C_CMP_INT: {
         i64 s, d;
@@ -527,7 +523,7 @@ static void fire(Ctx *c, i64 tid, const i64 *vals, int n_vars) {
             if (e[2 + v] != vals[v]) { same = 0; break; }
         if (same) return;
     }
-    if (c->nfired >= MAX_FIRED || n_vars > FIRED_WIDTH - 2) {
+    if (c->nfired >= c->max_fired || n_vars > FIRED_WIDTH - 2) {
         c->overflow = 1;
         return;
     }
@@ -770,9 +766,10 @@ static int process(Ctx *c) {
 
 /* Propagate from the changed slots (and the root checks when asked) to a fixpoint.
  * Returns 0, 1 on a dead end (out[0] = slot, out[1] = constraint), 2 when the fired list
- * overflowed (the caller falls back to the Python engine). out[2] = number of fired. */
+ * overflowed (it is sized for every grounding of every trigger: a bug). out[2] = number of
+ * fired triggers, FIRED_WIDTH words each in `fired`. */
 int partita_propagate(const i64 *P, i64 *vec, const i64 *changed, int n_changed, int root,
-                      i64 *scratch, char *pending, i64 *fired, i64 *out) {
+                      i64 *scratch, char *pending, i64 *fired, int max_fired, i64 *out) {
     Ctx c;
     i64 n = P[H_NSLOTS];
     c.P = P;
@@ -786,6 +783,7 @@ int partita_propagate(const i64 *P, i64 *vec, const i64 *changed, int n_changed,
     c.qlen = 0;
     c.fired = fired;
     c.nfired = 0;
+    c.max_fired = max_fired;
     c.overflow = 0;
     c.dead_slot = -1;
     c.dead_kid = -1;

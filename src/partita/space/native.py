@@ -30,6 +30,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+import threading
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
@@ -100,7 +101,8 @@ def library() -> Any:
     lib.partita_propagate.restype = ctypes.c_int
     lib.partita_propagate.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                       ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                      ctypes.c_void_p]
     lib.partita_recompute_all.restype = None
     lib.partita_recompute_all.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.partita_carry.restype = None
@@ -120,7 +122,8 @@ class NativeEngine:
     """Propagation of one compiled space in C."""
 
     FIRED_WIDTH = 6
-    MAX_FIRED = 4096
+    """Words per fired trigger: its index, its number of objects, up to four objects."""
+    MAX_FIRED = 1 << 20
 
     def __init__(self, sp: CompiledSpace, lib: Any) -> None:
         self.sp = sp
@@ -135,34 +138,41 @@ class NativeEngine:
         self._scratch = array("q", bytes(16 * n))
         self._pending = bytearray(n)
         self._pending_p = (ctypes.c_char * n).from_buffer(self._pending)
-        self._fired = array("q", bytes(8 * self.FIRED_WIDTH * self.MAX_FIRED))
+        # Room for every grounding of every trigger: the list never overflows.
+        groundings = sum(sp.n_objects ** len(t.forall) for t in sp.sdef.triggers)
+        if groundings > self.MAX_FIRED or any(len(t.forall) > self.FIRED_WIDTH - 2
+                                              for t in sp.sdef.triggers):
+            raise Unsupported("triggers with too many groundings for the fired list")
+        self._max_fired = max(groundings, 1)
+        self._fired = array("q", bytes(8 * self.FIRED_WIDTH * self._max_fired))
         self._out = array("q", [0, 0, 0])
+        self._lock = threading.Lock()
         self._order = array("q", sp.decision_slots)
         self._open = array("q", bytes(8 * len(sp.decision_slots)))
 
     def propagate(self, vec: array, changed: list[int],
-                  fired: set[tuple[int, tuple[int, ...]]], root: bool) -> bool:
-        """Propagate in place; False when the fired list overflowed (the caller then runs
-        the Python engine on the untouched vector)."""
+                  fired: set[tuple[int, tuple[int, ...]]], root: bool) -> None:
+        """Propagate in place, adding the triggers that fire to ``fired``; raises
+        DeadEndSignal on an emptied domain."""
         arr = vec if isinstance(vec, array) else array("q", vec)
         ch = array("q", changed)
-        status = self.lib.partita_propagate(
-            self._p, arr.buffer_info()[0], ch.buffer_info()[0] if ch else None, len(ch),
-            1 if root else 0, self._scratch.buffer_info()[0], self._pending_p,
-            self._fired.buffer_info()[0], self._out.buffer_info()[0])
+        # ctypes releases the GIL during the call, and the scratch buffers are the engine's.
+        with self._lock:
+            status = self.lib.partita_propagate(
+                self._p, arr.buffer_info()[0], ch.buffer_info()[0] if ch else None, len(ch),
+                1 if root else 0, self._scratch.buffer_info()[0], self._pending_p,
+                self._fired.buffer_info()[0], self._max_fired, self._out.buffer_info()[0])
+            out = self._out.tolist()
+            entries = self._fired[:self.FIRED_WIDTH * out[2]].tolist()
         if status == 2:
-            return False
+            raise RuntimeError("the C engine's list of fired triggers overflowed")
         if arr is not vec:
             vec[:] = arr
-        nf = self._out[2]
         w = self.FIRED_WIDTH
-        f = self._fired
-        for i in range(nf):
-            e = f[w * i: w * i + w]
-            fired.add((e[0], tuple(e[2:2 + e[1]])))
+        for i in range(0, len(entries), w):
+            fired.add((entries[i], tuple(entries[i + 2:i + 2 + entries[i + 1]])))
         if status == 1:
-            raise DeadEndSignal(self._out[0], self._out[1])
-        return True
+            raise DeadEndSignal(out[0], out[1])
 
     def recompute_all(self, vec: array) -> None:
         """Every counter's interval, in place."""
@@ -510,4 +520,5 @@ def propagate_native(sp: CompiledSpace, vec: list[int], changed: list[int],
     eng = engine_of(sp)
     if eng is None:
         return False
-    return eng.propagate(vec, changed, fired, root)
+    eng.propagate(vec, changed, fired, root)
+    return True
