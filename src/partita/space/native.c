@@ -357,13 +357,17 @@ static inline i64 table_index(i64 n, i64 arity, const i64 *vals, i64 v0, i64 v1)
     return arity ? vals[v0] : 0;
 }
 
-/* Signed slot and oriented domain of a choice instance. */
+/* Signed slot and oriented domain of a choice instance. Slot tables hold two int32 entries
+ * a word: the order table of a lowered matmul then fits the L1 cache beside the vector. */
+static inline i64 slot_at(const i64 *P, i64 off, i64 at) {
+    return (i64)(int32_t)(uint32_t)((u64)P[off + (at >> 1)] >> (32 * (at & 1)));
+}
+
 static inline void read_choice(Ctx *c, const i64 *r, const i64 *vals, i64 *s, i64 *d) {
     /* r: [table_off, arity, v0, v1, flip_off] */
-    const i64 *P = c->P;
-    i64 slot = P[r[0] + table_index(c->nobj, r[1], vals, r[2], r[3])];
+    i64 slot = slot_at(c->P, r[0], table_index(c->nobj, r[1], vals, r[2], r[3]));
     *s = slot;
-    *d = slot >= 0 ? c->vec[slot] : P[r[4] + c->vec[~slot]];
+    *d = slot >= 0 ? c->vec[slot] : c->P[r[4] + c->vec[~slot]];
 }
 
 static const i64 *bound_of(const Ctx *c, const i64 *r, const i64 *vals) {

@@ -408,8 +408,8 @@ class _Builder:
         key = ("slots", choice)
         off = self._tables.get(key)
         if off is None:
-            off = self._tables[key] = self.add(_flatten(sp.slot_table[choice], len(args),
-                                                        sp.n_objects, sp.absent_slot))
+            flat = _flatten(sp.slot_table[choice], len(args), sp.n_objects, sp.absent_slot)
+            off = self._tables[key] = self.add(_pack32(flat))
         flip = -1
         decl = sp.sdef.enums.get(choice)
         if decl is not None and decl.is_pair and not decl.symmetric:
@@ -497,6 +497,19 @@ class _Builder:
             # Packed 64 flags a word (a table per pair of sets would fill the cache).
             off = self._tables[key] = self.add(w - (1 << 64) if w >> 63 else w for w in words)
         return off
+
+
+def _pack32(values: list[int]) -> list[int]:
+    """Signed 32-bit entries, two to a signed 64-bit word (the lower first)."""
+    if values and not -(1 << 31) <= min(values) <= max(values) < 1 << 31:
+        raise Unsupported("a slot does not fit 32 bits")
+    if len(values) % 2:
+        values = [*values, 0]
+    out = []
+    for i in range(0, len(values), 2):
+        w = (values[i] & 0xFFFFFFFF) | (values[i + 1] & 0xFFFFFFFF) << 32
+        out.append(w - (1 << 64) if w >> 63 else w)
+    return out
 
 
 def _pad(values: Iterable[int], n: int) -> list[int]:
