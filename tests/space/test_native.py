@@ -17,7 +17,7 @@ import partita
 from partita.ir.builder import KernelBuilder
 from partita.space import native
 from partita.space.candidate import Candidate, Space
-from partita.space.decl import Related, SpaceDef, Static, Var
+from partita.space.decl import Compare, Related, SpaceDef, SpaceError, Static, Var
 from partita.targets import AVX512_REFERENCE
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler")
@@ -79,20 +79,48 @@ def test_the_space_uses_the_c_engine() -> None:
 
 
 def test_a_space_the_interpreter_cannot_run_keeps_the_python_engine() -> None:
-    """A callable relation between integer choices has no C form: the space propagates in
-    Python, with the same results."""
-    s = SpaceDef("divides")
+    """A bound that is not an integer has no C form: the space propagates in Python."""
+    s = SpaceDef("halves")
     s.set("Objs", lambda k: ["x", "y"])
-    s.integer("size", ["Objs"], lambda k, o: [1, 2, 3, 4, 6])
-    s.require("size(y) divides size(x)", [Var("o", "Objs"), Var("p", "Objs")],
-              Static(lambda k, a, b: a != "x", ("o", "p")),
-              Related("size", ("o",), "size", ("p",), lambda a, b: a % b == 0))
+    s.integer("size", ["Objs"], lambda k, o: [1, 2, 3, 4])
+    s.require("small", [Var("o", "Objs")], Compare("size", ("o",), "<=", 2.5))
     b = KernelBuilder("tiny")
     b.array("x", "float32", [4])
     root = Space(s, b.build()).root()
     assert native.engine_of(root.compiled) is None
-    c = root.restrict("size", ("x",), [6])
-    assert c.domain("size", "y") == (1, 2, 3, 6)
+    assert root.domain("size", "y") == (1, 2)
+
+
+def test_a_choice_with_more_values_than_a_word_is_refused() -> None:
+    s = SpaceDef("wide")
+    s.set("Objs", lambda k: ["x"])
+    s.integer("size", ["Objs"], lambda k, o: list(range(1, 101)))
+    b = KernelBuilder("tiny")
+    b.array("x", "float32", [4])
+    with pytest.raises(SpaceError, match=r"size\(x\) has 100 values"):
+        Space(s, b.build()).root()
+
+
+def test_a_callable_relation_between_integers_runs_in_c(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tabulated per pair of instances: the same domains as the Python engine."""
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("PARTITA_NATIVE", flag)
+        s = SpaceDef("divides")
+        s.set("Objs", lambda k: ["x", "y", "z"])
+        s.integer("size", ["Objs"], lambda k, o: [1, 2, 3, 4, 6, 8, 12])
+        s.require("size(p) divides size(o) for o < p", [Var("o", "Objs"), Var("p", "Objs")],
+                  Static(lambda k, a, b: a >= b, ("o", "p")),
+                  Related("size", ("o",), "size", ("p",), lambda a, b: a % b == 0))
+        b = KernelBuilder("tiny")
+        b.array("x", "float32", [4])
+        root = Space(s, b.build()).root()
+        assert (native.engine_of(root.compiled) is not None) == (flag == "1")
+        c = root.restrict("size", ("x",), [12]).restrict("size", ("z",), [2, 3])
+        results.append([c.domain("size", o) for o in ("x", "y", "z")])
+    assert results[0] == results[1]
+    assert results[1][1] == (2, 3, 4, 6, 12)  # divides 12, and is a multiple of 2 or 3
 
 
 @pytest.mark.parametrize(("target", "name", "params"), [KERNELS[0], KERNELS[2], KERNELS[5]])

@@ -45,6 +45,9 @@ from partita.space.decl import (
 ABSENT = 1 << 62
 """Domain of the absent slot: a bit no condition mask contains."""
 
+MAX_VALUES = 62
+"""Values of one choice instance: its domain and the absent bit fit a signed 64-bit word."""
+
 Occurrence = tuple[Callable, int | None, int | None]
 """An occurrence function with the masks that gate it (see
 :meth:`CompiledSpace._occurrence_watch`)."""
@@ -188,6 +191,10 @@ class CompiledSpace:
                     dom = self._enum_initial(decl, objs)
                 else:
                     vals = tuple(sorted(set(decl.universe(k, *objs))))
+                    if len(vals) > MAX_VALUES:
+                        raise SpaceError(
+                            f"{name}({', '.join(objs)}) has {len(vals)} values; a domain holds "
+                            f"at most {MAX_VALUES} (one 64-bit word, less the absent bit)")
                     dom = (1 << len(vals)) - 1
                 slot = len(self.instances)
                 self.instances.append(Instance(name, objs, ids, kind, vals))

@@ -399,6 +399,14 @@ static i64 ok_mask(const i64 *P, i64 slot, int op, const i64 *b) {
 
 static int rel_test(int kind, i64 a, i64 b) { return kind == 1 ? a == b : a != b; }
 
+/* A tabulated relation between integer choices (kind 3; k[13], k[14]: the compact index of
+ * each slot of either choice, -1 elsewhere; k[15]: [n_b, offset per pair of indices]): per
+ * value of a, the mask of the values of b related to it. */
+static const i64 *rel_rows(const i64 *P, const i64 *k, i64 sa, i64 sb) {
+    i64 ia = P[k[13] + sa], ib = P[k[14] + sb];
+    return P + P[k[15] + 1 + ia * P[k[15]] + ib];
+}
+
 /* The values of `d` (universe `u`) related to some value of `e` (universe `v`). */
 static i64 supported(int kind, const i64 *u, i64 d, const i64 *v, i64 e) {
     i64 keep = 0;
@@ -435,13 +443,22 @@ static inline __attribute__((always_inline)) int cond_state(Ctx *c, const i64 *k
             if (!(da & ~P[k[14] + db])) return 1;
             return (da & P[k[13] + db]) ? 0 : -1;
         }
-        const i64 *ua = univ(P, sa), *ub = univ(P, sb);
         int any = 0, all = 1;
-        for (u64 x = (u64)da; x; x &= x - 1)
-            for (u64 y = (u64)db; y; y &= y - 1) {
-                if (rel_test(kind, ua[1 + ctz64(x)], ub[1 + ctz64(y)])) any = 1;
-                else all = 0;
+        if (kind == 3) {
+            const i64 *rows = rel_rows(P, k, sa, sb);
+            for (u64 x = (u64)da; x; x &= x - 1) {
+                i64 r = rows[ctz64(x)];
+                if (r & db) any = 1;
+                if (db & ~r) all = 0;
             }
+        } else {
+            const i64 *ua = univ(P, sa), *ub = univ(P, sb);
+            for (u64 x = (u64)da; x; x &= x - 1)
+                for (u64 y = (u64)db; y; y &= y - 1) {
+                    if (rel_test(kind, ua[1 + ctz64(x)], ub[1 + ctz64(y)])) any = 1;
+                    else all = 0;
+                }
+        }
         if (all) return 1;
         return any ? 0 : -1;
     }
@@ -497,6 +514,17 @@ static int cond_enforce(Ctx *c, const i64 *k, const i64 *vals, i64 kid) {
             if (restrict_signed(c, sa, P[k[13] + db], fa, kid)) return 1;
             da = read_signed(c, sa, fa);
             return restrict_signed(c, sb, P[k[15] + da], fb, kid);
+        }
+        if (kind == 3) {
+            const i64 *rows = rel_rows(P, k, sa, sb);
+            i64 keep = 0;
+            db = c->vec[sb];
+            for (u64 x = (u64)c->vec[sa]; x; x &= x - 1)
+                if (rows[ctz64(x)] & db) keep |= ((i64)1) << ctz64(x);
+            if (R(c, sa, keep, kid)) return 1;
+            keep = 0;
+            for (u64 x = (u64)c->vec[sa]; x; x &= x - 1) keep |= rows[ctz64(x)] & db;
+            return R(c, sb, keep, kid);
         }
         const i64 *ua = univ(P, sa), *ub = univ(P, sb);
         if (R(c, sa, supported(kind, ua, c->vec[sa], ub, c->vec[sb]), kid)) return 1;

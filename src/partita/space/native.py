@@ -441,9 +441,9 @@ class _Builder:
             if rel.is_enum:
                 tables = [self.add(rel.sup_a), self.add(rel.all_a), self.add(rel.sup_b)]
                 return self.add([C_REL, ci, *a, *b, 0, *tables])
-            if cond.relation not in ("eq", "ne"):
-                raise Unsupported("a callable relation between integers")
-            return self.add([C_REL, ci, *a, *b, 1 if cond.relation == "eq" else 2, 0, 0, 0])
+            if cond.relation in ("eq", "ne"):
+                return self.add([C_REL, ci, *a, *b, 1 if cond.relation == "eq" else 2, 0, 0, 0])
+            return self.add([C_REL, ci, *a, *b, 3, *self._relation_table(cond, rel)])
         if isinstance(cond, Compare):
             if cond.op not in OPS:
                 raise Unsupported(f"comparison {cond.op!r}")
@@ -459,6 +459,36 @@ class _Builder:
             read = self._choice_read(cond.choice, cond.args, vidx)
             return self.add([C_CMP_INT, ci, *read, OPS[cond.op], *bound])
         raise Unsupported(f"condition {cond!r}")
+
+    def _relation_table(self, cond: Related, rel: _Relation) -> list[int]:
+        """A callable relation between integer choices, tabulated for every pair of their
+        instances: ``[index of a's slots, index of b's slots, pairs]`` (see native.c)."""
+        key = ("relation", cond.relation, cond.choice_a, cond.choice_b)
+        found = self._tables.get(key)
+        if found is not None:
+            return list(found)
+        sp = self.sp
+        slots_a = [s for s, i in enumerate(sp.instances) if i.choice == cond.choice_a]
+        slots_b = [s for s, i in enumerate(sp.instances) if i.choice == cond.choice_b]
+        index_a = [-1] * (sp.n_choice_slots + 1)
+        index_b = [-1] * (sp.n_choice_slots + 1)
+        for i, s in enumerate(slots_a):
+            index_a[s] = i
+        for i, s in enumerate(slots_b):
+            index_b[s] = i
+        rows_of: dict[tuple[tuple[Any, ...], tuple[Any, ...]], int] = {}
+        pairs = [len(slots_b)]
+        for sa in slots_a:
+            for sb in slots_b:
+                ua, ub = sp.universe_of_slot[sa], sp.universe_of_slot[sb]
+                off = rows_of.get((ua, ub))
+                if off is None:
+                    rows = [sum(1 << j for j, y in enumerate(ub) if rel.test(x, y)) for x in ua]
+                    off = rows_of[(ua, ub)] = self.add(rows)
+                pairs.append(off)
+        found = (self.add(index_a), self.add(index_b), self.add(pairs))
+        self._tables[key] = found
+        return list(found)
 
     def _bound(self, cond: Compare, vidx: dict[str, int]) -> list[int]:
         """``[kind, ref, arity, v0, v1]``: a bound record, or a table of them."""

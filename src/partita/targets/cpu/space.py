@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
-from partita.space.decl import Compare, Is, SpaceDef, Static, Var, values
+from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
 from partita.space.nest import (
     NOT_IN,
     can_enclose_inst,
@@ -245,6 +245,18 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
                   "or a vector (at most a register): an inner tile larger than half the "
                   "register file would unroll past it. Stated on sizes, propagation sees it "
                   "before the outer tile is unrolled, not after (a dead end).")
+    copies = cpu.vector_registers
+    S.require("an unrolled tile and its unrolled inner tiles fit the registers", [x, y],
+              Static(lambda k, a, b: not _inner_tile_of(k, b, a), ("x", "y")),
+              Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
+              Is("dim_kind", ("y",), values("VECTOR")),
+              Related("size", ("x",), "size", ("y",), lambda a, b: a * b <= copies),
+              doc="An unrolled tile's inner tiles are inside it, so they are unrolled too "
+                  "unless one is the vector: an instruction then has at least the product of "
+                  "the two sizes as copies, which must fit the register file (the "
+                  "unrolled_copies counter). Stated on the pair of tiles, propagation removes "
+                  "UNROLL from an outer tile before it is drawn (it was half of the dead ends "
+                  "of random descents on matmul 256x256x32).")
     S.require("unrolled loops enclose no loop", [x, y],
               Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
               Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
