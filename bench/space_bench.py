@@ -140,8 +140,9 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s; 80-100 measured between runs on this
-  machine, whose speed varies by a fifth from one run to the next): the C engine runs a
+- **Speed** (matmul 1024^3, target 100 descents/s; 62-84 in runs of this table, 80-100
+  once the layouts of 500 descents are compiled; this machine's speed varies by a fifth
+  from one run to the next): the C engine runs a
   decision's propagation in about 0.2 ms, against 6 ms in Python (30x); a descent takes
   about 44 of them (fewer descents end early in a dead end now) plus a few lowerings. What
   remains is the number of clause groundings: the order choice's
