@@ -84,6 +84,10 @@ class Space:
             self._compiled[lowered] = sp
         return sp
 
+    def layouts(self) -> list[CompiledSpace]:
+        """The layouts compiled so far, one per backbone reached (the root's first)."""
+        return list(self._by_backbone.values())
+
     def _lower(self, lowered: Lowered) -> Kernel:
         """The backbone after the fired triggers, applied in a canonical order. Sets share
         most of their steps (and many steps add nothing: two pairs of one operand lower to
@@ -363,13 +367,12 @@ class Candidate:
         sp = self.space.compiled(lowered)
         if sp is old:
             return Candidate(self.space, sp, self.vec, self.decisions, lowered)
-        if old not in sp._carried:
-            check_only_added(old, sp)
-        vec = initial_vector(sp, self.vec, old)
+        carry = sp.carry_from(old)
+        vec = initial_vector(sp, self.vec, carry)
         cand = Candidate(self.space, sp, vec, self.decisions, lowered)
         # Constraints among old instances are at their fixpoint already: only new instances
         # and counters (whose terms may include new objects) need to propagate.
-        return cand._settle(sp.fresh_slots(old), decision)
+        return cand._settle(carry.fresh, decision)
 
     def _dead(self, sig: DeadEndSignal, decision: Decision | None) -> DeadEnd:
         sp = self.compiled
@@ -383,12 +386,3 @@ class Candidate:
         after = f" after {decision}" if decision else ""
         return DeadEnd(f"the domain of {where} emptied{why}{after}", constraint, choice, args)
 
-
-def check_only_added(old: CompiledSpace, new: CompiledSpace) -> None:
-    """Triggers may only add objects: every set of the old backbone must survive."""
-    for name, members in old.set_ids.items():
-        before = {old.objects[i] for i in members}
-        after = {new.objects[i] for i in new.set_ids.get(name, [])}
-        if not before <= after:
-            lost = sorted(before - after)
-            raise SpaceError(f"a lowering removed {lost} from set {name!r}: triggers may only add")

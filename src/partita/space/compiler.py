@@ -50,7 +50,7 @@ MAX_VALUES = 62
 
 Occurrence = tuple[Callable, int | None, int | None]
 """An occurrence function with the masks that gate it (see
-:meth:`CompiledSpace._occurrence_watch`)."""
+:meth:`CompiledSpace.occurrence_masks`)."""
 
 
 class DeadEndSignal(Exception):
@@ -91,6 +91,26 @@ class CounterInstance:
     ones first (the slots of its quotient check), then later ones. None without a quotient."""
 
 
+@dataclass(frozen=True)
+class Carry:
+    """Moving a candidate to a lowered layout: ``pairs`` flattens ``(slot, slot before)`` for
+    the instances both layouts have; ``fresh`` are the slots to propagate then (the new
+    instances and every counter, whose terms may include new objects)."""
+
+    pairs: array
+    fresh: list[int]
+
+
+def check_only_added(old: CompiledSpace, new: CompiledSpace) -> None:
+    """Triggers may only add objects: every set of the old backbone must survive."""
+    for name, members in old.set_ids.items():
+        before = {old.objects[i] for i in members}
+        after = {new.objects[i] for i in new.set_ids.get(name, [])}
+        if not before <= after:
+            lost = sorted(before - after)
+            raise SpaceError(f"a lowering removed {lost} from set {name!r}: triggers may only add")
+
+
 @dataclass
 class PythonPropagators:
     """The generated occurrence functions of a compiled space (the Python engine)."""
@@ -118,7 +138,7 @@ class CompiledSpace:
         self._layout_choices()
         self._layout_counters()
         self._static_tables: dict[Any, Any] = {}
-        self._carried: dict[CompiledSpace, tuple[array, list[int]]] = {}
+        self._carried: dict[CompiledSpace, Carry] = {}
         self._native: Any = False
         """The C engine (native.py): False until first asked for, None without one."""
         self._build_tables()
@@ -191,11 +211,11 @@ class CompiledSpace:
                     dom = self._enum_initial(decl, objs)
                 else:
                     vals = tuple(sorted(set(decl.universe(k, *objs))))
-                    if len(vals) > MAX_VALUES:
-                        raise SpaceError(
-                            f"{name}({', '.join(objs)}) has {len(vals)} values; a domain holds "
-                            f"at most {MAX_VALUES} (one 64-bit word, less the absent bit)")
                     dom = (1 << len(vals)) - 1
+                if len(vals) > MAX_VALUES:
+                    raise SpaceError(
+                        f"{name}({', '.join(objs)}) has {len(vals)} values; a domain holds "
+                        f"at most {MAX_VALUES} (one 64-bit word, less the absent bit)")
                 slot = len(self.instances)
                 self.instances.append(Instance(name, objs, ids, kind, vals))
                 self.init_domains.append(dom)
@@ -474,24 +494,18 @@ class CompiledSpace:
             value = self._facts[key] = predicate(self.kernel, *objs)
             return value
 
-    def carried_slots(self, since: CompiledSpace) -> array:
-        """``slot, slot in since`` (flattened) of the choice instances both layouts have (a
-        lowering keeps every instance and adds some)."""
+    def carry_from(self, since: CompiledSpace) -> Carry:
+        """How a candidate moves from the layout ``since`` (before a lowering) to this one,
+        computed once per pair of layouts; the lowering is checked to have only added."""
         found = self._carried.get(since)
         if found is None:
+            check_only_added(since, self)
             pairs = [(s, since.slot_of.get((inst.choice, inst.args)))
                      for s, inst in enumerate(self.instances)]
-            fresh = [s for s, p in pairs if p is None]
-            found = self._carried[since] = (
+            found = self._carried[since] = Carry(
                 array("q", [x for s, p in pairs if p is not None for x in (s, p)]),
-                fresh + [c.lo_slot for c in self.counters])
-        return found[0]
-
-    def fresh_slots(self, since: CompiledSpace) -> list[int]:
-        """The slots to propagate after moving from ``since``: new instances and every
-        counter (their terms may include new objects)."""
-        self.carried_slots(since)
-        return self._carried[since][1]
+                [s for s, p in pairs if p is None] + [c.lo_slot for c in self.counters])
+        return found
 
     @functools.cached_property
     def initial_domains(self) -> array:
@@ -553,7 +567,10 @@ class CompiledSpace:
             choices.setdefault(target, []).append(self._occurrence_watch(fn, cond))
 
     def _occurrence_watch(self, fn: Callable, cond: Condition) -> Occurrence:
-        """``fn`` with the value mask of its condition on the changed slot, in the slot's
+        return (fn, *self.occurrence_masks(cond))
+
+    def occurrence_masks(self, cond: Condition) -> tuple[int | None, int | None]:
+        """The value mask of an occurrence's condition on the changed slot, in the slot's
         orientation and flipped (None: run on every change).
 
         A clause needs propagating only when one of its conditions turns true or false. An
@@ -563,12 +580,12 @@ class CompiledSpace:
         skipped. Other conditions (relations, comparisons, integer masks that vary per slot)
         always run."""
         if not isinstance(cond, Is) or cond.choice not in self.sdef.enums:
-            return fn, None, None
+            return None, None
         mask = self.value_mask(cond.choice, _any_slot(self, cond.choice), cond.values)
         decl = self.sdef.enums[cond.choice]
         flipped = self.flip_table(cond.choice)[mask] \
             if self.pair_choice.get(cond.choice) and not decl.symmetric else mask
-        return fn, mask, flipped
+        return mask, flipped
 
 
 class _Generator:
@@ -618,12 +635,8 @@ class _Generator:
     def _occurrence(self, fname: str, forall: tuple[Var, ...], conds: tuple[Condition, ...],
                     choice: str | None, pattern: tuple[str, ...], kid: int,
                     trigger: int | None) -> Callable:
-        var_by_name = {v.name: v for v in forall}
+        var_by_name = {v.name: v for v in forall}  # every condition's variables are in it
         self.vars = var_by_name
-        for c in conds:
-            for a in _cond_args(c):
-                if a not in var_by_name:
-                    raise SpaceError(f"{fname}: condition uses unbound variable {a!r}")
         params = [f"a{i}" for i in range(len(pattern))]
         lines = [f"def {fname}(vec, R, fired{''.join(', ' + p for p in params)}):"]
         bound: dict[str, str] = {}
@@ -741,7 +754,7 @@ class _Generator:
         if isinstance(cond, Is):
             lines = self._read(cond.choice, cond.args, bound, tag, indent)
             if cond.choice in sp.sdef.integers:
-                masks = self.const(self._int_masks(cond.choice, cond.values), "M")
+                masks = self.const(sp.int_masks(cond.choice, cond.values), "M")
                 lines.append(f"{indent}m{tag} = {masks}[s{tag}]")
                 mask = f"m{tag}"
             else:
@@ -769,10 +782,6 @@ class _Generator:
         sp = self.space
         n, u = state
         cmp = self.const(_Comparison(sp, cond), "C")
-        counter = sp.sdef.counters.get(cond.choice)
-        if counter is not None and counter.half and cond.op not in ("<=", "<"):
-            raise SpaceError(f"half counter {cond.choice!r} keeps only a lower bound: it can "
-                             f"only be bounded from above, not with {cond.op!r}")
         lines = [f"{indent}b{tag} = {self._bound_expr(cond, bound)}"]
         if cond.choice in sp.sdef.counters:
             table = self.const(sp.counter_table[cond.choice], "K")
@@ -837,9 +846,6 @@ class _Generator:
     def _static_table(self, predicate: Callable[..., Any], args: tuple[str, ...]) -> Any:
         return self.space.static_table(predicate, args,
                                        {a: self.vars[a].set for a in args})
-
-    def _int_masks(self, choice: str, vals: frozenset[Any]) -> list[int]:
-        return self.space.int_masks(choice, vals)
 
     def _relation(self, cond: Related) -> Any:
         return _Relation(self.space, cond)

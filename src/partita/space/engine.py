@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable
 
-from partita.space.compiler import CompiledSpace, DeadEndSignal
+from partita.space.compiler import Carry, CompiledSpace, DeadEndSignal
 from partita.space.counters import recompute
 from partita.space.native import engine_of, propagate_native
 
@@ -98,13 +98,13 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
 
 
 def initial_vector(sp: CompiledSpace, carried: array | None = None,
-                   since: CompiledSpace | None = None) -> array:
+                   carry: Carry | None = None) -> array:
     """Full domains (less unmet requirements) met with the domains ``carried`` from the
-    layout ``since`` (a space before a lowering added objects), counters computed, before
-    propagation."""
+    layout before a lowering (see :meth:`CompiledSpace.carry_from`), counters computed,
+    before propagation."""
     vec = sp.initial_domains[:]
-    if carried is not None and since is not None:
-        pairs = sp.carried_slots(since)
+    if carried is not None and carry is not None:
+        pairs = carry.pairs
         eng = engine_of(sp)
         if eng is not None:
             eng.carry(vec, carried, pairs)
