@@ -88,7 +88,7 @@ def run(case: Case, seed: int) -> dict:
     chen = chen_size(root, max(10, case.samples // 8), random.Random(seed + 1))
     live = live_child_dead_ends(root, max(100, case.samples // 4), random.Random(seed + 2))
     return {"case": case, "stats": stats, "chen": chen, "root_s": root_s, "warm_s": warm_s,
-            "layouts": len({id(sp) for sp in space._compiled.values()}), "live": live}
+            "layouts": len(space.layouts()), "live": live}
 
 
 def _ci_width(value: float, lo: float, hi: float) -> str:

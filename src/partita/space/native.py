@@ -3,12 +3,12 @@
 The Python engine (engine.py, counters.py and the occurrence functions compiler.py generates)
 runs a matmul descent at a few per second: the work per decision is thousands of small
 function calls. ``native.c`` runs the same algorithm over one flat ``int64`` array, the
-*program*, which :func:`build` writes from a :class:`CompiledSpace`: the same occurrences in
-the same order, the same worklist, the same counters, so it reaches the same fixpoint, the
+*program*, which :class:`_Builder` writes from a :class:`CompiledSpace`: the same occurrences
+in the same order, the same worklist, the same counters, so it reaches the same fixpoint, the
 same dead end and the same fired triggers (a test compares them on random descents). The C
 file depends on no kernel and is compiled once per machine into the cache; a space using
-something the interpreter does not know (a callable relation between integers, a
-non-integer bound) keeps the Python engine.
+something the interpreter does not know (a bound that is not an integer) keeps the Python
+engine. A callable relation between integer choices runs from a table per pair of instances.
 
 Layout of the program (offsets are indices into it):
 
@@ -55,7 +55,6 @@ C_STATIC, C_IS, C_REL, C_CMP_INT, C_CMP_CNT = range(5)
 OPS = {"<=": 0, "<": 1, ">=": 2, ">": 3, "==": 4, "in": 5}
 MAX_VARS = 8
 MAX_TERMS = 512
-MAX_VALUES = 62
 INT64_MAX = (1 << 63) - 1
 
 
@@ -154,20 +153,17 @@ class NativeEngine:
                   fired: set[tuple[int, tuple[int, ...]]], root: bool) -> None:
         """Propagate in place, adding the triggers that fire to ``fired``; raises
         DeadEndSignal on an emptied domain."""
-        arr = vec if isinstance(vec, array) else array("q", vec)
         ch = array("q", changed)
         # ctypes releases the GIL during the call, and the scratch buffers are the engine's.
         with self._lock:
             status = self.lib.partita_propagate(
-                self._p, arr.buffer_info()[0], ch.buffer_info()[0] if ch else None, len(ch),
+                self._p, vec.buffer_info()[0], ch.buffer_info()[0] if ch else None, len(ch),
                 1 if root else 0, self._scratch.buffer_info()[0], self._pending_p,
                 self._fired.buffer_info()[0], self._max_fired, self._out.buffer_info()[0])
             out = self._out.tolist()
             entries = self._fired[:self.FIRED_WIDTH * out[2]].tolist()
         if status == 2:
             raise RuntimeError("the C engine's list of fired triggers overflowed")
-        if arr is not vec:
-            vec[:] = arr
         w = self.FIRED_WIDTH
         for i in range(0, len(entries), w):
             fired.add((entries[i], tuple(entries[i + 2:i + 2 + entries[i + 1]])))
@@ -246,10 +242,7 @@ class _Builder:
             ids += [len(inst.ids), *_pad(inst.ids, 2)]
         P[H_SLOT_IDS] = self.add(ids)
         univ = []
-        for s, inst in enumerate(sp.instances):
-            vals = sp.universe_of_slot[s]
-            if len(vals) > MAX_VALUES:
-                raise Unsupported(f"{inst.choice} has more than {MAX_VALUES} values")
+        for vals in sp.universe_of_slot:  # at most MAX_VALUES each (the compiler checks)
             ints = all(isinstance(v, int) for v in vals)
             univ.append(self.add([len(vals), *(vals if ints else [0] * len(vals))]))
         univ.append(self.add([0]))
@@ -315,7 +308,7 @@ class _Builder:
                     if choice in sp.sdef.counters:
                         cocc.setdefault(choice, []).append(off)
                     else:
-                        occ.setdefault(choice, []).append((off, *self._watch(cond)))
+                        occ.setdefault(choice, []).append((off, *self.sp.occurrence_masks(cond)))
             if len(req.forall) <= 2:
                 root.append(self._occurrence(req.forall, req.any_of, (), kid, None))
         trig: dict[str, list] = {}
@@ -324,14 +317,11 @@ class _Builder:
                 if isinstance(cond, Static):
                     continue
                 off = self._occurrence(t.forall, t.when, cond.args, -1, tid)
-                trig.setdefault(cond.choice, []).append((off, *self._watch(cond)))
+                trig.setdefault(cond.choice, []).append((off, *self.sp.occurrence_masks(cond)))
         for choice, lst in trig.items():
             occ.setdefault(choice, []).extend(lst)
         return occ, cocc, root
 
-    def _watch(self, cond: Condition) -> tuple[int | None, int | None]:
-        _, mask, flipped = self.sp._occurrence_watch(lambda: None, cond)
-        return mask, flipped
 
     def _occurrence(self, forall: tuple[Var, ...], conds: tuple[Condition, ...],
                     pattern: tuple[str, ...], kid: int, trigger: int | None) -> int:
@@ -557,7 +547,7 @@ def _flatten(table: Any, arity: int, n: int, missing: Any) -> list[Any]:
     return [missing if v is None else v for row in table for v in row]
 
 
-def propagate_native(sp: CompiledSpace, vec: list[int], changed: list[int],
+def propagate_native(sp: CompiledSpace, vec: array, changed: list[int],
                      fired: set, root: bool) -> bool:
     """Run the C engine if the space has one; False if the caller must use Python."""
     eng = engine_of(sp)
