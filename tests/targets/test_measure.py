@@ -245,3 +245,14 @@ def test_measured_numbers_are_sane(measured):
             assert set(ladder_specs(total, threads)) <= ran
     assert min(d.fma_per_cycle(), d.loads_per_cycle, d.stores_per_cycle) > 0
     assert "measured" in d.summary()
+
+
+def test_triad_probe_times_the_description_benchmark(measured):
+    """The probe runs the description's DRAM triad again (same working set, same statistic):
+    a rate of the same order as the measured description's, not a fixed number."""
+    with measure_mod.TriadProbe(settings=QUICK) as probe:
+        dram = working_sets(measure_mod.host(), probe.threads, QUICK).dram
+        assert probe.spec == f"triad:{dram}:{probe.threads}"
+        rates = [probe.gbs() for _ in range(2)]
+    assert all(np.isfinite(r) and r > 0 for r in rates)
+    assert measured.stream_triad_gbs / 10 < max(rates) < measured.stream_triad_gbs * 10

@@ -383,6 +383,43 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
     )
 
 
+class TriadProbe:
+    """The STREAM triad on every core, timed again whenever asked.
+
+    What a virtual machine's memory gives one process changes from minute to minute (a dot
+    product streamed at 23 GB/s, then at 16 GB/s a minute later, with the same code), so a
+    memory-bound kernel is compared with the triad timed beside it, not with the
+    description's triad timed once. The program is compiled once, on construction.
+    """
+
+    def __init__(self, cpu: CpuCapabilities | None = None, *, threads: int | None = None,
+                 cc: str = CC, settings: Settings = FULL) -> None:
+        cpu = cpu or host()
+        self.threads = max(1, threads or cpu.cores)
+        self.settings = settings
+        self.spec = f"triad:{working_sets(cpu, self.threads, settings).dram}:{self.threads}"
+        self._dir = tempfile.TemporaryDirectory(prefix="partita-triad-")
+        self._exe = build(Path(self._dir.name), cc)
+
+    def gbs(self) -> float:
+        """GB/s now, counted as STREAM counts it: the median of the clean repetitions (the
+        description's :attr:`~CpuDescription.stream_triad_gbs` is the same statistic)."""
+        runs, _ = run_specs(self._exe, [self.spec], self.settings)
+        r = runs[self.spec]
+        if not r.rates:
+            raise MeasureError(f"benchmark {self.spec} did not run")
+        return summarize(r.rates, r.shares)[0] / 1e9
+
+    def close(self) -> None:
+        self._dir.cleanup()
+
+    def __enter__(self) -> TriadProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 # ---------------------------------------------------------------------- cache
 
 
