@@ -8,14 +8,15 @@ vector loops are innermost, fused loops agree on size and kind.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 import partita
 from partita.codegen.looptree import Node, loop_tree
-from partita.space.candidate import Candidate, DeadEnd
+from partita.space.candidate import Candidate, DeadEnd, Space
 from partita.space.estimate import random_descent
-from partita.targets import AVX512_REFERENCE
+from partita.targets import AVX512_REFERENCE, space_def
 
 OUTER_KINDS = {"cpu": "PARALLEL", "gpu": "BLOCK"}
 
@@ -142,3 +143,59 @@ def test_cpu_register_tiles_fit_the_register_file() -> None:
                     values *= loop.size
             assert copies <= regs, (node.inst, copies)
             assert values <= regs * lanes, (node.inst, values)
+
+
+def live_descent(root: Candidate, rng: random.Random) -> Candidate | None:
+    """A random descent that draws another value where one fails (None: every value of a
+    choice failed)."""
+    cand = root
+    while not cand.is_implementation:
+        slot = cand.first_open_slot()
+        children = cand.children(slot)
+        rng.shuffle(children)
+        live = next((c for _, c in children if isinstance(c, Candidate)), None)
+        if live is None:
+            return None
+        cand = live
+    return cand
+
+
+REDUNDANT = (
+    "loops around an accumulation's neighbours hold it",
+    "loops around an accumulation's neighbours are fused with it",
+    "an unrolled tile and its unrolled inner tiles fit the registers",
+)
+"""Clauses stated only to prune before a draw: the other constraints imply them."""
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+@pytest.mark.parametrize("make", [
+    tiny_matmul,
+    lambda: partita.kernel("batched_matmul", b=2, m=4, n=8, k=4, reuse_b=1),
+    lambda: partita.kernel("dot", n=256, partials=16, chunks=2),
+    lambda: partita.kernel("gemv", m=16, n=32, partials=4),
+    lambda: partita.kernel("matmul_chain", m=8, n=8, k=8, l=8),
+], ids=["matmul", "batched_reuse", "dot_chunks", "gemv_partials", "matmul_chain"])
+def test_redundant_clauses_lose_no_implementation(make, target: str) -> None:
+    """Every implementation of the space without the redundant clauses is one of the full
+    space (same assignment): they prune earlier, never remove an implementation."""
+    k = make()
+    sdef = space_def(target, k, AVX512_REFERENCE)
+    assert {c.name for c in sdef.constraints} & set(REDUNDANT)
+    reduced = Space(replace(sdef, constraints=[c for c in sdef.constraints
+                                               if c.name not in REDUNDANT]), k)
+    full = Space(sdef, k)
+    root = reduced.root()
+    assert isinstance(root, Candidate)
+    rng = random.Random(3)
+    checked = 0
+    for _ in range(20):
+        leaf = live_descent(root, rng)
+        if leaf is None:
+            continue
+        replayed = full.replay(list(leaf.decisions))
+        assert isinstance(replayed, Candidate), (replayed, leaf.decisions_json())
+        assert replayed.is_implementation
+        assert replayed.assignment() == leaf.assignment()
+        checked += 1
+    assert checked >= 5
