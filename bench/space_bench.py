@@ -140,23 +140,28 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s; 62-84 in runs of this table, 80-100
+- **Speed** (matmul 1024^3, target 100 descents/s; 70 in this run of the table, 62-84 in
+  earlier ones, 80-100
   once the layouts of 500 descents are compiled; this machine's speed varies by a fifth
   from one run to the next): the C engine runs a
   decision's propagation in about 0.2 ms, against 6 ms in Python (30x); a descent takes
-  about 44 of them (fewer descents end early in a dead end now) plus a few lowerings. What
+  about 46 of them (fewer descents end early in a dead end now) plus a few lowerings. What
   remains is the number of clause groundings: the order choice's
   transitivity and loop-tree clauses loop over every statement for each changed pair, about 20
   million groundings per 100 descents, at about 50 ns each (dependent loads through the
   program's tables). A new layout (a set of temporaries first reached) costs about 0.1 s to
   compile and program; over 2,000 descents a few dozen more appear after the warm-up.
-- **Dead ends of uniform draws** (target 15% on matmul 256x256x32; 45% before the clause
-  `an unrolled tile and its unrolled inner tiles fit the registers`, which removed the dead
-  ends of drawing UNROLL for an outer tile): of 600 descents, 168 end in one, 114 of them by
-  `fused loops share their body` after an order drawn IN or OUT (a loop put inside another
-  whose fused partner cannot hold it), 37 by the limit on collapsed parallel loops. Another
+- **Dead ends of uniform draws** (target 15% on matmul 256x256x32): 45% before the clause
+  `an unrolled tile and its unrolled inner tiles fit the registers` (drawing UNROLL for an
+  outer tile), 28% before the clauses `loops around an accumulation's neighbours ...` (a
+  store's loop drawn around the init or a load placed before the accumulation's loop: the
+  loop would hold the accumulation, so fuse with its loop, which does not hold the init), 12%
+  now. Of 300 descents, 35 end in one: 27 by the limit on collapsed parallel loops (an order
+  drawn IN or OUT between the two packing nests' reduction loops, which puts one packing
+  inside the other's parallel loop), 8 by the register limit on unrolled copies. Another
   value of the same choice always propagates (no live child: 0%), so the search's rollouts,
-  which draw again, never backtrack further.
+  which draw again, never backtrack further. Every redundant clause is tested to lose no
+  implementation (implementations of the space without them replay in the full space).
 - **Size intervals** (target ±50%): Knuth's weights span eleven orders of magnitude on matmul
   (log10 from 12 to 24 over 200 descents drawing among live children only; the top 5 hold
   99.6% of the sum), so a handful of rare descents through long chains of open order
