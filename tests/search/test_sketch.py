@@ -90,8 +90,9 @@ def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
 
 
 @pytest.mark.parametrize(("name", "params", "names"), [
-    ("axpy", {"n": 1024}, set()), ("dot", {"n": 4096}, set()),
-    ("gemv", {"m": 64, "n": 64}, set()), ("gemv", {"m": 64, "n": 64, "transpose": 1}, set()),
+    ("axpy", {"n": 1024}, set()),
+    # each row summed in order, in either layout: several rows' chains side by side
+    ("gemv", {"m": 64, "n": 64}, {"rows"}), ("gemv", {"m": 64, "n": 64, "transpose": 1}, {"rows"}),
     # A read with a stride along both its dims: packed as well
     ("matmul", {"m": 64, "n": 64, "k": 64, "stride_a": 32},
      {"packed", "fused", "packed_a", "packed_ab"}),
@@ -104,6 +105,8 @@ def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
     ("gemv", {"m": 64, "n": 64, "partials": 32}, {"partials"}),
     # column-major A: the partial sums would be strided
     ("gemv", {"m": 64, "n": 64, "partials": 32, "transpose": 1}, set()),
+    # one chain and no rows: nothing to put side by side
+    ("dot", {"n": 4096}, set()),
 ])
 def test_each_kernel_gets_the_sketches_its_shape_allows(name: str, params: dict,
                                                         names: set[str]) -> None:
@@ -163,6 +166,23 @@ def test_partial_sums_sit_in_a_register_tile(evaluator: Evaluator, name: str,
     report = sample_and_evaluate(cand, 2, random.Random(1),
                                  lambda ps: evaluator.evaluate(ps, time_it=False))
     assert report.verified == 2, report.failed[:2]
+
+
+@pytest.mark.parametrize("params", [{"m": 64, "n": 64}, {"m": 32, "n": 48, "transpose": 1}])
+def test_rows_run_their_chains_side_by_side(evaluator: Evaluator, params: dict) -> None:
+    (cand,) = [c for n, c in sketch_candidates(_space("gemv", params), 16) if n == "rows"]
+    k = cand.kernel
+    (acc,) = k.reducing_insts
+    rows = [d for d in k.iteration_dims(acc) if d not in k.reduction_dims]
+    reduction = [d for d in k.iteration_dims(acc) if d in k.reduction_dims]
+    assert len(rows) == 3 and reduction
+    assert cand.domain("dim_kind", rows[0]) == ("PARALLEL",)
+    assert cand.domain("dim_kind", rows[-1]) == ("UNROLL",)
+    for r in reduction:
+        assert cand.domain("order", r, rows[-1]) == ("OUT",)
+    report = sample_and_evaluate(cand, 3, random.Random(2),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 3, report.failed[:2]
 
 
 @pytest.mark.parametrize(("name", "params", "lanes", "names"), MATMULS)
