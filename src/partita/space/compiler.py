@@ -573,10 +573,11 @@ class CompiledSpace:
         """The value mask of an occurrence's condition on the changed slot, in the slot's
         orientation and flipped (None: run on every change).
 
-        A clause needs propagating only when one of its conditions turns true or false. An
-        ``Is`` condition on an enum choice is true when the domain is inside its mask and
-        false when it misses it; a change that moves neither leaves every grounding of the
-        clause through this condition as it was at the last fixpoint, so the occurrence is
+        A clause needs propagating only when one of its conditions turns false, a trigger
+        only when one turns true (the engines gate each kind accordingly). An ``Is``
+        condition on an enum choice is true when the domain is inside its mask and false
+        when it misses it; a change that moves neither leaves every grounding of the clause
+        through this condition as it was at the last fixpoint, so the occurrence is
         skipped. Other conditions (relations, comparisons, integer masks that vary per slot)
         always run."""
         if not isinstance(cond, Is) or cond.choice not in self.sdef.enums:

@@ -72,16 +72,20 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
             now = vec[slot]
             every = before == -1
             # Domains only shrink: a condition "within mask" turns false when the last value
-            # in the mask goes, true when the last value outside it goes (inlined: hot).
-            for table in (occ, tocc):
-                for fn, mask, flipped in table.get(choice, ()):
-                    if every or mask is None or (not now & mask and before & mask) or (
-                            not now & ~mask and before & ~mask):
-                        fn(vec, R, fired, *ids)
-                    if both and (every or mask is None
-                                 or (not now & flipped and before & flipped)
-                                 or (not now & ~flipped and before & ~flipped)):
-                        fn(vec, R, fired, ids[1], ids[0])
+            # in the mask goes, true when the last value outside it goes. A clause can only
+            # propagate when one of its conditions turns false, a trigger only fire when one
+            # turns true (inlined: hot).
+            for fn, mask, flipped in occ.get(choice, ()):
+                if every or mask is None or (not now & mask and before & mask):
+                    fn(vec, R, fired, *ids)
+                if both and (every or mask is None or (not now & flipped and before & flipped)):
+                    fn(vec, R, fired, ids[1], ids[0])
+            for fn, mask, flipped in tocc.get(choice, ()):
+                if every or mask is None or (not now & ~mask and before & ~mask):
+                    fn(vec, R, fired, *ids)
+                if both and (every or mask is None
+                             or (not now & ~flipped and before & ~flipped)):
+                    fn(vec, R, fired, ids[1], ids[0])
             for ci, masks in watch[slot]:
                 if masks is not None and before != -1 and not any(
                         bool(before & m) != bool(now & m) for m in masks):

@@ -728,6 +728,16 @@ static int run_occurrence(Ctx *c, i64 off, int nargs, i64 a0, i64 a1) {
 
 /* ---------------------------------------------------------------- the worklist */
 
+/* Domains only shrink: a condition "within mask" turns false when the last value in the
+ * mask goes, true when the last value outside it goes. A clause can only propagate when one
+ * of its conditions turns false, a trigger only fire when one turns true. */
+enum { GATE_ANY, GATE_FALSE, GATE_TRUE };
+
+static inline int turned(int gate, i64 before, i64 now, i64 mask) {
+    if (gate == GATE_FALSE) return !(now & mask) && (before & mask);
+    return !(now & ~mask) && (before & ~mask);
+}
+
 static int process(Ctx *c) {
     const i64 *P = c->P;
     i64 n_choice = P[H_NCHOICE];
@@ -747,14 +757,12 @@ static int process(Ctx *c) {
             for (i64 e = 0; e < ch[1]; e++) {
                 const i64 *en = ch + 2 + 4 * e;
                 i64 fn = en[0];
-                int has = (int)en[1];
+                int gate = (int)en[1];
                 i64 mask = en[2], fl = en[3];
-                if (every || !has || (!(now & mask) && (before & mask))
-                    || (!(now & ~mask) && (before & ~mask))) {
+                if (every || gate == GATE_ANY || turned(gate, before, now, mask)) {
                     if (run_occurrence(c, fn, nids, id0, id1)) return 1;
                 }
-                if (both && (every || !has || (!(now & fl) && (before & fl))
-                             || (!(now & ~fl) && (before & ~fl)))) {
+                if (both && (every || gate == GATE_ANY || turned(gate, before, now, fl))) {
                     if (run_occurrence(c, fn, nids, id1, id0)) return 1;
                 }
             }

@@ -14,7 +14,8 @@ Layout of the program (offsets are indices into it):
 
 - header: ``H_*`` below;
 - per choice slot: its choice's index, ``[n_ids, id0, id1]`` and its universe ``[n, v*]``;
-- per choice: ``[both_orientations, n, (occurrence, gated, mask, flipped_mask)*]``;
+- per choice: ``[both_orientations, n, (occurrence, gate, mask, flipped_mask)*]``, the gate
+  saying which change of the condition can matter (``GATE_*``);
 - per slot: the counters watching it ``[n, (counter, n_masks or -1, mask*)*]``;
 - per counter: ``[mul, half, lo_slot, merged_bit, n_terms, occurrences, n_ids, id0..id3,
   term*]``, a term ``[n_conds, (slot, mask)*, value_is_slot, value, n_quotient or -1,
@@ -52,6 +53,10 @@ SOURCE = Path(__file__).with_name("native.c")
 (H_NSLOTS, H_NCHOICE, H_ABSENT, H_NCOUNTERS, H_NOBJ, H_SLOT_CHOICE, H_SLOT_IDS, H_SLOT_UNIV,
  H_CHOICES, H_WATCH, H_COUNTERS, H_ROOT, H_BASE) = range(13)
 C_STATIC, C_IS, C_REL, C_CMP_INT, C_CMP_CNT = range(5)
+GATE_ANY, GATE_FALSE, GATE_TRUE = range(3)
+"""When an occurrence runs on a change of its condition's slot: on any change, when the
+condition turns false (a clause: only a false disjunct can leave one unknown or none), or
+when it turns true (a trigger: it fires when every condition holds)."""
 OPS = {"<=": 0, "<": 1, ">=": 2, ">": 3, "==": 4, "in": 5}
 MAX_VARS = 8
 MAX_TERMS = 512
@@ -252,8 +257,8 @@ class _Builder:
         for c in choices:
             entries = occ.get(c, [])
             flat = [int(bool(sp.pair_choice.get(c, False))), len(entries)]
-            for off, mask, flipped in entries:
-                flat += [off, 0 if mask is None else 1, mask or 0, flipped or 0]
+            for off, gate, mask, flipped in entries:
+                flat += [off, 0 if mask is None else gate, mask or 0, flipped or 0]
             rec.append(self.add(flat))
         P[H_CHOICES] = self.add(rec)
         watch = []
@@ -308,7 +313,8 @@ class _Builder:
                     if choice in sp.sdef.counters:
                         cocc.setdefault(choice, []).append(off)
                     else:
-                        occ.setdefault(choice, []).append((off, *self.sp.occurrence_masks(cond)))
+                        occ.setdefault(choice, []).append(
+                            (off, GATE_FALSE, *self.sp.occurrence_masks(cond)))
             if len(req.forall) <= 2:
                 root.append(self._occurrence(req.forall, req.any_of, (), kid, None))
         trig: dict[str, list] = {}
@@ -317,7 +323,8 @@ class _Builder:
                 if isinstance(cond, Static):
                     continue
                 off = self._occurrence(t.forall, t.when, cond.args, -1, tid)
-                trig.setdefault(cond.choice, []).append((off, *self.sp.occurrence_masks(cond)))
+                trig.setdefault(cond.choice, []).append(
+                    (off, GATE_TRUE, *self.sp.occurrence_masks(cond)))
         for choice, lst in trig.items():
             occ.setdefault(choice, []).extend(lst)
         return occ, cocc, root
