@@ -90,6 +90,9 @@ def declare_sets(S: SpaceDef) -> None:
     S.set("TileDims", lambda k, ld: [d for d in k.dims_of(ld) if k.dim(d).sizes is not None],
           param="Logical", doc="the strip-mined dimensions of one logical dimension")
     S.set("MemInsts", lambda k: [i.name for i in k.instructions if i.is_memory])
+    S.set("Partners",
+          lambda k, d: [e.name for e in k.dims if e.name != d and k.mergeable(d, e.name)],
+          param="Dims", doc="the dimensions a dimension can be fused with")
 
 
 def declare_nest(S: SpaceDef) -> None:
@@ -133,11 +136,14 @@ def _declare_order_coherence(S: SpaceDef) -> None:
               Related("order", ("x", "y"), "order", ("d", "y"), _inherits),
               doc="What is inside loop d relates to any statement y outside d as d does "
                   "(000 eq. 4.4): before, after or inside it.")
-    S.require("fused loops share their body", [x, d, y],
+    # Fusion relates a dim only to its partners: quantifying over them alone (not over every
+    # dimension, where MERGED is impossible anyway) keeps these clauses' groundings few.
+    partner = Var("y", "Partners", of="d")
+    S.require("fused loops share their body", [x, d, partner],
               Is("order", ("x", "d"), NOT_IN), Is("order", ("d", "y"), NOT_MERGED),
               Is("order", ("x", "y"), values("IN")),
               doc="What is inside a loop is inside the loops fused with it.")
-    dx, dy = Var("x", "Dims"), Var("y", "Dims")
+    dx, dy = Var("x", "Dims"), Var("y", "Partners", of="x")
     S.require("merged dims have the same order", [dx, dy, z],
               Is("order", ("x", "y"), NOT_MERGED),
               Related("order", ("x", "z"), "order", ("y", "z")),
