@@ -140,17 +140,17 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s; 70 in this run of the table, 62-84 in
-  earlier ones, 80-100
-  once the layouts of 500 descents are compiled; this machine's speed varies by a fifth
-  from one run to the next): the C engine runs a
-  decision's propagation in about 0.2 ms, against 6 ms in Python (30x); a descent takes
-  about 46 of them (fewer descents end early in a dead end now) plus a few lowerings. What
-  remains is the number of clause groundings: the order choice's
-  transitivity and loop-tree clauses loop over every statement for each changed pair, about 20
-  million groundings per 100 descents, at about 50 ns each (dependent loads through the
-  program's tables). A new layout (a set of temporaries first reached) costs about 0.1 s to
-  compile and program; over 2,000 descents a few dozen more appear after the warm-up.
+- **Speed** (matmul 1024^3, target 100 descents/s; 72 in this run of the table, 62-84 in
+  earlier ones, 80-100 once the layouts of 500 descents are compiled; this machine's speed
+  varies by a fifth from one run to the next): the C engine runs a decision's propagation in
+  about 0.2 ms, against 6 ms in Python (30x); a descent takes about 46 of them plus a few
+  lowerings, and 85% of its time is in the engine. What remains is the number of clause
+  groundings: about 18 million per 100 descents (27 million before the fusion clauses
+  quantified over a dim's partners only), at about 50 ns each (dependent loads through the
+  program's tables); half of them are `loops form a tree`, which relates a statement inside a
+  loop to every other statement, a third the transitivity of nesting and sequence. A new
+  layout (a set of temporaries first reached) costs about 0.1 s to compile and program; over
+  2,000 descents a few dozen more appear after the warm-up.
 - **Dead ends of uniform draws** (target 15% on matmul 256x256x32): 45% before the clause
   `an unrolled tile and its unrolled inner tiles fit the registers` (drawing UNROLL for an
   outer tile), 28% before the clauses `loops around an accumulation's neighbours ...` (a
