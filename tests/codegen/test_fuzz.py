@@ -142,7 +142,7 @@ def test_partial_vectors_compute_on_whole_vectors_with_masked_accesses(
     the loop iterates r: one nested there without r must run each iteration). Checked with
     AVX-512's masked moves (native) and with the portable lane loops (x86-64-v2); the
     evaluator's canaries catch a write past the end of C."""
-    cand, impls = _partial_tile_candidates(params, 4, 13)
+    cand, impls = _partial_tile_candidates(params, 6, 13)
     k = params["k"]
     clamped = f"r_1 < (8 < {k} - (8 * r_0) ? 8 : {k} - (8 * r_0))"
     sources = [print_c(impl, f"pv_{i}").source for i, impl in enumerate(impls)]
