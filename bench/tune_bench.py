@@ -4,11 +4,12 @@ numpy are timed on the same inputs in the same run; ratios go to BENCHMARKS.md.
 Run with ``make bench`` (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python
 bench/tune_bench.py --budget 300 --write BENCHMARKS.md``). numpy is timed in-process (warm-up
 first, median of repetitions). partita's best is timed again after the search (the search's
-own time for it is the least of many noisy medians, biased low): the median of
-:data:`ROUNDS` worker medians (compiled outside the timed region, threads created before it,
-warm-up first). A memory-bound case alternates those rounds with the STREAM triad on every
-core and compares with the triad's median: what this machine's memory gives a process
-changes from one minute to the next.
+own time for it is the least of many noisy medians, biased low), in :data:`ROUNDS` rounds that
+alternate it (a worker median: compiled outside the timed region, threads created before it,
+warm-up first) with numpy and, for a memory-bound case, the STREAM triad on every core; each
+figure is the median over the rounds. What this machine gives a process changes from one
+minute to the next (the same sgemm 2048^3 timed 97 ms in the search and 141 ms a minute
+later), so only timings taken side by side are compared.
 """
 
 from __future__ import annotations
@@ -74,11 +75,14 @@ ROUNDS = 5
 """Timings of the best after the search (and of the triad beside a memory-bound case)."""
 
 
-def retime(tuned: Tuned, seed: int, probe: TriadProbe | None) -> tuple[float, float]:
-    """(median time of ``tuned`` over :data:`ROUNDS` evaluations, median triad GB/s timed
-    before each of them, or NaN without ``probe``)."""
+def retime(tuned: Tuned, seed: int, probe: TriadProbe | None
+           ) -> tuple[float, float, float]:
+    """(partita's time, numpy's time, triad GB/s): medians over :data:`ROUNDS` rounds, each
+    timing the triad (with ``probe``; NaN without), then ``tuned`` in the worker (its median),
+    then numpy on the same inputs (its median over at least 0.3 s), so that all three see the
+    machine in the same state."""
     prog = Program(tuned.kernel, tuned.entry, tuned.source, tuned.params)
-    times, triads = [], []
+    times, numpy_times, triads = [], [], []
     with Evaluator(seed=seed) as ev:
         for _ in range(ROUNDS):
             if probe is not None:
@@ -87,7 +91,9 @@ def retime(tuned: Tuned, seed: int, probe: TriadProbe | None) -> tuple[float, fl
             if not m.ok or m.median_s is None:
                 raise RuntimeError(f"timing the best again failed: {m.status} {m.reason}")
             times.append(m.median_s)
-    return statistics.median(times), statistics.median(triads) if triads else math.nan
+            numpy_times.append(numpy_time(tuned.kernel, seed, reps=3, min_s=0.3) or math.nan)
+    return (statistics.median(times), statistics.median(numpy_times),
+            statistics.median(triads) if triads else math.nan)
 
 
 def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> dict:
@@ -106,10 +112,9 @@ def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> di
     stream = math.nan
     if tuned is not None:
         memory_bound = case.target.startswith("stream")
-        t, stream = retime(tuned, seed, probe if memory_bound else None)
+        t, np_t, stream = retime(tuned, seed, probe if memory_bound else None)
     else:
-        t = math.nan
-    np_t = numpy_time(k, seed) or math.nan
+        t, np_t = math.nan, numpy_time(k, seed) or math.nan
     d = describe()
     peak = d.peak_gflops_fp32 if params.get("dtype", "float32") == "float32" \
         else d.peak_gflops_fp64
@@ -165,13 +170,14 @@ REPORT = """## Tuning against numpy/OpenBLAS
 
 Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_bench.py
 --budget {budget:g}{only} --write BENCHMARKS.md` (part of `make bench`): each case is tuned for
-{budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation and numpy are
-timed on the same inputs. The best is timed again after the search: the median of {rounds}
-worker medians (the search's own figure, the least of many noisy medians and so biased low,
-in brackets). Memory-bound cases alternate those {rounds} timings with {rounds} of the STREAM triad
-on both cores and compare with the triad's median (in the verdict): what this machine's
-memory gives one process changes from one minute to the next (a dot product streamed at 23,
-then 16 GB/s a minute apart). The records start empty and are shared by the cases,
+{budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation is timed
+again, alternating with numpy on the same inputs over {rounds} rounds (and, for the memory-bound
+cases, with the STREAM triad on both cores); each column is the median over the rounds. The
+search's own figure for its best (the least of many noisy medians, so biased low) is in
+brackets. Only timings taken side by side are compared: what this machine gives one process
+changes from one minute to the next (a dot product streamed at 23, then 16 GB/s a minute
+apart; sgemm 2048^3 timed 97 ms in the search, 141 ms a minute later). The records start
+empty and are shared by the cases,
 in the order of the table: a case starts from the best of the earlier cases of the same kernel
 (transfer, `partita tune --transfer`), so 2048^3 starts from what 1024^3 found, and the
 contractions and partial-sum reductions from completions of their sketches (`--sketches`).
