@@ -389,6 +389,14 @@ def partial_sum_shape(k: Kernel) -> _PartialShape | None:
     return None
 
 
+def _init_placement(k: Kernel, acc: str, around: set[str]) -> list[Decision]:
+    """The init of ``acc`` fused with the accumulation's tiles in ``around`` and before the
+    others (the init of each register tile's accumulators, just before its reduction)."""
+    init = _init(k, acc)
+    return [Decision("order", (d, e), ("MERGED",) if e in around else ("BEFORE",))
+            for d, e in _tile_pairs(k, init, acc)]
+
+
 def partial_sum_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     """The ``partials`` sketch: the partial sums in a register tile (a vector of them,
     unrolled copies of it), the reduction loop around them, the rows (or chunks) parallel
@@ -414,27 +422,15 @@ def partial_sum_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     decisions += [Decision("dim_kind", (d,), ("UNROLL",)) for d in [*unrolled, *register[:-1]]]
     decisions += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
     around = {parallel, *outer}
-    init = _init(k, acc)
+    decisions += _init_placement(k, acc, around)
     # The final sum shares the parallel rows it does not add up (gemv's, not dot's chunks).
     summed = set(k.reduction_dims)
-    for inst, beside in ((init, "BEFORE"), (shape.final, None)):
-        for d, e in _tile_pairs(k, inst, acc):
-            if e in around and (inst == init or (k.dim(e).logical in shape.rows
-                                                 and d not in summed)):
-                decisions.append(Decision("order", (d, e), ("MERGED",)))
-            elif beside is not None and e not in around:
-                decisions.append(Decision("order", (d, e), (beside,)))
+    decisions += [Decision("order", (d, e), ("MERGED",))
+                  for d, e in _tile_pairs(k, shape.final, acc)
+                  if e in around and k.dim(e).logical in shape.rows and d not in summed]
     decisions += [d for ld in _loads(k, acc) for d in _fused(k, ld, acc)]
-    decisions.append(Decision("mem_space", (temporary_name(init, acc),), ("REGISTER",)))
+    decisions.append(Decision("mem_space", (temporary_name(_init(k, acc), acc),), ("REGISTER",)))
     return [Sketch("partials", tuple(decisions))]
-
-
-def _init_placement(k: Kernel, acc: str, around: set[str]) -> list[Decision]:
-    """The init of ``acc`` fused with the accumulation's tiles in ``around`` and before the
-    others (the init of each register tile's accumulators, just before its reduction)."""
-    init = _init(k, acc)
-    return [Decision("order", (d, e), ("MERGED",) if e in around else ("BEFORE",))
-            for d, e in _tile_pairs(k, init, acc)]
 
 
 def row_chain_sketches(k: Kernel) -> list[Sketch]:
