@@ -284,7 +284,7 @@ def _declare_enclosed_accumulations(S: SpaceDef) -> None:
 
 
 def _has_partner(k: Kernel, inst: str, d: str) -> bool:
-    return any(k.mergeable(d, e) for e in k.iteration_dims(inst))
+    return bool(_partners(k, inst, d))
 
 
 def can_enclose_inst(k: Kernel, inst: str, d: str) -> bool:
