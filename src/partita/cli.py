@@ -266,15 +266,20 @@ def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
               help="Start from completions of the kernel's sketches (the micro-kernel "
                    "structure of contractions, CPU) and keep completing them for part of "
                    "the search.")
+@click.option("--reassociate", is_flag=True,
+              help="Tune the order of the kernel's sum too (dot, gemv): every split into "
+                   "partial sums is a variant, and the budget is shared among them "
+                   "(successive halving, cut by the bound). Results differ by rounding.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, policy: str,
              budget: str, evaluations: int | None, stop_expr: str | None, seed: int,
              db: str | None, continue_: bool, transfer: bool, sketches: bool,
-             as_json: bool) -> None:
+             reassociate: bool, as_json: bool) -> None:
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
     from partita.db import RecordsError
     from partita.search.stop import parse_stop
     from partita.tuning import budget_stop, numpy_time, tune
+    from partita.variants import NotReassociable
 
     try:
         k = library_kernel(kernel, **_params(params))
@@ -287,18 +292,26 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
             tuning_device()
         except CudaUnavailable as exc:
             _fail(str(exc))
+    if reassociate and stop_expr:
+        _fail("--reassociate shares --budget and --evaluations among the orders of the sum; "
+              "it does not take --stop")
     try:
-        stop = parse_stop(stop_expr) if stop_expr else budget_stop(
-            _duration(budget), evaluations)
+        seconds = _duration(budget)
+        stop = parse_stop(stop_expr) if stop_expr else budget_stop(seconds, evaluations)
     except (ValueError, click.BadParameter) as exc:
         _fail(f"--stop/--budget: {exc}")
-    options = {"policy": policy} if search == "mcts" else {}
+    options: dict[str, Any] = {"policy": policy} if search == "mcts" else {}
+    if reassociate:
+        options |= {"reassociate": True, "budget": seconds, "evaluations": evaluations}
+    else:
+        options["stop"] = stop
     progress_cb, finish = _progress(k, as_json)
     try:
-        tuned = tune(k, stop=stop, target=target, search=search, seed=seed, db=db,
+        tuned = tune(k, target=target, search=search, seed=seed, db=db,
                      continue_=continue_, transfer=transfer, sketches=sketches,
-                     on_evaluation=progress_cb,
-                     **options)
+                     on_evaluation=progress_cb, **options)
+    except NotReassociable as exc:
+        _fail(str(exc))
     except RecordsError as exc:
         _fail(str(exc))
     except OSError as exc:
@@ -327,6 +340,9 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         out["pruned"] = result.state.pruned
         reach = result.time_to_fraction(0.95)
         out["time_to_95pct_s"], out["evaluations_to_95pct"] = reach or (None, None)
+    if tuned.variant is not None:
+        out["variant"] = tuned.variant
+        out["variants"] = tuned.variants
     if as_json:
         click.echo(json.dumps(out))
         return
@@ -344,6 +360,10 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         click.echo(f"  model: {len(result.violations)} bound violations, "
                    f"{100 * acc['within_10x']:.0f}% of bounds within 10x; "
                    f"{len(result.failures)} failed implementations")
+    if tuned.variant is not None:
+        shown = " ".join(f"{key}={value}" for key, value in tuned.variant.items())
+        click.echo(f"  order of the sum: {shown}, the fastest of {len(tuned.variants or [])} "
+                   "variants (`--json` lists them)")
     click.echo(f"  C source: {tuned.code_path}")
 
 

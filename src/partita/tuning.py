@@ -67,6 +67,12 @@ class Tuned:
     evaluations: int = 0
     result: TuneResult | None = field(default=None, repr=False)
     code_path: Path | None = None
+    variant: dict[str, Any] | None = None
+    """With ``reassociate``: the parameters of the order of the sum that won (the kernel is
+    then that variant); None otherwise."""
+    variants: list[dict[str, Any]] | None = field(default=None, repr=False)
+    """With ``reassociate``: every order of the sum tried, with its root bound, best time,
+    evaluations and why it stopped (:meth:`partita.variants.Variant.to_json`)."""
     _fn: Any = field(default=None, repr=False)
 
     # -- calling ---------------------------------------------------------------------------
@@ -171,6 +177,9 @@ class Tuned:
             acc = self.result.accuracy()
             lines.append(f"  model: {len(self.result.violations)} bound violations; "
                          f"{100 * acc['within_10x']:.0f}% of bounds within 10x")
+        if self.variant is not None:
+            lines.append(f"  order of the sum: {_variant_text(self.variant)} "
+                         f"(of {len(self.variants or [])} tried)")
         if self.code_path is not None:
             lines.append(f"  C source: {self.code_path}")
         return "\n".join(lines)
@@ -178,6 +187,10 @@ class Tuned:
     @staticmethod
     def _ms(t: float | None) -> str:
         return "n/a" if t is None else f"{t * 1e3:.4g} ms"
+
+
+def _variant_text(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
 
 
 # -- the machine ------------------------------------------------------------------------------
@@ -189,6 +202,16 @@ def machine_model(kernel: Kernel, measure: bool = True) -> Model:
 
     d = describe(measure_if_missing=measure)
     return Model(cpu_rates(d, kernel.arrays[0].dtype.value))
+
+
+def target_model(kernel: Kernel, target: str) -> Model:
+    """The model ``tune`` bounds with: this machine's rates on the CPU, the H100's on the GPU."""
+    if target == "gpu":
+        from partita.model.gpu import gpu_rates
+        from partita.targets.gpu.device import H100
+
+        return Model(gpu_rates(H100, kernel.arrays[0].dtype.value))
+    return machine_model(kernel)
 
 
 def code_dir() -> Path:
@@ -360,7 +383,8 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
          db: str | Path | None = None, continue_: bool = False, batch: int = 4,
          model: Model | None = None, reference: Callable[..., dict[str, Any]] | None = None,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
-         transfer: bool = True, sketches: bool = True, **search_options: Any) -> Tuned:
+         transfer: bool = True, sketches: bool = True, reassociate: bool = False,
+         **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
 
     Every evaluated implementation is checked against the kernel's numpy reference before it
@@ -380,9 +404,29 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
     H100's figures); without a usable device it raises
     :class:`~partita.gpu.cuda.CudaUnavailable` (a RuntimeError) saying why. The returned
     object's source is then CUDA (``code_path`` ends in ``.cu``); it cannot be called.
+
+    With ``reassociate``, the order of the kernel's sum is tuned too (library kernels that
+    declare one, such as ``dot`` and ``gemv``): every split into partial sums is a variant,
+    and ``budget`` and ``evaluations`` are shared among them by successive halving cut by the
+    bound (:mod:`partita.variants`). The result is the fastest variant (``variant`` names its
+    parameters; ``variants`` lists them all); ``stop`` cannot be given then.
     """
     if target not in ("cpu", "gpu"):
         raise ValueError(f"unknown target {target!r} (targets: cpu, gpu)")
+    if reassociate:
+        if stop is not None:
+            raise ValueError("reassociate shares budget and evaluations among the orders of "
+                             "the sum; a stop condition cannot be shared: give budget or "
+                             "evaluations instead")
+        import partita
+        from partita.variants import tune_reassociated
+
+        return tune_reassociated(
+            kernel, tune, lambda kv: model or target_model(kv, target), budget=budget,
+            evaluations=evaluations, space_of=lambda kv: partita.space(kv, target),
+            continue_=continue_, target=target, search=search, seed=seed, db=db,
+            batch=batch, model=model, reference=reference, on_evaluation=on_evaluation,
+            transfer=transfer, sketches=sketches, **search_options)
     gpu = target == "gpu"
     device: Any = None
     if gpu:
@@ -401,12 +445,7 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
         if best is not None and not continue_:
             return _from_record(kernel, best, len(rec.evaluations(kid, mid)), suffix)
         space: Space = partita.space(kernel, target)
-        if model is None and gpu:
-            from partita.model.gpu import gpu_rates
-            from partita.targets.gpu.device import H100
-
-            model = Model(gpu_rates(H100, kernel.arrays[0].dtype.value))
-        model = model or machine_model(kernel)
+        model = model or target_model(kernel, target)
         stop = stop or budget_stop(budget, evaluations)
         options = {"search": search, "batch": batch, "stop": str(stop), **search_options}
         run = rec.start_run(kid, mid, target, search, options, seed)

@@ -309,6 +309,31 @@ DTYPE = ParamSpec("dtype", "dtype", "float32", "element type")
 PARTIALS = ParamSpec("partials", FACTOR, 1,
                      "partial sums (reassociated reduction); 1 = one sequential chain")
 
+REASSOCIATED_PARTIALS = (16, 64, 256)
+"""Partial sums tried when the tuner may reassociate a sum: a vector of them (16 fp32 lanes)
+up to a few dozen vectors, which hide the add latency and still fit the registers or L1."""
+
+
+def _dot_reassociations(params: dict[str, Any], cores: int) -> list[dict[str, Any]]:
+    """The sum in order, then ``partials`` from :data:`REASSOCIATED_PARTIALS`, each in one
+    stretch or in one contiguous chunk per core."""
+    n = params["n"]
+    out = [{"partials": 1, "chunks": 1}]
+    for p in REASSOCIATED_PARTIALS:
+        for c in sorted({1, cores}):
+            if n % (p * c) == 0 and n >= 4 * p * c:
+                out.append({"partials": p, "chunks": c})
+    return out
+
+
+def _gemv_reassociations(params: dict[str, Any], cores: int) -> list[dict[str, Any]]:
+    """Each row's sum in order, then ``partials`` from :data:`REASSOCIATED_PARTIALS` (the rows
+    already give the threads contiguous work)."""
+    n = params["n"]
+    return [{"partials": 1}] + [{"partials": p} for p in REASSOCIATED_PARTIALS
+                                if n % p == 0 and n >= 4 * p]
+
+
 register(KernelSpec(
     "axpy", "y = alpha * x + y",
     (ParamSpec("n", SIZE, 1 << 26, "vector length"), DTYPE),
@@ -351,6 +376,7 @@ register(KernelSpec(
     flops=lambda n, **_: 2 * n,
     bytes=lambda n, dtype, **_: (2 * n + 1) * np.dtype(dtype).itemsize,
     outputs=("out",),
+    reassociations=_dot_reassociations,
 ))
 
 register(KernelSpec(
@@ -361,6 +387,7 @@ register(KernelSpec(
     flops=lambda m, n, **_: 2 * m * n,
     bytes=lambda m, n, dtype, **_: (m * n + n + m) * np.dtype(dtype).itemsize,
     outputs=("y",),
+    reassociations=_gemv_reassociations,
 ))
 
 register(KernelSpec(

@@ -56,6 +56,11 @@ class KernelSpec:
     flops: Callable[..., int]
     bytes: Callable[..., int]
     outputs: tuple[str, ...] = field(default=())
+    reassociations: Callable[[dict[str, Any], int], list[dict[str, Any]]] | None = None
+    """For a kernel with parameters that only change the order of its floating-point additions
+    (a sum split into partial sums): given the resolved parameters and the number of cores,
+    the values of those parameters worth trying, the sum in order first. None: the kernel
+    has no such parameter."""
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults completed and values checked; unknown parameters are errors."""
