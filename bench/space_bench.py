@@ -18,7 +18,7 @@ from partita.space.candidate import Candidate, DeadEnd
 from partita.space.compiler import set_bits
 from partita.space.estimate import chen_size, space_stats
 from partita.targets import AVX512_REFERENCE
-from sections import replace_section
+from sections import machine_name, replace_section
 
 
 @dataclass
@@ -134,7 +134,7 @@ def main() -> None:
     print(text)
     if args.write:
         replace_section(args.write, "space", REPORT.format(
-            table=text, machine=platform.processor() or platform.machine(),
+            table=text, machine=machine_name(),
             python=platform.python_version(), warmup=WARMUP, notes=NOTES))
 
 
