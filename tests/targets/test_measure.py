@@ -158,6 +158,19 @@ def test_peak_flops_by_lanes_and_cores(nominal):
         dtype_name(np.int32)
 
 
+def test_peak_is_the_fastest_width_not_the_widest(nominal):
+    # Cores that split 512-bit FMAs into 256-bit halves measure both widths at one rate; noise
+    # can put the narrower ahead, and the peak must still agree with peak_gflops_fp32.
+    fp32 = {f.bits: f for f in nominal.fma if f.dtype == "fp32"}
+    ahead = replace(fp32[256], gflops_core=fp32[512].gflops_core * 1.002,
+                    gflops_all=fp32[512].gflops_all * 1.001)
+    fma = tuple(ahead if f is fp32[256] else f for f in nominal.fma)
+    split = replace(nominal, fma=fma, peak_gflops_fp32=ahead.gflops_all)
+    assert split.peak_flops("fp32") == pytest.approx(ahead.gflops_all * 1e9)
+    assert split.peak_flops("fp32", cores=1) == pytest.approx(ahead.gflops_core * 1e9)
+    assert split.peak_flops("fp32", lanes=16) == pytest.approx(fp32[512].gflops_all * 1e9)
+
+
 def test_bandwidth_picks_level_by_size(nominal):
     caps = AVX512_REFERENCE
     names = [nominal.level(n).name for n in

@@ -191,15 +191,23 @@ class CpuDescription:
                    ) -> float:
         """Flop/s of ``cores`` cores (default all) issuing FMAs on vectors of ``lanes`` elements.
 
-        ``lanes`` of 1 is scalar code and ``None`` the widest vectors. For 1 core the
-        single-core rate is used, for more the all-core rate per core (it includes any clock
-        drop under load), scaled linearly.
+        ``lanes`` of 1 is scalar code and ``None`` the fastest measured width: the peak, as
+        ``peak_gflops_fp32``/``_fp64`` give it. (It need not be the widest: a core that runs
+        512-bit FMAs as two 256-bit halves measures both widths at one rate, and either may
+        come out ahead by noise.) For 1 core the single-core rate is used, for more the
+        all-core rate per core (it includes any clock drop under load), scaled linearly.
         """
         name = dtype_name(dtype)
         itemsize = 4 if name == "fp32" else 8
-        bits = max(WIDTHS) if lanes is None else (0 if lanes <= 1 else lanes * itemsize * 8)
-        entry = self.fma_entry(name, bits)
         n = self.cores if cores is None else max(1, min(int(cores), self.cores))
+        if lanes is None:
+            entries = [f for f in self.fma if f.dtype == name]
+            if not entries:
+                raise ValueError(f"no FMA throughput measured for {name}")
+            key = (lambda f: f.gflops_core) if n == 1 else (lambda f: f.gflops_all)
+            entry = max(entries, key=key)
+        else:
+            entry = self.fma_entry(name, 0 if lanes <= 1 else lanes * itemsize * 8)
         per_core = entry.gflops_core if n == 1 else entry.gflops_all / self.cores
         return per_core * n * 1e9
 
