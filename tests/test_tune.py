@@ -261,3 +261,13 @@ def test_adapting_drops_the_decisions_that_do_not_apply() -> None:
     adapted = adapt(odd, decisions, random.Random(0))
     assert adapted is not None and adapted.is_implementation
     assert adapt(odd, [["size", ["no_such.dim"], [4]], *decisions], random.Random(0))
+
+
+
+def test_numpy_time_of_library_kernels_warm_and_cold() -> None:
+    from partita.tuning import numpy_time
+
+    k = partita.kernel("axpy", n=4096)
+    warm = numpy_time(k, reps=3, min_s=0.0)
+    cold = numpy_time(k, reps=3, min_s=0.0, flush_bytes=1 << 20)
+    assert warm is not None and warm > 0 and cold is not None and cold > 0

@@ -550,12 +550,15 @@ def load(kernel: Kernel, *, target: str = "cpu", db: str | Path | None = None) -
 
 
 def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7,
-               min_s: float = 0.5) -> float | None:
+               min_s: float = 0.5, flush_bytes: int = 0) -> float | None:
     """Median time of the kernel's numpy reference on the same inputs (library kernels):
-    at least ``reps`` calls and ``min_s`` seconds of them. OpenBLAS runs even small products
-    on every core, so while anything else runs a call waits for a scheduler slice (a
-    256x256x32 product measured 12 ms instead of 0.08 ms over 7 calls); over half a second of
-    calls, a short disturbance stays a minority and the median ignores it."""
+    at least ``reps`` calls and ``min_s`` seconds of them (timed calls only). OpenBLAS runs
+    even small products on every core, so while anything else runs a call waits for a
+    scheduler slice (a 256x256x32 product measured 12 ms instead of 0.08 ms over 7 calls);
+    over half a second of calls, a short disturbance stays a minority and the median ignores
+    it. With ``flush_bytes``, a buffer of that size is written before every call, outside the
+    timed interval, so every call starts from cold caches (as the harness's ``flush_cache``
+    does for generated code)."""
     name = library_name(kernel)
     if name is None:
         return None
@@ -568,10 +571,12 @@ def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7,
             args.append(values[p.name])
         elif p.kind == "array" and p.role in ("in", "inout"):
             args.append(view(values[p.name], p))
+    flush = np.empty(flush_bytes, dtype=np.uint8) if flush_bytes > 0 else None
     reference(*args)  # warm-up (threads, caches)
     times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < reps or time.perf_counter() - start < min_s:
+    while len(times) < reps or sum(times) < min_s:
+        if flush is not None:
+            flush.fill(len(times) & 0xFF)
         t0 = time.perf_counter()
         reference(*args)
         times.append(time.perf_counter() - t0)
