@@ -116,12 +116,16 @@ def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> di
     k = partita.kernel(case.kernel, **case.params)
     spec = get_spec(case.kernel)
     params = spec.resolve(case.params)
+    memory_bound = case.target.startswith("stream")
     t0 = time.perf_counter()
     try:
+        # Memory-bound cases are searched as they are compared: from cold caches.
         if case.reassociate:
-            tuned = partita.tune(k, budget=budget, db=db, seed=seed, reassociate=True)
+            tuned = partita.tune(k, budget=budget, db=db, seed=seed, reassociate=True,
+                                 cold_cache=memory_bound)
         else:
-            tuned = partita.tune(k, stop=WallTime(budget), db=db, seed=seed)
+            tuned = partita.tune(k, stop=WallTime(budget), db=db, seed=seed,
+                                 cold_cache=memory_bound)
     except RuntimeError as exc:  # nothing verified within the budget: the row says so
         print(f"  {exc}", flush=True)
         tuned, failure = None, str(exc)
@@ -130,7 +134,6 @@ def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> di
     elapsed = time.perf_counter() - t0
     stream = math.nan
     if tuned is not None:
-        memory_bound = case.target.startswith("stream")
         t, np_t, stream = retime(tuned, seed, probe if memory_bound else None)
     else:
         t, np_t = math.nan, numpy_time(k, seed) or math.nan
@@ -203,11 +206,11 @@ contractions and partial-sum reductions from completions of their sketches (`--s
 The case marked `--reassociate` shares its budget among the orders of its sum (the sum in
 order and splits into partial sums, `partita.variants`); one of them, 256 partial sums in one
 stretch, is the case two rows above, whose records it starts from. The memory-bound cases
-(those compared with the triad) are timed in the rounds from cold caches, partita and numpy
-alike: {flush_mb:.0f} MB, twice the last-level cache, are written before every call, outside
-the timed interval, so their arrays stream from memory as the triad's do (warm, gemv's 64 MB
-and dot's 128 MB would sit in a large L3); the search's own figure for them, in brackets, is
-warm, and chose the best by warm times. Machine: {machine}.
+(those compared with the triad) are tuned and timed from cold caches (`partita tune
+--cold-cache`), partita and numpy alike: {flush_mb:.0f} MB, twice the last-level cache, are
+written before every call, outside the timed interval, so their arrays stream from memory as
+the triad's do (warm, gemv's 64 MB and dot's 128 MB would sit in a large L3). Machine:
+{machine}.
 Peak: {peak:.0f} GFLOP/s fp32, STREAM triad {stream:.1f} GB/s when {how} by `partita machine`.
 
 {table}{rerun}

@@ -271,3 +271,41 @@ def test_numpy_time_of_library_kernels_warm_and_cold() -> None:
     warm = numpy_time(k, reps=3, min_s=0.0)
     cold = numpy_time(k, reps=3, min_s=0.0, flush_bytes=1 << 20)
     assert warm is not None and warm > 0 and cold is not None and cold > 0
+
+
+def test_cold_cache_times_are_taken_cold_and_recorded_apart(tuned: partita.Tuned, db: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    import partita.tuning as tuning
+
+    timings = []
+
+    class Recording(tuning.Evaluator):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            timings.append(kwargs.get("timing"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "Evaluator", Recording)
+    k = partita.kernel("matmul", m=16, n=24, k=8)
+    warm = partita.load(k, db=db)
+    # A warm best is recorded (the fixture): a cold tune does not answer from it, and
+    # measures again implementations already timed warm.
+    cold = partita.tune(k, stop=Evaluations(3), db=db, model=Model(RATES), batch=3, seed=1,
+                        cold_cache=True)
+    assert cold.result is not None and len(cold.result.evaluations) == 3
+    assert [t.flush_cache for t in timings] == [True]
+    warm_first = {json.dumps(e.decisions) for e in tuned.result.evaluations}
+    assert warm_first & {json.dumps(e.decisions) for e in cold.result.evaluations}
+    assert partita.load(k, db=db, cold_cache=True).time == cold.time
+    after = partita.load(k, db=db)
+    assert (after.time, after.decisions) == (warm.time, warm.decisions)
+    code, out = run("show", "matmul", "m=16", "n=24", "k=8", "--db", str(db), "--cold-cache",
+                    "--json")
+    assert code == 0, out
+    assert json.loads(out)["best"]["time_s"] == cold.time
+    with pytest.raises(LookupError, match="timed from cold caches"):
+        partita.load(partita.kernel("matmul", m=16, n=24, k=16), db=db, cold_cache=True)
+    with pytest.raises(ValueError, match="cpu target only"):
+        partita.tune(k, db=db, target="gpu", cold_cache=True)
+    code, out = run("tune", "axpy", "n=64", "--target", "gpu", "--cold-cache")
+    assert code != 0 and "cpu target only" in out and "Traceback" not in out

@@ -25,6 +25,10 @@ target_option = click.option("--target", type=click.Choice(TARGETS), default="cp
                              show_default=True)
 db_option = click.option("--db", type=click.Path(dir_okay=False),
                          help="Records database (default: PARTITA_DB, else the user cache).")
+cold_option = click.option("--cold-cache", "cold_cache", is_flag=True,
+                           help="Times from cold caches (CPU): a buffer of twice the last-level "
+                                "cache is written before every timed call, so the data "
+                                "streams from memory. Recorded apart from warm times.")
 
 
 def _params(items: tuple[str, ...]) -> dict[str, str]:
@@ -219,8 +223,10 @@ def _duration(text: str) -> float:
     return value
 
 
-def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
-    """GFLOP/s, GB/s, and the speed as a fraction of the machine's peak that bounds it."""
+def _peak_line(k: Any, t: float, cold_cache: bool = False
+               ) -> tuple[float | None, float | None, str]:
+    """GFLOP/s, GB/s, and the speed as a fraction of the machine's peak that bounds it (for
+    times from cold caches, the bandwidth is memory's)."""
     from partita.targets.cpu.measure import describe
     from partita.tuning import kernel_rates
 
@@ -230,7 +236,7 @@ def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
     d = describe(measure_if_missing=False)
     peak = d.peak_gflops_fp64 if k.arrays[0].dtype.value == "float64" else d.peak_gflops_fp32
     bw, where = d.stream_triad_gbs, "STREAM triad"
-    if gbs is not None:
+    if gbs is not None and not cold_cache:
         # Calls are timed back to back: a working set that fits a cache streams from it.
         level = d.level(int(gbs * t * 1e9))
         if level is not d.levels[-1]:
@@ -270,13 +276,15 @@ def _peak_line(k: Any, t: float) -> tuple[float | None, float | None, str]:
               help="Tune the order of the kernel's sum too (dot, gemv): every split into "
                    "partial sums is a variant, and the budget is shared among them "
                    "(successive halving, cut by the bound). Results differ by rounding.")
+@cold_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, policy: str,
              budget: str, evaluations: int | None, stop_expr: str | None, seed: int,
              db: str | None, continue_: bool, transfer: bool, sketches: bool,
-             reassociate: bool, as_json: bool) -> None:
+             reassociate: bool, cold_cache: bool, as_json: bool) -> None:
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
     from partita.db import RecordsError
+    from partita.runtime import TimingOptions
     from partita.search.stop import parse_stop
     from partita.tuning import budget_stop, numpy_time, tune
     from partita.variants import NotReassociable
@@ -285,6 +293,8 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         k = library_kernel(kernel, **_params(params))
     except KernelError as exc:
         _fail(str(exc))
+    if cold_cache and target != "cpu":
+        _fail("--cold-cache: caches are flushed between calls on the cpu target only")
     if target == "gpu":
         from partita.gpu.cuda import CudaUnavailable, tuning_device
 
@@ -309,7 +319,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     try:
         tuned = tune(k, target=target, search=search, seed=seed, db=db,
                      continue_=continue_, transfer=transfer, sketches=sketches,
-                     on_evaluation=progress_cb, **options)
+                     cold_cache=cold_cache, on_evaluation=progress_cb, **options)
     except NotReassociable as exc:
         _fail(str(exc))
     except RecordsError as exc:
@@ -321,8 +331,10 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     finally:
         finish()
     t = tuned.time or 0.0
-    np_t = numpy_time(k, seed)
-    gflops, gbs, peak = _peak_line(k, t)
+    # numpy is timed as partita was: from cold caches too under --cold-cache.
+    np_t = numpy_time(k, seed, flush_bytes=TimingOptions(flush_cache=cold_cache)
+                      .resolved_flush_bytes())
+    gflops, gbs, peak = _peak_line(k, t, cold_cache)
     result = tuned.result
     out = {
         "kernel": kernel, "best_time_s": tuned.time, "gflops": gflops, "gbs": gbs,
@@ -332,6 +344,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         "bound_violations": len(result.violations) if result else 0,
         "verified": True, "code_path": str(tuned.code_path),
         "from_records": result is None,
+        "cold_cache": cold_cache,
         "decisions": tuned.decisions,
     }
     if result is not None:
@@ -396,6 +409,13 @@ def _progress(k: Any, quiet: bool) -> tuple[Any, Any]:
     return update, live.stop
 
 
+def _stored_target(target: str, cold_cache: bool) -> str:
+    """The target as the records name it (cold-cache times are kept apart)."""
+    from partita.tuning import records_target
+
+    return records_target(target, cold_cache)
+
+
 def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[Any, ...]:
     """(kernel, records, kernel id, machine id, fingerprint) for show, export and report."""
     from partita.db import Records, RecordsError
@@ -420,14 +440,15 @@ def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[A
 @click.argument("kernel")
 @click.argument("params", nargs=-1)
 @target_option
+@cold_option
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def show_cmd(kernel: str, params: tuple[str, ...], target: str, db: str | None,
-             as_json: bool) -> None:
+def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool,
+             db: str | None, as_json: bool) -> None:
     """List the best implementation and the runs recorded for KERNEL on this machine."""
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
-        best = rec.best(kid, mid, target)
+        best = rec.best(kid, mid, _stored_target(target, cold_cache))
         runs = rec.runs(kid, mid)
     if as_json:
         click.echo(json.dumps({"best": best, "runs": runs}, default=str))
@@ -451,16 +472,17 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, db: str | None,
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the C source, header and Makefile.")
 @target_option
+@cold_option
 @db_option
 def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
-               db: str | None) -> None:
+               cold_cache: bool, db: str | None) -> None:
     """Write the best implementation of KERNEL as a C library (source, header, Makefile)."""
     from partita.codegen.program import signature
     from partita.report import export_c
 
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
-        best = rec.best(kid, mid, target)
+        best = rec.best(kid, mid, _stored_target(target, cold_cache))
     if best is None:
         _fail(f"no implementation of {kernel} is recorded on this machine: tune it first")
     try:
@@ -479,15 +501,16 @@ def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for index.html and its plots.")
 @target_option
+@cold_option
 @db_option
 def report_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
-               db: str | None) -> None:
+               cold_cache: bool, db: str | None) -> None:
     """Write an HTML report of KERNEL's tuning: progress, model accuracy, times, decisions."""
     from partita.report import write_report
 
     k, rec, kid, mid, fp = _records_of(kernel, params, db)
     with rec:
-        best = rec.best(kid, mid, target)
+        best = rec.best(kid, mid, _stored_target(target, cold_cache))
         evaluations = rec.evaluations(kid, mid)
     if not evaluations:
         _fail(f"no evaluation of {kernel} is recorded on this machine: tune it first")

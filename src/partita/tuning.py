@@ -364,6 +364,17 @@ def sketched(space: Space, model: Model, seed: int, completions: int = SKETCH_CO
     return seeds, [c for b, c in first if b <= 2 * least]
 
 
+COLD_SUFFIX = "+cold"
+
+
+def records_target(target: str, cold_cache: bool = False) -> str:
+    """The target as the records name it. Times taken from cold caches are kept apart from
+    warm ones (``cpu+cold``): the two measure different things (a 64 MB gemv streams from a
+    32 MB L3 warm, from memory cold), so they never compete for one best, and an
+    implementation measured warm is measured again cold."""
+    return target + COLD_SUFFIX if cold_cache else target
+
+
 def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
     stops: list[Stop] = []
     if budget_s is not None:
@@ -384,7 +395,7 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
          model: Model | None = None, reference: Callable[..., dict[str, Any]] | None = None,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
          transfer: bool = True, sketches: bool = True, reassociate: bool = False,
-         **search_options: Any) -> Tuned:
+         cold_cache: bool = False, **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
 
     Every evaluated implementation is checked against the kernel's numpy reference before it
@@ -410,9 +421,18 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
     and ``budget`` and ``evaluations`` are shared among them by successive halving cut by the
     bound (:mod:`partita.variants`). The result is the fastest variant (``variant`` names its
     parameters; ``variants`` lists them all); ``stop`` cannot be given then.
+
+    With ``cold_cache`` (CPU), every timed call starts from cold caches: a buffer of twice the
+    last-level cache is written before each call, outside the timed interval, so the search
+    chooses for data that streams from memory, as a kernel called on fresh data does. Warm
+    (the default), repeated calls find what fits in the caches there. Cold and warm times are
+    recorded apart (:func:`records_target`).
     """
     if target not in ("cpu", "gpu"):
         raise ValueError(f"unknown target {target!r} (targets: cpu, gpu)")
+    if cold_cache and target != "cpu":
+        raise ValueError("cold_cache: caches are flushed between calls on the cpu target "
+                         "only")
     if reassociate:
         if stop is not None:
             raise ValueError("reassociate shares budget and evaluations among the orders of "
@@ -426,8 +446,9 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
             evaluations=evaluations, space_of=lambda kv: partita.space(kv, target),
             continue_=continue_, target=target, search=search, seed=seed, db=db,
             batch=batch, model=model, reference=reference, on_evaluation=on_evaluation,
-            transfer=transfer, sketches=sketches, **search_options)
+            transfer=transfer, sketches=sketches, cold_cache=cold_cache, **search_options)
     gpu = target == "gpu"
+    stored = records_target(target, cold_cache)
     device: Any = None
     if gpu:
         from partita.gpu.cuda import tuning_device
@@ -441,20 +462,22 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
     with Records(db) as rec:
         kid = rec.kernel_id(kernel, params)
         mid = rec.machine_id(host_fingerprint(compiler_version(compiler.cc)))
-        best = rec.best(kid, mid, target)
+        best = rec.best(kid, mid, stored)
         if best is not None and not continue_:
             return _from_record(kernel, best, len(rec.evaluations(kid, mid)), suffix)
         space: Space = partita.space(kernel, target)
         model = model or target_model(kernel, target)
         stop = stop or budget_stop(budget, evaluations)
         options = {"search": search, "batch": batch, "stop": str(stop), **search_options}
-        run = rec.start_run(kid, mid, target, search, options, seed)
+        if cold_cache:
+            options["cold_cache"] = True
+        run = rec.start_run(kid, mid, stored, search, options, seed)
         known = best["time_s"] if best else math.inf
-        seen = rec.seen_decisions(kid, mid, target)
+        seen = rec.seen_decisions(kid, mid, stored)
         programs: dict[str, Program] = {}
         result: TuneResult | None = None
         state = SearchState(best_time=known)
-        timing = TimingOptions()
+        timing = TimingOptions(flush_cache=cold_cache)
         status = "interrupted"
         try:
             refs = {kernel.name: reference} if reference is not None else None
@@ -487,12 +510,12 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
                     # new best's source goes to the records.
                     if (prog is not None and e.ok and e.median_s is not None
                             and e.median_s <= state.best_time):
-                        rec.offer_best(kid, mid, target, eid, e.median_s, json.dumps(e.decisions),
+                        rec.offer_best(kid, mid, stored, eid, e.median_s, json.dumps(e.decisions),
                                        prog.source, prog.entry, flags)
                     if on_evaluation is not None:
                         on_evaluation(e, state)
 
-                initial = transferred(rec, space, kernel, params, kid, mid, target, seed,
+                initial = transferred(rec, space, kernel, params, kid, mid, stored, seed,
                                       seen) if transfer and best is None else []
                 if sketches and not gpu:
                     # A recorded best is better than random completions: none then.
@@ -509,7 +532,7 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
         finally:
             stopped = result.stopped_by if result is not None else "interrupted"
             rec.finish_run(run, stopped, status=status)
-        best = rec.best(kid, mid, target)
+        best = rec.best(kid, mid, stored)
         total = len(rec.evaluations(kid, mid))
     assert result is not None
     if best is None:
@@ -533,16 +556,19 @@ def _from_record(kernel: Kernel, best: dict[str, Any], evaluations: int,
     return tuned
 
 
-def load(kernel: Kernel, *, target: str = "cpu", db: str | Path | None = None) -> Tuned:
-    """The best implementation recorded for ``kernel`` on this machine, without tuning."""
+def load(kernel: Kernel, *, target: str = "cpu", db: str | Path | None = None,
+         cold_cache: bool = False) -> Tuned:
+    """The best implementation recorded for ``kernel`` on this machine, without tuning (with
+    ``cold_cache``, the best timed from cold caches)."""
     with Records(db) as rec:
         kid = rec.kernel_id(kernel, _params_of(kernel))
         mid = rec.machine_id(host_fingerprint(compiler_version(Compiler().cc)))
-        best = rec.best(kid, mid, target)
+        best = rec.best(kid, mid, records_target(target, cold_cache))
         total = len(rec.evaluations(kid, mid))
     if best is None:
-        raise LookupError(f"no implementation of {kernel.name} is recorded on this machine "
-                          f"({rec.path}): tune it first")
+        timed = " from cold caches" if cold_cache else ""
+        raise LookupError(f"no implementation of {kernel.name} timed{timed} is recorded on "
+                          f"this machine ({rec.path}): tune it first")
     return _from_record(kernel, best, total, ".cu" if target == "gpu" else ".c")
 
 
