@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -309,3 +310,12 @@ def test_cold_cache_times_are_taken_cold_and_recorded_apart(tuned: partita.Tuned
         partita.tune(k, db=db, target="gpu", cold_cache=True)
     code, out = run("tune", "axpy", "n=64", "--target", "gpu", "--cold-cache")
     assert code != 0 and "cpu target only" in out and "Traceback" not in out
+
+
+def test_show_points_to_cold_records_and_prints_dates(db: Path) -> None:
+    k = partita.kernel("matmul", m=8, n=8, k=4)
+    partita.tune(k, stop=Evaluations(2), db=db, model=Model(RATES), batch=2, cold_cache=True)
+    code, out = run("show", "matmul", "m=8", "n=8", "k=4", "--db", str(db))
+    assert code == 0, out
+    assert "no implementation recorded" in out and "add --cold-cache" in out
+    assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", out), out

@@ -409,6 +409,26 @@ def _progress(k: Any, quiet: bool) -> tuple[Any, Any]:
     return update, live.stop
 
 
+def _when(stamp: Any) -> str:
+    """A record's time (seconds since the epoch) as local date and time."""
+    import datetime
+
+    try:
+        return datetime.datetime.fromtimestamp(float(stamp)).isoformat(sep=" ",
+                                                                       timespec="seconds")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(stamp)
+
+
+def _cold_hint(k: Any, kid: int, mid: int, target: str, db: str | None) -> str:
+    """A pointer to the cold-cache records where only they hold a best."""
+    from partita.db import Records
+
+    with Records(db) as rec:
+        cold = rec.best(kid, mid, _stored_target(target, True))
+    return "" if cold is None else " (a best timed from cold caches is recorded: add --cold-cache)"
+
+
 def _stored_target(target: str, cold_cache: bool) -> str:
     """The target as the records name it (cold-cache times are kept apart)."""
     from partita.tuning import records_target
@@ -455,7 +475,8 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool
         return
     click.echo(f"{kernel} ({k.structural_hash}) in {rec.path}")
     if best is None:
-        click.echo("  no implementation recorded: run `partita tune` first")
+        other = "" if cold_cache else _cold_hint(k, kid, mid, target, db)
+        click.echo(f"  no implementation recorded: run `partita tune` first{other}")
     else:
         click.echo(f"  best {best['time_s'] * 1e3:.4g} ms (evaluation {best.get('evaluation_id')}"
                    f", entry {best['entry']})")
@@ -463,7 +484,8 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool
         b = r.get("best_s")
         click.echo(f"  run {r['id']}: {r['strategy']} seed {r['seed']}, {r['status']}, "
                    f"{r.get('evaluations', 0)} evaluations, best "
-                   f"{'-' if b is None else f'{b * 1e3:.4g} ms'}, started {r['started_at']}")
+                   f"{'-' if b is None else f'{b * 1e3:.4g} ms'}, started "
+                   f"{_when(r['started_at'])}")
 
 
 @main.command("export")
