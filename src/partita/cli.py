@@ -20,6 +20,7 @@ from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
 from partita.space.estimate import space_stats
 from partita.targets import TARGETS
+from partita.tuning import records_target
 
 target_option = click.option("--target", type=click.Choice(TARGETS), default="cpu",
                              show_default=True)
@@ -420,22 +421,6 @@ def _when(stamp: Any) -> str:
         return str(stamp)
 
 
-def _cold_hint(k: Any, kid: int, mid: int, target: str, db: str | None) -> str:
-    """A pointer to the cold-cache records where only they hold a best."""
-    from partita.db import Records
-
-    with Records(db) as rec:
-        cold = rec.best(kid, mid, _stored_target(target, True))
-    return "" if cold is None else " (a best timed from cold caches is recorded: add --cold-cache)"
-
-
-def _stored_target(target: str, cold_cache: bool) -> str:
-    """The target as the records name it (cold-cache times are kept apart)."""
-    from partita.tuning import records_target
-
-    return records_target(target, cold_cache)
-
-
 def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[Any, ...]:
     """(kernel, records, kernel id, machine id, fingerprint) for show, export and report."""
     from partita.db import Records, RecordsError
@@ -468,15 +453,17 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool
     """List the best implementation and the runs recorded for KERNEL on this machine."""
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
-        best = rec.best(kid, mid, _stored_target(target, cold_cache))
+        best = rec.best(kid, mid, records_target(target, cold_cache))
+        # Cold-cache times are recorded apart: say so where only they hold a best.
+        cold = None if cold_cache or best else rec.best(kid, mid, records_target(target, True))
         runs = rec.runs(kid, mid)
     if as_json:
         click.echo(json.dumps({"best": best, "runs": runs}, default=str))
         return
     click.echo(f"{kernel} ({k.structural_hash}) in {rec.path}")
     if best is None:
-        other = "" if cold_cache else _cold_hint(k, kid, mid, target, db)
-        click.echo(f"  no implementation recorded: run `partita tune` first{other}")
+        hint = " (a best timed from cold caches is recorded: add --cold-cache)" if cold else ""
+        click.echo(f"  no implementation recorded: run `partita tune` first{hint}")
     else:
         click.echo(f"  best {best['time_s'] * 1e3:.4g} ms (evaluation {best.get('evaluation_id')}"
                    f", entry {best['entry']})")
@@ -504,7 +491,7 @@ def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
 
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
-        best = rec.best(kid, mid, _stored_target(target, cold_cache))
+        best = rec.best(kid, mid, records_target(target, cold_cache))
     if best is None:
         _fail(f"no implementation of {kernel} is recorded on this machine: tune it first")
     try:
@@ -532,7 +519,7 @@ def report_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
 
     k, rec, kid, mid, fp = _records_of(kernel, params, db)
     with rec:
-        best = rec.best(kid, mid, _stored_target(target, cold_cache))
+        best = rec.best(kid, mid, records_target(target, cold_cache))
         evaluations = rec.evaluations(kid, mid)
     if not evaluations:
         _fail(f"no evaluation of {kernel} is recorded on this machine: tune it first")

@@ -364,15 +364,12 @@ def sketched(space: Space, model: Model, seed: int, completions: int = SKETCH_CO
     return seeds, [c for b, c in first if b <= 2 * least]
 
 
-COLD_SUFFIX = "+cold"
-
-
 def records_target(target: str, cold_cache: bool = False) -> str:
     """The target as the records name it. Times taken from cold caches are kept apart from
     warm ones (``cpu+cold``): the two measure different things (a 64 MB gemv streams from a
     32 MB L3 warm, from memory cold), so they never compete for one best, and an
     implementation measured warm is measured again cold."""
-    return target + COLD_SUFFIX if cold_cache else target
+    return f"{target}+cold" if cold_cache else target
 
 
 def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
@@ -566,9 +563,9 @@ def load(kernel: Kernel, *, target: str = "cpu", db: str | Path | None = None,
         best = rec.best(kid, mid, records_target(target, cold_cache))
         total = len(rec.evaluations(kid, mid))
     if best is None:
-        timed = " from cold caches" if cold_cache else ""
-        raise LookupError(f"no implementation of {kernel.name} timed{timed} is recorded on "
-                          f"this machine ({rec.path}): tune it first")
+        timed = " timed from cold caches" if cold_cache else ""
+        raise LookupError(f"no implementation of {kernel.name}{timed} is recorded on this "
+                          f"machine ({rec.path}): tune it first")
     return _from_record(kernel, best, total, ".cu" if target == "gpu" else ".c")
 
 
