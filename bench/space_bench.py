@@ -97,6 +97,10 @@ def _ci_width(value: float, lo: float, hi: float) -> str:
     return f"±{100 * max(value - lo, hi - value) / value:.0f}%"
 
 
+def _ess(x: float) -> str:
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
 def table(rows: list[dict]) -> str:
     head = ("| target | kernel | dead ends (target) | no live child | descents/s (target) "
             "| Knuth size, 95% CI | Chen size, 95% CI | decisions/descent | root propagation "
@@ -112,9 +116,10 @@ def table(rows: list[dict]) -> str:
         if c.speed_target is not None:
             sp += f" (≥ {c.speed_target:.0f})"
         lo, hi = s.size_ci
-        knuth = f"{s.size_estimate:.3g} [{lo:.3g}, {hi:.3g}] {_ci_width(s.size_estimate, lo, hi)}"
+        knuth = f"{s.size_estimate:.3g} [{lo:.3g}, {hi:.3g}] " \
+                f"{_ci_width(s.size_estimate, lo, hi)}, ESS {_ess(s.size_ess)} of {s.samples}"
         chen = f"{ch.value:.3g} [{ch.ci_low:.3g}, {ch.ci_high:.3g}] " \
-               f"{_ci_width(ch.value, ch.ci_low, ch.ci_high)}"
+               f"{_ci_width(ch.value, ch.ci_low, ch.ci_high)}, ESS {_ess(ch.ess)} of {ch.samples}"
         lines.append(f"| {c.target} | {c.label} | {de} | {100 * r['live']:.1f}% | {sp} | "
                      f"{knuth} | {chen} | {s.mean_depth:.1f} | {r['root_s']:.2f} s | "
                      f"{r['layouts']}, {r['warm_s']:.1f} s |")
@@ -140,8 +145,8 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s): 206 on the AMD EPYC machine of this
-  run of the table (3.7 GHz), 62-84 on the Intel machine of earlier runs, where the same
+- **Speed** (matmul 1024^3, target 100 descents/s): 199-218 on the AMD EPYC machine of
+  this table (3.7 GHz) over its runs, 62-84 on the Intel machine of earlier runs, where the same
   build ran about 2.8x slower throughout (root propagation 0.19 s there, 0.07 s here). There
   the C engine ran a decision's propagation in about 0.2 ms, against 6 ms in Python (30x);
   a descent takes about 46 of them plus a few lowerings, and 85% of its time is in the
@@ -163,12 +168,27 @@ NOTES = """What limits these figures:
   value of the same choice always propagates (no live child: 0%), so the search's rollouts,
   which draw again, never backtrack further. Every redundant clause is tested to lose no
   implementation (implementations of the space without them replay in the full space).
-- **Size intervals** (target ±50%): Knuth's weights span eleven orders of magnitude on matmul
-  (log10 from 12 to 24 over 200 descents drawing among live children only; the top 5 hold
-  99.6% of the sum), so a handful of rare descents through long chains of open order
-  decisions decide the mean. More samples do not tighten the interval; it needs a sampler
-  whose choice probabilities follow subtree sizes (importance sampling with the product of
-  domain sizes as the guide did not: its weights did not cover the same paths).
+- **Size intervals** (target ±50%): Knuth's weights span eleven orders of magnitude on
+  matmul (log10 from 12 to 24 over 200 descents drawing among live children only; the top 5
+  hold 99.6% of the sum), so a handful of rare descents decide the mean: the effective
+  sample size (ESS, Kish's `(sum w)^2 / sum w^2`) is a few samples out of thousands, and the
+  intervals, computed from the same few samples, are themselves too narrow (`partita space`
+  says so when the ESS is under a tenth of the samples). Where the weight comes from: fixing
+  the 30-odd decisions before the first order (sizes, kinds, layouts, memory spaces) and
+  probing the orders below that prefix 200 times gives intervals of ±30-140% per prefix, but
+  the prefixes' order counts range from 1.6e4 to 1.3e12 (20 prefixes of matmul 256x256x32):
+  the space is dominated by rare prefixes (temporaries in memory, loops rather than register
+  tiles) under which the copy nests can be placed almost anywhere. More samples do not
+  tighten the interval, nor did these samplers, measured on matmul 256x256x32 (six
+  independent runs each): a population of 200 (sequential Monte Carlo, resampling every
+  level, unbiased) spread over 1e19-2.5e24, stratified by the next choice 7.6e18-1.3e23,
+  twisted toward candidates with more open choices 1e10-3e19 (two strengths; the count of
+  open choices predicts the subtree badly); importance sampling guided by the product of
+  domain sizes did not cover the same paths, and one adapted by cross entropy (a weight per
+  value of each choice) collapsed to an ESS of 1-5. What would: an estimator that multiplies
+  the counts of nearly independent parts of the space (the tile and kind decisions of each
+  nest against the placement of the copy nests), or exact counting of the order completions
+  of a prefix.
 """
 
 REPORT = """## Decision spaces
@@ -189,7 +209,8 @@ source 000's Table 4.3 literally ("the probability to end up with only decisions
 failed candidate"): a drawn value that fails is dropped and another drawn, and the descent
 fails only where every value of the next choice does. Size estimates come from Knuth's
 estimator over the timed descents and from Chen's heuristic sampling (strata: depth and number
-of open choices).
+of open choices), each with its effective sample size (ESS: the number of samples the
+estimate effectively rests on).
 
 {table}
 {notes}

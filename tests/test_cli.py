@@ -37,6 +37,17 @@ def test_space_json_keys() -> None:
     assert 0.0 <= result["dead_end_rate"] <= 1.0
     assert result["mean_depth"] > 0
     assert result["example_decisions"], "an implementation's decisions are shown"
+    assert 1.0 <= result["size_ess"] <= result["samples"]
+
+
+def test_space_flags_a_heavy_tailed_estimate() -> None:
+    """axpy's descents weigh alike; matmul's few heaviest carry its estimate, and the text
+    says that its interval is not to be trusted."""
+    code, out = run("space", "axpy", "n=4096", "--samples", "50")
+    assert code == 0 and "heavy-tailed" not in out
+    code, out = run("space", "matmul", "m=64", "n=64", "k=64", "--samples", "100")
+    assert code == 0, out
+    assert "heavy-tailed" in out and "effective sample size" in out
 
 
 def test_space_is_reproducible_with_a_seed() -> None:

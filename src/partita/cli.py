@@ -18,7 +18,7 @@ from partita.kernels import get_spec, list_kernels
 from partita.search.sampling import NoImplementation, random_implementation
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
-from partita.space.estimate import space_stats
+from partita.space.estimate import HEAVY_TAIL_FRACTION, space_stats
 from partita.targets import TARGETS
 from partita.tuning import records_target
 
@@ -87,7 +87,8 @@ def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, s
     result: dict[str, Any] = {
         "kernel": kernel, "params": get_spec(kernel).resolve(_params(params)),
         "target": target, "size_estimate": stats.size_estimate,
-        "size_ci": list(stats.size_ci), "mean_depth": stats.mean_depth,
+        "size_ci": list(stats.size_ci), "size_ess": stats.size_ess,
+        "mean_depth": stats.mean_depth,
         "dead_end_rate": stats.dead_end_rate, "descents_per_s": stats.descents_per_s,
         "samples": samples, "method": method, "open_choices_at_root": len(root.open_slots()),
     }
@@ -638,6 +639,10 @@ def _print_space(r: dict[str, Any], example: Candidate | None) -> None:
     click.echo(f"  open choices at the root   {r['open_choices_at_root']}")
     click.echo(f"  implementations (estimate) {r['size_estimate']:.3g}   "
                f"95% interval [{lo:.3g}, {hi:.3g}]  ({r['method']}, {r['samples']} samples)")
+    if r["size_ess"] < HEAVY_TAIL_FRACTION * r["samples"]:
+        click.echo(f"    heavy-tailed: about {r['size_ess']:.1f} of the {r['samples']} samples "
+                   "carry the estimate (effective sample size), so the interval understates "
+                   "its uncertainty")
     click.echo(f"  decisions per descent      {r['mean_depth']:.1f}")
     click.echo(f"  dead ends                  {100 * r['dead_end_rate']:.1f}% of random descents")
     click.echo(f"  random descents per second {r['descents_per_s']:.1f}")

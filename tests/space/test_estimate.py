@@ -18,6 +18,7 @@ from partita.space.estimate import (
     chen_size,
     dead_end_rate,
     descents_per_second,
+    effective_sample_size,
     knuth_size,
     mean_estimate,
     random_descent,
@@ -227,7 +228,7 @@ def test_chen_ci_contains_truth(space: tuple[Candidate, int]) -> None:
 def test_knuth_and_chen_are_exact_on_uniform_branching() -> None:
     root = pick_space(False)
     for est in (knuth_size(root, 50, random.Random(3)), chen_size(root, 20, random.Random(3))):
-        assert est == Estimate(24.0, 24.0, 24.0, est.samples)
+        assert est == Estimate(24.0, 24.0, 24.0, est.samples, est.samples)
 
 
 def test_knuth_varies_when_branching_is_not_uniform() -> None:
@@ -254,8 +255,8 @@ def test_knuth_is_unbiased_on_dead_end_space() -> None:
 
 def test_dead_root_gives_zero() -> None:
     root = dead_root()
-    assert knuth_size(root, 10, random.Random(0)) == Estimate(0.0, 0.0, 0.0, 10)
-    assert chen_size(root, 10, random.Random(0)) == Estimate(0.0, 0.0, 0.0, 10)
+    assert knuth_size(root, 10, random.Random(0)) == Estimate(0.0, 0.0, 0.0, 10, 10)
+    assert chen_size(root, 10, random.Random(0)) == Estimate(0.0, 0.0, 0.0, 10, 10)
     rate, (lo, hi) = dead_end_rate(root, 10, random.Random(0))
     assert rate == 1.0 and lo < 1.0 and hi == 1.0
 
@@ -334,7 +335,7 @@ def test_mean_estimate() -> None:
     assert est.value == 2.0 and est.samples == 3
     assert est.ci_low == pytest.approx(2.0 - half) and est.ci_high == pytest.approx(2.0 + half)
     assert mean_estimate([0.0, 0.0, 10.0]).ci_low == 0.0  # clipped
-    assert mean_estimate([5.0]) == Estimate(5.0, 0.0, math.inf, 1)
+    assert mean_estimate([5.0]) == Estimate(5.0, 0.0, math.inf, 1, 1.0)
     with pytest.raises(ValueError):
         mean_estimate([])
 
@@ -345,3 +346,28 @@ def test_wilson_interval() -> None:
     lo, hi = wilson_interval(5, 10)
     assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
     assert wilson_interval(10, 10)[1] == 1.0
+
+
+def test_effective_sample_size() -> None:
+    assert effective_sample_size([3.0] * 8) == pytest.approx(8.0)
+    assert effective_sample_size([0.0] * 5) == 5.0  # nothing dominates
+    assert effective_sample_size([0.0, 0.0, 7.0]) == pytest.approx(1.0)
+    assert effective_sample_size([1.0, 1.0, 2.0]) == pytest.approx(16 / 6)
+    # weights near the float range neither overflow nor underflow
+    assert effective_sample_size([1e300, 1e300]) == pytest.approx(2.0)
+    assert effective_sample_size([1e-300, 1e-300, 0.0]) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        effective_sample_size([])
+    with pytest.raises(ValueError):
+        effective_sample_size([1.0, -1.0])
+
+
+def test_heavy_tailed_estimates_are_flagged() -> None:
+    assert not mean_estimate([1.0] * 100).heavy_tailed
+    skewed = mean_estimate([1.0] * 99 + [1e6])
+    assert skewed.heavy_tailed and skewed.ess < 1.1
+    # on uniform branching Knuth's samples are all equal: every sample counts
+    est = knuth_size(pick_space(False), 50, random.Random(3))
+    assert est.ess == pytest.approx(50) and not est.heavy_tailed
+    stats = space_stats(pick_space(True), 100, random.Random(3))
+    assert 1.0 <= stats.size_ess <= 100

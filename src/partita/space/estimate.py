@@ -18,6 +18,13 @@ slot to it. It reaches a leaf ``L`` with probability ``prod_s 1 / b_s`` along th
 
 Every function draws its randomness from the ``rng`` it is given: the same seed gives the same
 results. Confidence intervals are 95% normal intervals of the mean of i.i.d. samples.
+
+Such an interval is only as good as the sample variance it is computed from. On spaces whose
+subtrees differ in size by many orders of magnitude (the matmul spaces), a few rare samples
+carry almost the whole mean, the variance itself is underestimated, and the interval is too
+narrow. Every :class:`Estimate` therefore also gives its *effective sample size*
+``(sum x)^2 / sum x^2`` (Kish): ``samples`` when all samples are equal, 1 when one sample
+carries the whole mean. A small one says that the interval is not to be trusted.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from partita.space.compiler import set_bits
 Z95 = 1.959963984540054
 """Two-sided 95% quantile of the standard normal distribution."""
 
+HEAVY_TAIL_FRACTION = 0.1
+"""An estimate whose effective sample size is below this fraction of its samples is flagged."""
+
 DEFAULT_MAX_STRATA = 64
 """Default bound on the number of strata Chen's method keeps per level."""
 
@@ -45,13 +55,21 @@ class Estimate:
 
     ``ci = mean ± 1.96 * sd / sqrt(samples)`` (``sd`` with Bessel's correction), clipped at 0
     below since every estimated quantity is a count. With a single sample the interval is
-    ``(0, inf)``.
+    ``(0, inf)``. ``ess`` is the effective sample size of the (non-negative) samples, see
+    :func:`effective_sample_size`.
     """
 
     value: float
     ci_low: float
     ci_high: float
     samples: int
+    ess: float
+
+    @property
+    def heavy_tailed(self) -> bool:
+        """Fewer than a tenth of the samples carry the mean: the interval understates the
+        uncertainty (its variance is estimated from the same few samples)."""
+        return self.ess < HEAVY_TAIL_FRACTION * self.samples
 
     @property
     def ci(self) -> tuple[float, float]:
@@ -66,7 +84,8 @@ class SpaceStats:
     """Summary of a space from one batch of uniform random descents.
 
     ``size_estimate`` and ``size_ci`` estimate the number of implementations (Knuth's estimator
-    on the batch, or Chen's method on its own samples); ``mean_depth`` is the mean number of
+    on the batch, or Chen's method on its own samples), ``size_ess`` is the estimate's
+    effective sample size; ``mean_depth`` is the mean number of
     choices made per descent; ``dead_end_rate`` (with its Wilson interval ``dead_end_ci``) is
     the fraction of descents ending in a dead end; ``descents_per_s`` counts complete descents
     per second of descent time.
@@ -79,20 +98,41 @@ class SpaceStats:
     dead_end_ci: tuple[float, float]
     descents_per_s: float
     samples: int
+    size_ess: float
     method: str = "knuth"
 
 
+def effective_sample_size(xs: list[float]) -> float:
+    """Kish's effective sample size ``(sum x)^2 / sum x^2`` of non-negative samples.
+
+    It is ``len(xs)`` when all samples are equal (all zero included: nothing dominates) and 1
+    when a single sample is non-zero. Samples are scaled by their maximum first, so weights
+    near the float range neither overflow nor underflow.
+    """
+    if not xs:
+        raise ValueError("an effective sample size needs at least one sample")
+    top = max(xs)
+    if min(xs) < 0:
+        raise ValueError("effective sample size of negative samples")
+    if top == 0:
+        return float(len(xs))
+    scaled = [x / top for x in xs]
+    return math.fsum(scaled) ** 2 / math.fsum(x * x for x in scaled)
+
+
 def mean_estimate(xs: list[float]) -> Estimate:
-    """The mean of ``xs`` with the interval ``mean ± 1.96 * sd / sqrt(N)``, clipped at 0."""
+    """The mean of ``xs`` with the interval ``mean ± 1.96 * sd / sqrt(N)``, clipped at 0, and
+    the effective sample size of ``xs``."""
     n = len(xs)
     if n == 0:
         raise ValueError("an estimate needs at least one sample")
     mean = math.fsum(xs) / n
+    ess = effective_sample_size(xs)
     if n == 1:
-        return Estimate(mean, 0.0, math.inf, 1)
+        return Estimate(mean, 0.0, math.inf, 1, ess)
     var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
     half = Z95 * math.sqrt(var / n)
-    return Estimate(mean, max(0.0, mean - half), mean + half, n)
+    return Estimate(mean, max(0.0, mean - half), mean + half, n, ess)
 
 
 def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -285,5 +325,6 @@ def space_stats(root: Node, samples: int, rng: random.Random,
         dead_end_ci=wilson_interval(batch.dead, samples),
         descents_per_s=_rate(samples, batch.elapsed),
         samples=samples,
+        size_ess=size.ess,
         method=method,
     )
