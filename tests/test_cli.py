@@ -38,6 +38,7 @@ def test_space_json_keys() -> None:
     assert result["mean_depth"] > 0
     assert result["example_decisions"], "an implementation's decisions are shown"
     assert 1.0 <= result["size_ess"] <= result["samples"]
+    assert result["choice_order"][:2] == ["layout", "size"]
 
 
 def test_space_flags_a_heavy_tailed_estimate() -> None:

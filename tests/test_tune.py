@@ -110,6 +110,10 @@ def test_resumed_tune_skips_what_was_evaluated(tuned: partita.Tuned, db: Path) -
     (["tune", "axpy", "n=64", "--stop", "time=x"], "invalid stop condition"),
     (["codegen", "axpy", "n=64"], "exactly one of --decisions"),
     (["sample", "matmul", "dtype=float16"], "dtype must be float32 or float64"),
+    (["tune", "axpy", "n=64", "--choice-order", "order,tiles"],
+     "'tiles' is not a choice of the cpu space"),
+    (["tune", "axpy", "n=64", "--choice-order", "size,size"], "'size' named twice"),
+    (["space", "axpy", "n=64", "--choice-order", "sizes"], "'sizes' is not a choice"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args: list[str], message: str) -> None:
     code, out = run(*args)
@@ -319,3 +323,25 @@ def test_show_points_to_cold_records_and_prints_dates(db: Path) -> None:
     assert code == 0, out
     assert "no implementation recorded" in out and "add --cold-cache" in out
     assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", out), out
+
+
+def test_a_search_in_another_choice_order_finds_verified_implementations(tmp_path: Path
+                                                                          ) -> None:
+    """The reverse order walks another tree over the same implementations: the search still
+    finds verified ones, and the run records the order it used."""
+    from partita.db import Records
+
+    db = tmp_path / "records.sqlite"
+    k = partita.kernel("matmul", m=16, n=24, k=8)
+    tuned = partita.tune(k, stop=Evaluations(4), db=db, model=Model(RATES), batch=2, seed=2,
+                         choice_order="reverse", sketches=False, transfer=False)
+    assert tuned.time is not None and tuned.result is not None
+    assert any(e.ok for e in tuned.result.evaluations)
+    a = np.ones((16, 8), np.float32)
+    b = np.ones((8, 24), np.float32)
+    np.testing.assert_allclose(tuned(a, b), a @ b)
+    with Records(db) as rec:
+        [run] = rec.runs(rec.kernel_id(k, {"m": 16, "n": 24, "k": 8}))
+    assert run["options"]["choice_order"][0] == "order"
+    with pytest.raises(ValueError, match="'tiles' is not a choice"):
+        partita.tune(k, stop=Evaluations(1), db=db, choice_order=["tiles"])

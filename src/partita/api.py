@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from partita.ir.kernel import Kernel
 from partita.kernels import kernel
 from partita.space.candidate import Space
@@ -9,9 +11,15 @@ from partita.targets import space_def
 from partita.targets.cpu.machine import CpuCapabilities
 
 
-def space(k: Kernel, target: str = "cpu", cpu: CpuCapabilities | None = None) -> Space:
-    """The decision space of kernel ``k`` on ``target`` (``cpu`` or ``gpu``)."""
-    return Space(space_def(target, k, cpu), k)
+def space(k: Kernel, target: str = "cpu", cpu: CpuCapabilities | None = None,
+          choice_order: str | Sequence[str] = "default") -> Space:
+    """The decision space of kernel ``k`` on ``target`` (``cpu`` or ``gpu``).
+
+    ``choice_order`` changes the order in which decisions are taken (see
+    :meth:`~partita.space.decl.SpaceDef.reordered`): ``"default"`` (source 000 §6.1: layouts,
+    sizes, kinds, memory spaces, order), ``"reverse"``, or the choices to take first.
+    """
+    return Space(space_def(target, k, cpu).reordered(choice_order), k)
 
 
 __all__ = ["kernel", "space"]

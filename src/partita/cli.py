@@ -19,7 +19,7 @@ from partita.search.sampling import NoImplementation, random_implementation
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
 from partita.space.estimate import HEAVY_TAIL_FRACTION, space_stats
-from partita.targets import TARGETS
+from partita.targets import TARGETS, space_def
 from partita.tuning import records_target
 
 target_option = click.option("--target", type=click.Choice(TARGETS), default="cpu",
@@ -30,6 +30,11 @@ cold_option = click.option("--cold-cache", "cold_cache", is_flag=True,
                            help="Times from cold caches (CPU): a buffer of twice the last-level "
                                 "cache is written before every timed call, so the data "
                                 "streams from memory. Recorded apart from warm times.")
+choice_order_option = click.option(
+    "--choice-order", "choice_order", default="default", show_default=True,
+    help="The order in which decisions are taken: default (layouts, sizes, kinds, memory "
+         "spaces, order), reverse, or choice names to take first, separated by commas "
+         "(e.g. order,dim_kind).")
 
 
 def _params(items: tuple[str, ...]) -> dict[str, str]:
@@ -76,11 +81,12 @@ def kernels_cmd(as_json: bool) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--method", type=click.Choice(["knuth", "chen"]), default="knuth",
               show_default=True, help="Size estimator.")
+@choice_order_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, seed: int,
-              method: str, as_json: bool) -> None:
+              method: str, choice_order: str, as_json: bool) -> None:
     """Estimate the size of KERNEL's decision space and show one random implementation."""
-    _, root = _open_space(kernel, params, target)
+    space, root = _open_space(kernel, params, target, choice_order)
     rng = random.Random(seed)
     stats = space_stats(root, samples, rng, method=method)
     example = _example(root, random.Random(seed))
@@ -91,6 +97,7 @@ def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, s
         "mean_depth": stats.mean_depth,
         "dead_end_rate": stats.dead_end_rate, "descents_per_s": stats.descents_per_s,
         "samples": samples, "method": method, "open_choices_at_root": len(root.open_slots()),
+        "choice_order": list(space.sdef.decision_choices()),
     }
     if example is not None:
         result["example_decisions"] = [d.to_json() for d in example.decisions]
@@ -100,6 +107,14 @@ def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, s
     _print_space(result, example)
 
 
+def _check_choice_order(k: Any, target: str, choice_order: str) -> None:
+    """A bad --choice-order as a one-line error, before any work."""
+    try:
+        space_def(target, k).reordered(choice_order)
+    except SpaceError as exc:
+        _fail(str(exc))
+
+
 def _example(root: Candidate, rng: random.Random, tries: int = 200) -> Candidate | None:
     try:
         return random_implementation(root, rng, tries)
@@ -107,11 +122,12 @@ def _example(root: Candidate, rng: random.Random, tries: int = 200) -> Candidate
         return None
 
 
-def _open_space(kernel: str, params: tuple[str, ...], target: str) -> tuple[Any, Candidate]:
+def _open_space(kernel: str, params: tuple[str, ...], target: str,
+                choice_order: str = "default") -> tuple[Any, Candidate]:
     """(space, root) of a library kernel, or a one-line error and exit status 2."""
     try:
         k = library_kernel(kernel, **_params(params))
-        space = make_space(k, target)
+        space = make_space(k, target, choice_order=choice_order)
         root = space.root()
     except (KernelError, SpaceError) as exc:
         _fail(str(exc))
@@ -279,11 +295,12 @@ def _peak_line(k: Any, t: float, cold_cache: bool = False
                    "partial sums is a variant, and the budget is shared among them "
                    "(successive halving, cut by the bound). Results differ by rounding.")
 @cold_option
+@choice_order_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, policy: str,
              budget: str, evaluations: int | None, stop_expr: str | None, seed: int,
              db: str | None, continue_: bool, transfer: bool, sketches: bool,
-             reassociate: bool, cold_cache: bool, as_json: bool) -> None:
+             reassociate: bool, cold_cache: bool, choice_order: str, as_json: bool) -> None:
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
     from partita.db import RecordsError
     from partita.runtime import TimingOptions
@@ -307,6 +324,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     if reassociate and stop_expr:
         _fail("--reassociate shares --budget and --evaluations among the orders of the sum; "
               "it does not take --stop")
+    _check_choice_order(k, target, choice_order)
     try:
         seconds = _duration(budget)
         stop = parse_stop(stop_expr) if stop_expr else budget_stop(seconds, evaluations)
@@ -321,7 +339,8 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     try:
         tuned = tune(k, target=target, search=search, seed=seed, db=db,
                      continue_=continue_, transfer=transfer, sketches=sketches,
-                     cold_cache=cold_cache, on_evaluation=progress_cb, **options)
+                     cold_cache=cold_cache, choice_order=choice_order,
+                     on_evaluation=progress_cb, **options)
     except NotReassociable as exc:
         _fail(str(exc))
     except RecordsError as exc:
@@ -641,8 +660,8 @@ def _print_space(r: dict[str, Any], example: Candidate | None) -> None:
                f"95% interval [{lo:.3g}, {hi:.3g}]  ({r['method']}, {r['samples']} samples)")
     if r["size_ess"] < HEAVY_TAIL_FRACTION * r["samples"]:
         click.echo(f"    heavy-tailed: about {r['size_ess']:.1f} of the {r['samples']} samples "
-                   "carry the estimate (effective sample size), so the interval understates "
-                   "its uncertainty")
+                   "carry the estimate (effective sample size),\n"
+                   "    so the interval understates its uncertainty")
     click.echo(f"  decisions per descent      {r['mean_depth']:.1f}")
     click.echo(f"  dead ends                  {100 * r['dead_end_rate']:.1f}% of random descents")
     click.echo(f"  random descents per second {r['descents_per_s']:.1f}")

@@ -13,7 +13,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from partita.search.stop import Evaluations, Stop, WallTime
 from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation, TuneResult, tune_space
 from partita.space.candidate import Candidate, DeadEnd, Space
+from partita.targets import space_def
 
 
 def _params_of(k: Kernel) -> dict[str, Any]:
@@ -392,7 +393,8 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
          model: Model | None = None, reference: Callable[..., dict[str, Any]] | None = None,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
          transfer: bool = True, sketches: bool = True, reassociate: bool = False,
-         cold_cache: bool = False, **search_options: Any) -> Tuned:
+         cold_cache: bool = False, choice_order: str | Sequence[str] = "default",
+         **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
 
     Every evaluated implementation is checked against the kernel's numpy reference before it
@@ -424,12 +426,19 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
     chooses for data that streams from memory, as a kernel called on fresh data does. Warm
     (the default), repeated calls find what fits in the caches there. Cold and warm times are
     recorded apart (:func:`records_target`).
+
+    ``choice_order`` is the order in which the search takes decisions (see
+    :func:`partita.space`): ``"default"`` (layouts, sizes, kinds, memory spaces, order),
+    ``"reverse"``, or the choices to take first. It changes the tree the search walks and
+    where the bound prunes it, not the implementations; a run records it in its options.
     """
     if target not in ("cpu", "gpu"):
         raise ValueError(f"unknown target {target!r} (targets: cpu, gpu)")
     if cold_cache and target != "cpu":
         raise ValueError("cold_cache: caches are flushed between calls on the cpu target "
                          "only")
+    if choice_order != "default":
+        space_def(target, kernel).reordered(choice_order)  # a bad order fails before any work
     if reassociate:
         if stop is not None:
             raise ValueError("reassociate shares budget and evaluations among the orders of "
@@ -440,10 +449,12 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
 
         return tune_reassociated(
             kernel, tune, lambda kv: model or target_model(kv, target), budget=budget,
-            evaluations=evaluations, space_of=lambda kv: partita.space(kv, target),
+            evaluations=evaluations,
+            space_of=lambda kv: partita.space(kv, target, choice_order=choice_order),
             continue_=continue_, target=target, search=search, seed=seed, db=db,
             batch=batch, model=model, reference=reference, on_evaluation=on_evaluation,
-            transfer=transfer, sketches=sketches, cold_cache=cold_cache, **search_options)
+            transfer=transfer, sketches=sketches, cold_cache=cold_cache,
+            choice_order=choice_order, **search_options)
     gpu = target == "gpu"
     stored = records_target(target, cold_cache)
     device: Any = None
@@ -462,12 +473,14 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
         best = rec.best(kid, mid, stored)
         if best is not None and not continue_:
             return _from_record(kernel, best, len(rec.evaluations(kid, mid)), suffix)
-        space: Space = partita.space(kernel, target)
+        space: Space = partita.space(kernel, target, choice_order=choice_order)
         model = model or target_model(kernel, target)
         stop = stop or budget_stop(budget, evaluations)
         options = {"search": search, "batch": batch, "stop": str(stop), **search_options}
         if cold_cache:
             options["cold_cache"] = True
+        if choice_order != "default":
+            options["choice_order"] = list(space.sdef.choice_order)
         run = rec.start_run(kid, mid, stored, search, options, seed)
         known = best["time_s"] if best else math.inf
         seen = rec.seen_decisions(kid, mid, stored)

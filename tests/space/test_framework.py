@@ -615,6 +615,32 @@ def test_medium_space():
     check(*MEDIUM)
 
 
+@pytest.mark.parametrize("order,first", [("default", "order"), ("reverse", "size"),
+                                         (["size"], "size"), ("order, size", "order")])
+def test_every_choice_order_reaches_the_same_implementations(order, first):
+    """Another choice order walks another tree over the same implementations."""
+    sdef, k = MEDIUM
+    reordered = sdef.reordered(order)
+    assert set(reordered.decision_choices()) == set(sdef.decision_choices())
+    space = Space(reordered, k)
+    root = space.root()
+    assert root.compiled.instances[root.open_slots()[0]].choice == first
+    assert explore(space, MEDIUM_BRUTE) == MEDIUM_BRUTE.solutions()
+
+
+def test_bad_choice_orders_name_what_is_wrong():
+    sdef, _ = MEDIUM
+    assert sdef.reordered("default") is sdef
+    assert sdef.decision_choices() == ("order", "size")
+    assert sdef.reordered("reverse").decision_choices() == ("size", "order")
+    with pytest.raises(SpaceError, match="'tile' is not a choice of the medium space"):
+        sdef.reordered("order,tile")
+    with pytest.raises(SpaceError, match="'size' named twice"):
+        sdef.reordered(["size", "size"])
+    with pytest.raises(SpaceError, match="no choice named"):
+        sdef.reordered(" , ")
+
+
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -18,7 +18,7 @@ are referred to by name; every callable receives the kernel first, then the obje
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from partita.ir.kernel import Kernel
@@ -300,6 +300,42 @@ class SpaceDef:
                 raise SpaceError(f"choice {name!r}: unknown set {p!r}")
         if name in self.enums or name in self.integers or name in self.counters:
             raise SpaceError(f"choice {name!r} is declared twice")
+
+    def decision_choices(self) -> tuple[str, ...]:
+        """The choices decisions are taken on, in the space's choice order: those
+        ``choice_order`` names, then the others in declaration order."""
+        declared = [*self.enums, *self.integers]
+        listed = [c for c in self.choice_order if c in declared]
+        return (*listed, *(c for c in declared if c not in listed))
+
+    def reordered(self, order: str | Sequence[str]) -> SpaceDef:
+        """This space with another choice order (the order in which searches and random
+        descents take decisions; the implementations are the same, decisions commute).
+
+        ``order`` is ``"default"``, ``"reverse"`` (the default order backwards), or choice
+        names (a sequence, or one string separated by commas) that go first, in that order;
+        the choices not named follow in their default order.
+        """
+        current = self.decision_choices()
+        if isinstance(order, str):
+            if order == "default":
+                return self
+            if order == "reverse":
+                return replace(self, choice_order=tuple(reversed(current)))
+            order = [c.strip() for c in order.split(",") if c.strip()]
+        names = list(order)
+        unknown = [c for c in names if c not in current]
+        if unknown:
+            raise SpaceError(f"choice order: {', '.join(map(repr, unknown))} "
+                             f"{'is not a choice' if len(unknown) == 1 else 'are not choices'}"
+                             f" of the {self.name} space (choices: {', '.join(current)}; or "
+                             "'default', 'reverse')")
+        twice = sorted({c for c in names if names.count(c) > 1})
+        if twice:
+            raise SpaceError(f"choice order: {', '.join(map(repr, twice))} named twice")
+        if not names:
+            raise SpaceError("choice order: no choice named")
+        return replace(self, choice_order=(*names, *(c for c in current if c not in names)))
 
     def kind_of(self, choice: str) -> str:
         for kind, table in (("enum", self.enums), ("integer", self.integers),
