@@ -17,7 +17,7 @@ def space(k: Kernel, target: str = "cpu", cpu: CpuCapabilities | None = None,
 
     ``choice_order`` changes the order in which decisions are taken (see
     :meth:`~partita.space.decl.SpaceDef.reordered`): ``"default"`` (source 000 §6.1: layouts,
-    sizes, kinds, memory spaces, order), ``"reverse"``, or the choices to take first.
+    sizes, kinds, memory spaces, order, prefetching), ``"reverse"``, or the choices to take first.
     """
     return Space(space_def(target, k, cpu).reordered(choice_order), k)
 

@@ -33,7 +33,7 @@ cold_option = click.option("--cold-cache", "cold_cache", is_flag=True,
 choice_order_option = click.option(
     "--choice-order", "choice_order", default="default", show_default=True,
     help="The order in which decisions are taken: default (layouts, sizes, kinds, memory "
-         "spaces, order), reverse, or choice names to take first, separated by commas "
+         "spaces, order, prefetching), reverse, or choice names to take first, separated by commas "
          "(e.g. order,dim_kind).")
 
 

@@ -428,9 +428,10 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
     recorded apart (:func:`records_target`).
 
     ``choice_order`` is the order in which the search takes decisions (see
-    :func:`partita.space`): ``"default"`` (layouts, sizes, kinds, memory spaces, order),
-    ``"reverse"``, or the choices to take first. It changes the tree the search walks and
-    where the bound prunes it, not the implementations; a run records it in its options.
+    :func:`partita.space`): ``"default"`` (layouts, sizes, kinds, memory spaces, order,
+    prefetching), ``"reverse"``, or the choices to take first. It changes the tree the search
+    walks and where the bound prunes it, not the implementations; a run records it in its
+    options.
     """
     if target not in ("cpu", "gpu"):
         raise ValueError(f"unknown target {target!r} (targets: cpu, gpu)")

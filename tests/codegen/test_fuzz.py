@@ -142,7 +142,7 @@ def test_partial_vectors_compute_on_whole_vectors_with_masked_accesses(
     the loop iterates r: one nested there without r must run each iteration). Checked with
     AVX-512's masked moves (native) and with the portable lane loops (x86-64-v2); the
     evaluator's canaries catch a write past the end of C."""
-    cand, impls = _partial_tile_candidates(params, 6, 13)
+    cand, impls = _partial_tile_candidates(params, 8, 13)
     k = params["k"]
     clamped = f"r_1 < (8 < {k} - (8 * r_0) ? 8 : {k} - (8 * r_0))"
     sources = [print_c(impl, f"pv_{i}").source for i, impl in enumerate(impls)]
@@ -184,3 +184,41 @@ def test_speculated_rows_never_reach_a_sum_along_them() -> None:
     sources = [print_c(c, f"cs_{n}").source
                for n, c in enumerate(sample_implementations(root, 16, random.Random(2)))]
     assert any(": 18)" in source for source in sources)
+
+
+@pytest.mark.parametrize("params", [{"m": 16, "n": 32, "k": 32, "stride_a": 32},
+                                    {"m": 13, "n": 37, "k": 19, "stride_a": 3}],
+                         ids=["strided", "strided-odd"])
+def test_prefetched_copies_match_numpy(evaluator: Evaluator, params: dict) -> None:
+    """A packed copy of A whose reader prefetches the next iteration's source
+    (``prefetch = NEXT``): the prefetches are printed inside the reading nest, address the
+    view's elements of the next tile (past the last one at odd sizes, never dereferenced),
+    and the results are unchanged."""
+    cand = partita.space(partita.kernel("matmul", **params)).root()
+    for choice, args, values in [
+        ("order", ["i_a.0", "i.0"], ["MERGED"]), ("order", ["r_a.0", "r.0"], ["BEFORE"]),
+        ("mem_space", ["tmp_ld_a_acc"], ["LOCAL"]), ("prefetch", ["tmp_ld_a_acc"], ["NEXT"]),
+    ]:
+        cand = cand.restrict(choice, args, values)
+        assert cand, cand
+    impls = list(sample_implementations(cand, 6, random.Random(17)))
+    sources = [print_c(impl, f"pf_{i}").source for i, impl in enumerate(impls)]
+    assert all("__builtin_prefetch((const void *)((uintptr_t)A + " in s for s in sources)
+    report = sample_and_evaluate(cand, 6, random.Random(17),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 6, report.failed[:3]
+
+
+def test_prefetch_needs_a_copy_of_a_kernel_array_in_a_buffer() -> None:
+    """``prefetch = NEXT`` exists only for a temporary loaded from a kernel's array and kept
+    in a buffer: a register temporary, or one written by an arithmetic instruction (the
+    accumulators), keeps ``NONE``."""
+    cand = partita.space(partita.kernel("matmul", m=16, n=32, k=32)).root()
+    cand = cand.restrict("order", ["r_a.0", "r.0"], ["BEFORE"])
+    cand = cand.restrict("order", ["i_init.0", "i.0"], ["BEFORE"])
+    assert cand, cand
+    assert cand.domain("prefetch", "tmp_ld_a_acc") == ("NONE", "NEXT")
+    assert cand.domain("prefetch", "tmp_init_acc") == ("NONE",)
+    pinned = cand.restrict("prefetch", ["tmp_ld_a_acc"], ["NEXT"])
+    assert pinned, pinned
+    assert "REGISTER" not in pinned.domain("mem_space", "tmp_ld_a_acc")

@@ -114,6 +114,34 @@ class Storage:
         return _fold(sizes)
 
 
+@dataclass
+class Prefetch:
+    """Software prefetches, in the body of the innermost sequential loop of a nest that
+    reads a packed copy, of what the copy loads at the next iteration of their common loop.
+
+    The copy's iterations (one per cache line: ``step`` iterations of its innermost dim share
+    one) are spread evenly over the iterations ``reader`` enumerates, from the reading nest's
+    outermost loop down to the loop the prefetches are printed in.
+    """
+
+    temp: str
+    load: Instruction
+    outer: list[Node]
+    """The loops enclosing both the copy and its reader, innermost first, up to the first
+    that is not a sequential or parallel loop of static size: the next iteration is the
+    next point of this nest (the next tile of an outer loop after the last of an inner one;
+    the same thread's, as static schedules give each thread consecutive iterations)."""
+    copy: list[Node]
+    """The copy's loops below ``outer``, outermost first."""
+    reader: list[Node]
+    """The reading nest's sequential loops, outermost first; prefetches go in the last."""
+    step: int
+    """Iterations of the copy's innermost non-vector loop that share a cache line."""
+
+
+CACHE_LINE_BYTES = 64
+
+
 class CPrinter:
     """Prints one implementation. Use :func:`print_c`."""
 
@@ -143,6 +171,9 @@ class CPrinter:
         self._index_tree(self.tree, None)
         self.storage: dict[str, Storage] = {}
         self._plan_storage()
+        self.prefetches: dict[int, list[Prefetch]] = {}
+        """Prefetches printed at the top of a loop's body, by ``id`` of the loop node."""
+        self._plan_prefetches()
 
     # -- structure -------------------------------------------------------------------------
 
@@ -281,6 +312,135 @@ class CPrinter:
         for st in [*self.storage.values(), *self.temps.values()]:
             seen[id(st)] = st
         return list(seen.values())
+
+    # -- prefetching ------------------------------------------------------------------------
+
+    def _plan_prefetches(self) -> None:
+        """Where each temporary with ``prefetch = NEXT`` prints its prefetches. A copy that
+        has no loop around it and its reader, that loop not iterating the copy, or a reader
+        with no sequential loop of static size has nothing to run ahead of or nowhere to
+        spread it: it is left without prefetches (the same code as ``NONE``)."""
+        if "prefetch" not in self.cand.compiled.sdef.enums:
+            return
+        for temp in self.k.arrays:
+            if temp.carries is None or self.cand.domain("prefetch", temp.name) != ("NEXT",):
+                continue
+            plan = self._prefetch_plan(temp.name, *temp.carries)
+            if plan is not None:
+                self.prefetches.setdefault(id(plan.reader[-1]), []).append(plan)
+
+    def _prefetch_plan(self, temp: str, producer: str, consumer: str) -> Prefetch | None:
+        outer = self._lca({producer, consumer})
+        load = self.k.inst(producer)
+        around: list[Node] = []
+        node: Node | None = outer
+        while node is not None and node is not self.tree and node.kind in ("LOOP", "PARALLEL") \
+                and isinstance(self.sizes[node.dims[0]], int):
+            around.append(node)
+            node = self.parent[id(node)]
+        own = self.k.iteration_dims(producer)
+        if not around or around[0] is not outer \
+                or not any(d in own for n in around for d in n.dims):
+            return None
+
+        def below(inst: str) -> list[Node]:
+            chain = [*reversed(self._ancestors(self.node_of[inst]))]
+            return chain[chain.index(outer) + 1:]
+
+        copy = below(producer)
+        reader = []
+        for node in below(consumer):
+            if node.kind != "LOOP" or not isinstance(self.sizes[node.dims[0]], int):
+                break
+            reader.append(node)
+        if not reader or not copy or copy[0] is reader[0] \
+                or not all(isinstance(self.sizes[n.dims[0]], int) for n in copy):
+            return None
+        if outer.children.index(copy[0]) > outer.children.index(reader[0]):
+            return None
+        step = 1
+        lines = [n for n in copy if n.kind != "VECTOR"]
+        if lines:
+            size = int(self.sizes[lines[-1].dims[0]])
+            inner = next((d for d in lines[-1].dims if d in own), None)
+            # A loop foreign to the load repeats one address: one prefetch covers it.
+            stride: int | None = 0
+            if inner is not None:
+                logical = self.k.dim(inner).logical
+                stride = self.k.element_stride(producer, logical)
+                tiles = self.k.dims_of(logical)
+                if stride is not None:
+                    stride *= math.prod(int(self.sizes[d])
+                                        for d in tiles[tiles.index(inner) + 1:])
+            if stride is not None:
+                nbytes = abs(stride) * load.dtype.itemsize
+                step = size if nbytes == 0 else max(1, min(size, CACHE_LINE_BYTES // nbytes))
+        return Prefetch(temp, load, around, copy, reader, step)
+
+    def _emit_prefetch(self, pf: Prefetch, env: dict[str, str], indent: int) -> None:
+        """The prefetches of one reader iteration: with ``n`` lines to fetch over ``m``
+        reader iterations, one every ``m // n`` iterations, or ``ceil(n / m)`` in each."""
+        lines = [n for n in pf.copy if n.kind != "VECTOR"]
+        radices = [int(self.sizes[n.dims[0]]) for n in lines]
+        if radices:
+            radices[-1] = -(-radices[-1] // pf.step)
+        count = math.prod(radices)
+        sizes = [int(self.sizes[n.dims[0]]) for n in pf.reader]
+        trips = math.prod(sizes)
+        q_terms = []
+        stride = 1
+        for node, size in zip(reversed(pf.reader), reversed(sizes), strict=True):
+            if env[node.dims[0]] != "0":
+                q_terms.append(_fold([env[node.dims[0]], stride]))
+            stride *= size
+        penv = dict(env)
+        n_terms = []
+        points = 1
+        for node in pf.outer:
+            size = int(self.sizes[node.dims[0]])
+            if env[node.dims[0]] != "0":
+                n_terms.append(_fold([env[node.dims[0]], points]))
+            ix = "pf_n" if points == 1 else f"pf_n / {points}"
+            penv |= dict.fromkeys(node.dims, f"(({ix}) % {size})" if node is not pf.outer[-1]
+                                  else f"({ix})")
+            points *= size
+        penv |= {d: "0" for n in pf.copy if n.kind == "VECTOR" for d in n.dims}
+        weight = count
+        for i, (node, radix) in enumerate(zip(lines, radices, strict=True)):
+            weight //= radix
+            ix = "pf_e" if weight == 1 else f"pf_e / {weight}"
+            if i > 0 and radix > 1:
+                ix = f"({ix}) % {radix}"
+            if i == len(lines) - 1 and pf.step > 1:
+                ix = f"({ix}) * {pf.step}"
+            penv |= dict.fromkeys(node.dims, f"({ix})" if radix > 1 else "0")
+        base, _ = self.access_address(pf.load, penv, set())
+        arr = pf.load.access.array if pf.load.access else ""
+        # Integer arithmetic: the address of a row past a partial tile is never dereferenced
+        # (a prefetch does not fault) but would be out of bounds as a pointer.
+        fetch = (f"__builtin_prefetch((const void *)((uintptr_t){arr} + (uintptr_t)({base}) "
+                 f"* {pf.load.dtype.itemsize}u), 0, 3);")
+        self.emit(indent, f"{{ /* prefetch {pf.temp} for the next {pf.outer[0].dims[0]} */")
+        self.emit(indent + 1, f"const {self.idx_t} pf_n = {_sum([*n_terms, '1'])};")
+        self.emit(indent + 1, f"const {self.idx_t} pf_q = {_sum(q_terms)};")
+        if count <= trips:
+            every = trips // count
+            self.emit(indent + 1, f"if (pf_n < {points}"
+                                  + (f" && pf_q % {every} == 0" if every > 1 else "")
+                                  + f" && pf_q < {count * every}) {{")
+            self.emit(indent + 2, f"const {self.idx_t} pf_e = pf_q" +
+                      (f" / {every};" if every > 1 else ";"))
+            self.emit(indent + 2, fetch)
+            self.emit(indent + 1, "}")
+        else:
+            each = -(-count // trips)
+            self.emit(indent + 1, f"if (pf_n < {points}) {{")
+            self.emit(indent + 2, f"for ({self.idx_t} pf_u = 0; pf_u < {each}; ++pf_u) {{")
+            self.emit(indent + 3, f"const {self.idx_t} pf_e = pf_q * {each} + pf_u;")
+            self.emit(indent + 3, f"if (pf_e < {count}) {fetch}")
+            self.emit(indent + 2, "}")
+            self.emit(indent + 1, "}")
+        self.emit(indent, "}")
 
     # -- C types ---------------------------------------------------------------------------
 
@@ -538,6 +698,8 @@ class CPrinter:
 
     def _print_body(self, node: Node, env: dict[str, str], indent: int) -> None:
         self._declare(node, indent)
+        for pf in self.prefetches.get(id(node), ()):
+            self._emit_prefetch(pf, env, indent)
         for child in node.children:
             self._print_node(child, env, indent)
 

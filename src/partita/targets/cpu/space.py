@@ -15,6 +15,12 @@ Values communicated between unfused nests live in temporaries placed in ``REGIST
 their dims unrolled or vectorised, like the accumulator tile of a register-blocked
 micro-kernel), a ``LOCAL`` buffer (a packed panel on the stack), or ``GLOBAL`` memory.
 Counters bound the values kept in vector registers, the unrolling and the parallel nest.
+
+A temporary that packs a kernel array (a copy nest, then the nest that reads the copy, inside
+a common loop) may ``prefetch`` the source of the next iteration's copy: ``NEXT`` spreads
+software prefetches of those elements over the reading nest, so that the copy of a view whose
+elements sit on separate cache lines (a strided matrix) overlaps the arithmetic instead of
+waiting for memory after it.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from partita.targets.cpu.machine import CpuCapabilities
 
 KINDS = ("LOOP", "UNROLL", "VECTOR", "PARALLEL")
 REGISTER_KINDS = values("UNROLL", "VECTOR")
-CHOICE_ORDER = ("layout", "size", "dim_kind", "mem_space", "order")
-"""Decisions in the order of 000 §6.1: layouts, sizes, kinds, memory spaces, order."""
+CHOICE_ORDER = ("layout", "size", "dim_kind", "mem_space", "order", "prefetch")
+"""Decisions in the order of 000 §6.1: layouts, sizes, kinds, memory spaces, order, then the
+cache hints (prefetching)."""
+PREFETCH = ("NONE", "NEXT")
 
 
 def _innermost_tile(k: Kernel, d: str) -> bool:
@@ -122,6 +130,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
     _declare_vectors(S, vec_sizes)
     _declare_parallel(S, cpu)
     _declare_registers(S, cpu, itemsize)
+    _declare_prefetch(S)
     S.prefer("dim_kind", values("VECTOR"),
              doc="One vector instruction does the work of a register's lanes of scalar ones; "
                  "wherever a dimension may be VECTOR, it usually should be.")
@@ -135,6 +144,33 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
                  "in registers between its init and its store is the heart of a fast "
                  "micro-kernel.")
     return S
+
+
+def _packs_kernel_array(k: Kernel, t: str) -> bool:
+    """Temporary ``t`` holds values loaded from one of the kernel's arrays (a packed copy)
+    of statically sized dims, the copies a prefetch can address ahead of time."""
+    producer = k.inst(k.array(t).carries[0])
+    access = producer.access
+    return (access is not None and producer.op == "load"
+            and not k.array(access.array).is_temporary
+            and all(k.static_size(k.logical(ld).size) is not None for ld in producer.dims))
+
+
+def _declare_prefetch(S: SpaceDef) -> None:
+    S.enum("prefetch", ["Temporaries"], PREFETCH,
+           requires={"NEXT": _packs_kernel_array},
+           doc="Whether the nest that reads a packed copy also prefetches what the copy "
+               "loads at the next iteration of their common loop (see the module "
+               "docstring). A copy from memory otherwise stalls its core for as long as "
+               "the lines take to arrive, one line per element for a strided view "
+               "(measured on matmul 1024^3 with A of element stride 32: 12.6 ms without, "
+               "10.9 ms with, 10.0 ms for the same code on a contiguous A).")
+    t = Var("t", "Temporaries")
+    S.require("prefetched copies are buffers", [t],
+              Is("prefetch", ("t",), values("NONE")),
+              Is("mem_space", ("t",), values("LOCAL", "GLOBAL")),
+              doc="Only a copy stored in a buffer is read by a later nest; in registers the "
+                  "copy and its reader are fused, with no next copy to run ahead of.")
 
 
 def _declare_vectors(S: SpaceDef, vec_sizes: tuple[int, ...]) -> None:
