@@ -147,9 +147,9 @@ NOTES = """What limits these figures:
 
 - **Speed** (matmul 1024^3, target 100 descents/s): 199-218 on the AMD EPYC machine of
   this table (3.7 GHz) over its runs, 62-84 on the Intel machine of earlier runs, where the same
-  build ran about 2.8x slower throughout (root propagation 0.19 s there, 0.07 s here). There
+  build ran about 2.8x slower throughout (root propagation 0.19 s there, 0.07-0.15 s here). There
   the C engine ran a decision's propagation in about 0.2 ms, against 6 ms in Python (30x);
-  a descent takes about 46 of them plus a few lowerings, and 85% of its time is in the
+  a descent takes about 48 of them plus a few lowerings, and 85% of its time is in the
   engine. What remains is the number of clause
   groundings: about 18 million per 100 descents (27 million before the fusion clauses
   quantified over a dim's partners only), at about 50 ns each (dependent loads through the

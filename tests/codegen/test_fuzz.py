@@ -72,23 +72,36 @@ def test_printed_code_is_deterministic() -> None:
     assert print_c(a).source == print_c(b).source
 
 
+def _pinned(params: dict, decisions: list[tuple[str, list[str], list]]):
+    """The matmul space below ``decisions``."""
+    cand = partita.space(partita.kernel("matmul", **params)).root()
+    for choice, args, values in decisions:
+        cand = cand.restrict(choice, args, values)
+        assert cand, cand
+    return cand
+
+
+def _sources_and_report(evaluator: Evaluator, cand, count: int, seed: int, prefix: str):
+    """The sources of ``count`` random implementations below ``cand``, and their report
+    against numpy."""
+    impls = list(sample_implementations(cand, count, random.Random(seed)))
+    sources = [print_c(c, f"{prefix}_{i}").source for i, c in enumerate(impls)]
+    report = sample_and_evaluate(cand, count, random.Random(seed),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    return sources, report
+
+
 def test_register_blocked_micro_kernels_match_numpy(evaluator: Evaluator) -> None:
     """Accumulator tiles kept in vector registers (arrays of whole vectors) between the init,
     the accumulation and the store: the shape of a fast matmul."""
-    cand = partita.space(partita.kernel("matmul", m=32, n=32, k=8)).root()
-    for choice, args, values in [
+    cand = _pinned({"m": 32, "n": 32, "k": 8}, [
         ("size", ["j.2"], [16]), ("size", ["i.2"], [4]), ("dim_kind", ["j.2"], ["VECTOR"]),
         ("dim_kind", ["i.2"], ["UNROLL"]), ("order", ["r.0", "i.2"], ["OUT"]),
         ("mem_space", ["tmp_init_acc"], ["REGISTER"]),
         ("mem_space", ["tmp_acc_st_c"], ["REGISTER"]),
-    ]:
-        cand = cand.restrict(choice, args, values)
-        assert cand, cand
-    impls = list(sample_implementations(cand, 6, random.Random(5)))
-    sources = [print_c(c, f"mk_{i}").source for i, c in enumerate(impls)]
+    ])
+    sources, report = _sources_and_report(evaluator, cand, 6, 5, "mk")
     assert all("v16f32 tmp_init_acc[" in s for s in sources)
-    report = sample_and_evaluate(cand, 6, random.Random(5),
-                                 lambda ps: evaluator.evaluate(ps, time_it=False))
     assert report.verified == 6, report.failed[:3]
 
 
@@ -98,34 +111,25 @@ def test_full_tiles_run_without_guards_and_the_last_tile_with_them(evaluator: Ev
     third (5 columns) the version that stays in range (guarded stores, loops that stop at
     37, clamped or masked loads); each instruction of a guarded dim appears in both versions,
     and the result is right."""
-    cand = partita.space(partita.kernel("matmul", m=6, n=37, k=19)).root()
-    for choice, args, values in [
+    cand = _pinned({"m": 6, "n": 37, "k": 19}, [
         ("size", ["j.2"], [16]), ("size", ["j.1"], [1]), ("dim_kind", ["j.2"], ["VECTOR"]),
         ("size", ["r.1"], [8]),
-    ]:
-        cand = cand.restrict(choice, args, values)
-        assert cand, cand
-    impls = list(sample_implementations(cand, 4, random.Random(11)))
-    for i, impl in enumerate(impls):
-        source = print_c(impl, f"rem_{i}").source
+    ])
+    sources, report = _sources_and_report(evaluator, cand, 4, 11, "rem")
+    for source in sources:
         # j: 37 // 16 = 2 full tiles (r: 19 // 8 = 2 as well), then the guarded version.
         assert re.search(r"if \((\w+_0 < 2 && )*\w+_0 < 2\) \{", source), source
         assert re.search(r"< 37\)|37 - \(|: 36\)", source), source
-    report = sample_and_evaluate(cand, 4, random.Random(11),
-                                 lambda ps: evaluator.evaluate(ps, time_it=False))
     assert report.verified == 4, report.failed[:3]
 
 
 def _partial_tile_candidates(params: dict, count: int, seed: int):
     """Implementations of a matmul whose 16-lane vector dim j.2 has a last, partial tile and
     whose reduction tile r.1 = 8 does not divide k."""
-    cand = partita.space(partita.kernel("matmul", **params)).root()
-    for choice, args, values in [
+    cand = _pinned(params, [
         ("size", ["j.2"], [16]), ("dim_kind", ["j.2"], ["VECTOR"]), ("size", ["r.1"], [8]),
         ("dim_kind", ["r.1"], ["LOOP"]),
-    ]:
-        cand = cand.restrict(choice, args, values)
-        assert cand, cand
+    ])
     return cand, list(sample_implementations(cand, count, random.Random(seed)))
 
 
@@ -194,18 +198,12 @@ def test_prefetched_copies_match_numpy(evaluator: Evaluator, params: dict) -> No
     (``prefetch = NEXT``): the prefetches are printed inside the reading nest, address the
     view's elements of the next tile (past the last one at odd sizes, never dereferenced),
     and the results are unchanged."""
-    cand = partita.space(partita.kernel("matmul", **params)).root()
-    for choice, args, values in [
+    cand = _pinned(params, [
         ("order", ["i_a.0", "i.0"], ["MERGED"]), ("order", ["r_a.0", "r.0"], ["BEFORE"]),
         ("mem_space", ["tmp_ld_a_acc"], ["LOCAL"]), ("prefetch", ["tmp_ld_a_acc"], ["NEXT"]),
-    ]:
-        cand = cand.restrict(choice, args, values)
-        assert cand, cand
-    impls = list(sample_implementations(cand, 6, random.Random(17)))
-    sources = [print_c(impl, f"pf_{i}").source for i, impl in enumerate(impls)]
+    ])
+    sources, report = _sources_and_report(evaluator, cand, 6, 17, "pf")
     assert all("__builtin_prefetch((const void *)((uintptr_t)A + " in s for s in sources)
-    report = sample_and_evaluate(cand, 6, random.Random(17),
-                                 lambda ps: evaluator.evaluate(ps, time_it=False))
     assert report.verified == 6, report.failed[:3]
 
 
