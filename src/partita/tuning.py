@@ -351,7 +351,7 @@ def sketched(space: Space, model: Model, seed: int, completions: int = SKETCH_CO
     from partita.search.sketch import sketch_candidates
 
     lanes = max(1, model.rates.vector_bytes // space.kernel.arrays[0].dtype.itemsize)
-    seeds = [c for _, c in sketch_candidates(space, lanes)]
+    seeds = [c for _, c in sketch_candidates(space, lanes, model.rates.cores)]
     rng = random.Random(seed)
     first: list[tuple[float, Candidate]] = []
     for c in seeds:

@@ -284,3 +284,18 @@ def test_register_tiles_have_enough_rows_to_reuse_b(params: dict, rows: bool) ->
         heights = cand.domain("size", unrolled)
         assert heights
         assert (min(heights) >= REGISTER_ROWS) == rows
+
+
+def test_partial_sums_keep_a_parallel_iteration_per_core() -> None:
+    """A dot in two chunks, on two cores: the ``partials`` sketch unrolls the chunks inside
+    the parallel loop only by sizes that leave each core a chunk (unrolled by 2, the parallel
+    loop has one iteration and one thread streams alone). On one core, or where every size
+    leaves the cores busy (gemv's 16 rows), the sketch leaves the size to the search."""
+    space = _space("dot", {"n": 4096, "partials": 32, "chunks": 2})
+    for cores, sizes in [(2, (1,)), (1, (1, 2))]:
+        (cand,) = [c for n, c in sketch_candidates(space, 16, cores) if n == "partials"]
+        assert cand.domain("size", "c.1") == sizes
+    gemv = _space("gemv", {"m": 16, "n": 64, "partials": 32})
+    (one,) = [c for n, c in sketch_candidates(gemv, 16, 1) if n == "partials"]
+    (two,) = [c for n, c in sketch_candidates(gemv, 16, 2) if n == "partials"]
+    assert one.domains() == two.domains()

@@ -397,7 +397,24 @@ def _init_placement(k: Kernel, acc: str, around: set[str]) -> list[Decision]:
             for d, e in _tile_pairs(k, init, acc)]
 
 
-def partial_sum_sketches(k: Kernel, lanes: int) -> list[Sketch]:
+def _threads_kept(k: Kernel, tiles: list[str], cores: int) -> list[Decision]:
+    """Sizes of the inner tile of a parallel dimension (``tiles``: its outer tile, made
+    parallel, and the inner one, unrolled) that leave the parallel loop an iteration per
+    core. A dot in two chunks on two cores, its chunks unrolled by 2 inside, runs on one
+    thread: at one core's bandwidth (83% of the triad, against 96% for one chunk per
+    thread), and a 100 s search measured only that. Nothing is decided where every size
+    keeps the cores busy or none does."""
+    n = k.static_size(k.logical(k.dim(tiles[0]).logical).size)
+    universe = k.dim(tiles[-1]).sizes
+    if len(tiles) != 2 or n is None or universe is None:
+        return []
+    busy = tuple(s for s in universe if -(-n // s) >= cores)
+    if not busy or len(busy) == len(universe):
+        return []
+    return [Decision("size", (tiles[-1],), busy)]
+
+
+def partial_sum_sketches(k: Kernel, lanes: int, cores: int = 1) -> list[Sketch]:
     """The ``partials`` sketch: the partial sums in a register tile (a vector of them,
     unrolled copies of it), the reduction loop around them, the rows (or chunks) parallel
     outside and unrolled inside it, the operands loaded in the tile. Hand-picked decisions of
@@ -419,6 +436,8 @@ def partial_sum_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     decisions = [Decision("size", (p_tiles[-1],), (lanes,)),
                  Decision("dim_kind", (p_tiles[-1],), ("VECTOR",)),
                  Decision("dim_kind", (parallel,), ("PARALLEL",))]
+    if row_tiles:
+        decisions += _threads_kept(k, row_tiles[0], cores)
     decisions += [Decision("dim_kind", (d,), ("UNROLL",)) for d in [*unrolled, *register[:-1]]]
     decisions += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
     around = {parallel, *outer}
@@ -433,7 +452,7 @@ def partial_sum_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     return [Sketch("partials", tuple(decisions))]
 
 
-def row_chain_sketches(k: Kernel) -> list[Sketch]:
+def row_chain_sketches(k: Kernel, cores: int = 1) -> list[Sketch]:
     """The ``rows`` sketch of a reduction summed in order (gemv without partial sums): a
     row's sum is one chain of dependent additions, so the chains of several rows run side
     by side: the innermost row tiles unrolled (their accumulators in registers), the reduction
@@ -455,6 +474,7 @@ def row_chain_sketches(k: Kernel) -> list[Sketch]:
     reduction = [d for ld in red for d in k.dims_of(ld)]
     chain = [parallel, *outer, *reduction, *unrolled]
     decisions = [Decision("dim_kind", (parallel,), ("PARALLEL",))]
+    decisions += _threads_kept(k, row_tiles[0], cores)
     decisions += [Decision("dim_kind", (d,), ("UNROLL",)) for d in unrolled]
     decisions += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
     decisions += _init_placement(k, acc, {parallel, *outer})
@@ -464,17 +484,18 @@ def row_chain_sketches(k: Kernel) -> list[Sketch]:
     return [Sketch("rows", tuple(decisions))]
 
 
-def kernel_sketches(k: Kernel, lanes: int) -> list[Sketch]:
+def kernel_sketches(k: Kernel, lanes: int, cores: int = 1) -> list[Sketch]:
     """Every sketch that applies to ``k`` (contractions, partial sums, rows summed in
-    order)."""
-    return (contraction_sketches(k, lanes) + partial_sum_sketches(k, lanes)
-            + row_chain_sketches(k))
+    order), for vectors of ``lanes`` elements and ``cores`` threads."""
+    return (contraction_sketches(k, lanes) + partial_sum_sketches(k, lanes, cores)
+            + row_chain_sketches(k, cores))
 
 
-def sketch_candidates(space: Space, lanes: int) -> list[tuple[str, Candidate]]:
+def sketch_candidates(space: Space, lanes: int, cores: int = 1
+                      ) -> list[tuple[str, Candidate]]:
     """The sketches of ``space``'s kernel that its decision space allows, as candidates."""
     out = []
-    for sketch in kernel_sketches(space.kernel, lanes):
+    for sketch in kernel_sketches(space.kernel, lanes, cores):
         cand = sketch.apply(space)
         if cand is not None:
             out.append((sketch.name, cand))
