@@ -7,8 +7,11 @@ any implementation the space allows must compute the kernel's result.
 
 from __future__ import annotations
 
+import math
+import os
 import random
 import re
+import subprocess
 import zlib
 from collections.abc import Iterator
 
@@ -16,7 +19,7 @@ import pytest
 
 import partita
 from partita import KernelBuilder
-from partita.codegen.c import print_c
+from partita.codegen.c import CPrinter, print_c
 from partita.kernels import list_kernels
 from partita.runtime import Evaluator, TimingOptions
 from partita.runtime.compile import DEFAULT_FLAGS, Compiler
@@ -220,3 +223,60 @@ def test_prefetch_needs_a_copy_of_a_kernel_array_in_a_buffer() -> None:
     pinned = cand.restrict("prefetch", ["tmp_ld_a_acc"], ["NEXT"])
     assert pinned, pinned
     assert "REGISTER" not in pinned.domain("mem_space", "tmp_ld_a_acc")
+
+
+PREFETCH_PROBE = """
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+static void probe(const void *p)
+{
+    printf("%llu\\n", (unsigned long long)(uintptr_t)p);
+}
+#define __builtin_prefetch(p, rw, locality) probe(p)
+"""
+
+
+def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
+    """Run with every prefetch recorded (on one thread, so the parallel loop's iterations
+    follow each other): each address is an element of an array (A's are elements of its
+    strided view), and the prefetches of A cover every block of the view but the first
+    (which no earlier iteration runs ahead of)."""
+    cand = _pinned({"m": 16, "n": 32, "k": 32, "stride_a": 32}, [
+        ("order", ["i_a.0", "i.0"], ["MERGED"]), ("order", ["r_a.0", "r.0"], ["BEFORE"]),
+        ("mem_space", ["tmp_ld_a_acc"], ["LOCAL"]), ("prefetch", ["tmp_ld_a_acc"], ["NEXT"]),
+    ])
+    for n, impl in enumerate(sample_implementations(cand, 4, random.Random(23))):
+        printer = CPrinter(impl, "probed")
+        (plan,) = [p for plans in printer.prefetches.values() for p in plans
+                   if p.temp == "tmp_ld_a_acc"]
+        blocks = math.prod(int(printer.sizes[node.dims[0]]) for node in plan.outer)
+        program = printer.print()
+        args = ", ".join(f"calloc({p.footprint}, sizeof(float))" for p in program.params)
+        call = ", ".join(f"args[{i}]" for i in range(len(program.params)))
+        main = (f"int main(void) {{\n    void *args[] = {{{args}}};\n"
+                f"    for (int i = 0; i < {len(program.params)}; ++i)\n"
+                f"        printf(\"base %llu\\n\", (unsigned long long)(uintptr_t)args[i]);\n"
+                f"    probed({call});\n    return 0;\n}}\n")
+        src = tmp_path / f"probe_{n}.c"
+        src.write_text(PREFETCH_PROBE + program.source + main)
+        exe = tmp_path / f"probe_{n}"
+        subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(exe)], check=True)
+        out = subprocess.run([str(exe)], check=True, capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout
+        lines = out.split("\n")
+        bases = [int(x.split()[1]) for x in lines if x.startswith("base")]
+        fetched: dict[str, set[int]] = {p.name: set() for p in program.params}
+        for x in (int(x) for x in lines if x and not x.startswith("base")):
+            owner = [(p, b) for p, b in zip(program.params, bases, strict=True)
+                     if b <= x < b + 4 * p.footprint]
+            assert owner, f"a prefetch of {x:#x} is in no array"
+            param, base = owner[0]
+            fetched[param.name].add((x - base) // 4)
+        a = next(p for p in program.params if p.name == "A")
+        view = {i * a.strides[0] + j * a.strides[1]
+                for i in range(a.shape[0]) for j in range(a.shape[1])}
+        fetched_a = fetched["A"]
+        assert fetched_a and fetched_a <= view, sorted(fetched_a - view)[:5]
+        assert blocks >= 2
+        assert len(fetched_a) >= len(view) * (blocks - 1) // blocks, (len(fetched_a), len(view))
