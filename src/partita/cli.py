@@ -18,7 +18,7 @@ from partita.kernels import get_spec, list_kernels
 from partita.search.sampling import NoImplementation, random_implementation
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
-from partita.space.estimate import HEAVY_TAIL_FRACTION, space_stats
+from partita.space.estimate import HEAVY_TAIL_FRACTION, METHODS, space_stats
 from partita.targets import TARGETS, space_def
 from partita.tuning import records_target
 
@@ -79,8 +79,11 @@ def kernels_cmd(as_json: bool) -> None:
 @click.option("--samples", type=click.IntRange(1), default=200, show_default=True,
               help="Random descents for the estimates.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--method", type=click.Choice(["knuth", "chen"]), default="knuth",
-              show_default=True, help="Size estimator.")
+@click.option("--method", type=click.Choice(list(METHODS)), default="knuth",
+              show_default=True,
+              help="Size estimator: Knuth's probes, Chen's heuristic sampling, or Chen's "
+                   "stratified also by the size of the open domains (slower, steadier on "
+                   "spaces whose subtrees differ by orders of magnitude).")
 @choice_order_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, seed: int,

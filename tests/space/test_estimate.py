@@ -371,3 +371,25 @@ def test_heavy_tailed_estimates_are_flagged() -> None:
     assert est.ess == pytest.approx(50) and not est.heavy_tailed
     stats = space_stats(pick_space(True), 100, random.Random(3))
     assert 1.0 <= stats.size_ess <= 100
+
+
+@pytest.mark.parametrize("make", [lambda: order_space(4), coloring_space],
+                         ids=["orders", "dead-ends"])
+def test_chen_with_size_strata_is_unbiased(make) -> None:
+    """Strata by the size of the open domains change the variance, not the expectation:
+    the mean of many independent estimates sits on the exhaustive count."""
+    root = make()
+    truth = exhaustive(root)[0]
+    rng = random.Random(5)
+    means = [chen_size(root, 20, rng, strata="size").value for _ in range(30)]
+    assert mean_estimate(means).contains(truth)
+    with pytest.raises(ValueError, match="strata must be one of open, size"):
+        chen_size(root, 1, rng, strata="depth")
+
+
+def test_space_stats_offers_chen_with_size_strata() -> None:
+    root = order_space(4)
+    stats = space_stats(root, 50, random.Random(1), method="chen-size")
+    assert stats.method == "chen-size" and stats.size_ci[0] <= 24 <= stats.size_ci[1]
+    with pytest.raises(ValueError, match="knuth, chen, chen-size"):
+        space_stats(root, 5, random.Random(1), method="size")
