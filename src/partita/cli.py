@@ -18,7 +18,7 @@ from partita.kernels import get_spec, list_kernels
 from partita.search.sampling import NoImplementation, random_implementation
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
-from partita.space.estimate import HEAVY_TAIL_FRACTION, METHODS, space_stats
+from partita.space.estimate import METHODS, heavy_tailed, space_stats
 from partita.targets import TARGETS, space_def
 from partita.tuning import records_target
 
@@ -661,7 +661,7 @@ def _print_space(r: dict[str, Any], example: Candidate | None) -> None:
     click.echo(f"  open choices at the root   {r['open_choices_at_root']}")
     click.echo(f"  implementations (estimate) {r['size_estimate']:.3g}   "
                f"95% interval [{lo:.3g}, {hi:.3g}]  ({r['method']}, {r['samples']} samples)")
-    if r["size_ess"] < HEAVY_TAIL_FRACTION * r["samples"]:
+    if heavy_tailed(r["size_ess"], r["samples"]):
         click.echo(f"    heavy-tailed: about {r['size_ess']:.1f} of the {r['samples']} samples "
                    "carry the estimate (effective sample size),\n"
                    "    so the interval understates its uncertainty")

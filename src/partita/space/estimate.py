@@ -80,9 +80,8 @@ class Estimate:
 
     @property
     def heavy_tailed(self) -> bool:
-        """Fewer than a tenth of the samples carry the mean: the interval understates the
-        uncertainty (its variance is estimated from the same few samples)."""
-        return self.ess < HEAVY_TAIL_FRACTION * self.samples
+        """See :func:`heavy_tailed`."""
+        return heavy_tailed(self.ess, self.samples)
 
     @property
     def ci(self) -> tuple[float, float]:
@@ -113,6 +112,12 @@ class SpaceStats:
     samples: int
     size_ess: float
     method: str = "knuth"
+
+
+def heavy_tailed(ess: float, samples: int) -> bool:
+    """Fewer than :data:`HEAVY_TAIL_FRACTION` of the samples carry the mean: the interval
+    understates the uncertainty (its variance is estimated from the same few samples)."""
+    return ess < HEAVY_TAIL_FRACTION * samples
 
 
 def effective_sample_size(xs: list[float]) -> float:
@@ -223,9 +228,9 @@ def knuth_size(root: Node, samples: int, rng: random.Random) -> Estimate:
     return mean_estimate(_descents(root, samples, rng).weights)
 
 
-def _open_log2_size(cand: Candidate) -> float:
-    """``log2`` of the product of the domain sizes of the open slots."""
-    return sum(math.log2(cand.vec[s].bit_count()) for s in cand.open_slots())
+def _open_log2_size(cand: Candidate, slots: list[int]) -> float:
+    """``log2`` of the product of the domain sizes of the open ``slots`` of ``cand``."""
+    return math.log2(math.prod(cand.vec[s].bit_count() for s in slots))
 
 
 def _chen_sample(root: Node, rng: random.Random, max_strata: int,
@@ -245,13 +250,14 @@ def _chen_sample(root: Node, rng: random.Random, max_strata: int,
             for _, child in node.children(slot):
                 if not isinstance(child, Candidate):
                     continue
-                n_open = len(child.open_slots())
+                open_slots = child.open_slots()
+                n_open = len(open_slots)
                 if n_open == 0:
                     total += w
                     continue
                 key: int | tuple[int, int] = min(n_open, max_strata)
                 if by_size:
-                    key = (key, int(_open_log2_size(child) // SIZE_STRATUM_BITS))
+                    key = (key, int(_open_log2_size(child, open_slots) // SIZE_STRATUM_BITS))
                 entry = strata.get(key)
                 if entry is None:
                     strata[key] = [child, w]
@@ -285,7 +291,9 @@ def chen_size(root: Node, samples: int, rng: random.Random, *,
     With ``strata="size"`` a stratum is also one bucket of :data:`SIZE_STRATUM_BITS` of the
     ``log2`` of the product of the child's open domain sizes: any stratification keeps the
     estimate unbiased, and this one separates subtrees of different magnitudes at the cost of
-    more nodes per level (about 60x the work on matmul 256x256x32).
+    more nodes per level: up to one per size bucket in each of the ``max_strata`` strata above,
+    so the work bound grows by the number of buckets (about 60x the work on matmul
+    256x256x32).
     """
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
