@@ -22,7 +22,7 @@ from partita import KernelBuilder
 from partita.codegen.c import CPrinter, print_c
 from partita.kernels import list_kernels
 from partita.runtime import Evaluator, TimingOptions
-from partita.runtime.compile import DEFAULT_FLAGS, Compiler
+from partita.runtime.compile import DEFAULT_CC, DEFAULT_FLAGS, Compiler
 from partita.search.sampling import sample_and_evaluate, sample_implementations
 
 CASES = [
@@ -261,7 +261,7 @@ def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
         src = tmp_path / f"probe_{n}.c"
         src.write_text(PREFETCH_PROBE + program.source + main)
         exe = tmp_path / f"probe_{n}"
-        subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(exe)], check=True)
+        subprocess.run([DEFAULT_CC, "-O1", "-fopenmp", str(src), "-o", str(exe)], check=True)
         out = subprocess.run([str(exe)], check=True, capture_output=True, text=True,
                              env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout
         lines = out.split("\n")

@@ -138,6 +138,12 @@ class Prefetch:
     step: int
     """Iterations of the copy's innermost non-vector loop that share a cache line."""
 
+    @property
+    def lines(self) -> list[Node]:
+        """The copy's loops that move to other cache lines: all but its vector loops (a
+        vector's lanes are contiguous, one prefetch covers them)."""
+        return [n for n in self.copy if n.kind != "VECTOR"]
+
 
 CACHE_LINE_BYTES = 64
 
@@ -358,11 +364,11 @@ class CPrinter:
             return None
         if outer.children.index(copy[0]) > outer.children.index(reader[0]):
             return None
-        step = 1
-        lines = [n for n in copy if n.kind != "VECTOR"]
-        if lines:
-            size = int(self.sizes[lines[-1].dims[0]])
-            inner = next((d for d in lines[-1].dims if d in own), None)
+        plan = Prefetch(temp, load, around, copy, reader, 1)
+        if plan.lines:
+            last = plan.lines[-1]
+            size = int(self.sizes[last.dims[0]])
+            inner = next((d for d in last.dims if d in own), None)
             # A loop foreign to the load repeats one address: one prefetch covers it.
             stride: int | None = 0
             if inner is not None:
@@ -374,13 +380,14 @@ class CPrinter:
                                         for d in tiles[tiles.index(inner) + 1:])
             if stride is not None:
                 nbytes = abs(stride) * load.dtype.itemsize
-                step = size if nbytes == 0 else max(1, min(size, CACHE_LINE_BYTES // nbytes))
-        return Prefetch(temp, load, around, copy, reader, step)
+                plan.step = size if nbytes == 0 else max(1, min(size,
+                                                                CACHE_LINE_BYTES // nbytes))
+        return plan
 
     def _emit_prefetch(self, pf: Prefetch, env: dict[str, str], indent: int) -> None:
         """The prefetches of one reader iteration: with ``n`` lines to fetch over ``m``
         reader iterations, one every ``m // n`` iterations, or ``ceil(n / m)`` in each."""
-        lines = [n for n in pf.copy if n.kind != "VECTOR"]
+        lines = pf.lines
         radices = [int(self.sizes[n.dims[0]]) for n in lines]
         if radices:
             radices[-1] = -(-radices[-1] // pf.step)
