@@ -178,6 +178,47 @@ def test_nothing_compiles_while_a_batch_is_measured() -> None:
             assert events[i - 1] == ("compile", entries)
 
 
+def test_proposals_that_can_no_longer_win_are_neither_built_nor_measured() -> None:
+    """The next batch is proposed while the current one compiles, before its times are
+    known: a proposal whose bound reaches the best time measured meanwhile cannot win."""
+    space = small_space()
+    model = Model(RATES)
+    compiled: list[str] = []
+    programs: dict[str, Candidate] = {}
+    best = [float("inf")]
+    late: list[float] = []  # bounds measured at or above the best time known before
+
+    def printer(c: Candidate, entry: str) -> Program:
+        programs[entry] = c
+        return print_c(c, entry)
+
+    def prepare(progs: list[Program]) -> None:
+        compiled.extend(p.entry for p in progs)
+
+    def evaluate(progs: list[Program]) -> list[FakeMeasurement]:
+        bounds = [model.bound(programs[p.entry]).time_s for p in progs]
+        late.extend(b for b in bounds if b >= best[0])
+        # Times barely above the bound: the best time soon cuts most proposals.
+        best[0] = min([best[0], *(b * 1.01 for b in bounds)])
+        assert all(p.entry in compiled for p in progs)
+        return [FakeMeasurement(b * 1.01) for b in bounds]
+
+    state = SearchState()
+    tune_space(space, model, evaluate, Evaluations(40), strategy="random", batch=4,
+               prepare=prepare, printer=printer, state=state, seed=3)
+    assert state.pruned > 0 and not late
+
+
+def test_a_search_that_proposes_nothing_stops() -> None:
+    """Random draws cannot tell that nothing is left below the best time: the tune stops
+    after rounds of empty proposals instead of drawing forever (no evaluation stop would)."""
+    space = small_space()
+    model = Model(RATES)
+    result = tune_space(space, model, lambda progs: [FakeMeasurement(1.0) for _ in progs],
+                        Evaluations(10), strategy="random", known_best=1e-12)
+    assert not result.evaluations and "nothing new below the best time" in result.stopped_by
+
+
 def test_the_first_batch_is_measured_lowest_bound_first() -> None:
     """With no time measured yet, the first program's time sets the call limit of the
     others: the batch starts with its lowest bound."""

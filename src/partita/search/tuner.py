@@ -118,6 +118,12 @@ Evaluate = Callable[[list[Program]], list[Any]]
 """Runs programs and returns one measurement each (see :mod:`partita.runtime`)."""
 
 
+EMPTY_ROUNDS = 50
+"""Rounds of proposals in a row that may come back empty (every draw a dead end, already
+evaluated, or bounded above the best time) before the search stops: a strategy that cannot
+tell that nothing is left (random draws) would otherwise propose forever."""
+
+
 def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                strategy: str = "mcts", seed: int = 0, batch: int = 4,
                known_best: float = math.inf,
@@ -181,6 +187,21 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                 out.append((c, None, str(exc)))
         return out
 
+    def viable(batch: list[tuple[Candidate, Program | None, str]]
+               ) -> list[tuple[Candidate, Program | None, str]]:
+        """``batch`` less the implementations whose bound reaches the best time: proposed
+        before the last measurements, they can no longer win (the bound is valid), so they
+        are neither built nor run (on a GPU, a launch cannot be cut short: one such proposal
+        ran 57 s)."""
+        kept = []
+        for item in batch:
+            if bound(item[0]) >= state.best_time:
+                state.pruned += 1
+                strat.observe(item[0], None)
+            else:
+                kept.append(item)
+        return kept
+
     def compile_soon(batch: list[tuple[Candidate, Program | None, str]]) -> None:
         if prepare is not None:
             prepare([p for _, p, _ in batch if p is not None])
@@ -191,15 +212,23 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
         first = first[:int(left)]
     current = printed(first) if first else next_batch()
     compile_soon(current)
+    empty_rounds = 0
     while not stop.done(progress):
         if not current:
             if getattr(strat, "exhausted", False):
                 progress.exhausted = True
                 result.stopped_by = "the search space is exhausted"
                 break
-            current = next_batch()
+            empty_rounds += 1
+            if empty_rounds > EMPTY_ROUNDS:
+                result.stopped_by = (f"nothing new below the best time in {EMPTY_ROUNDS} "
+                                     "rounds of proposals")
+                break
+            progress.elapsed_s = time.perf_counter() - start  # a wall-time stop still fires
+            current = viable(next_batch())
             compile_soon(current)
             continue
+        empty_rounds = 0
         # The next batch is proposed while this one compiles; it compiles once this one is
         # measured.
         upcoming = next_batch(len(current)) if prepare is not None else []
@@ -227,7 +256,7 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
             if on_evaluation is not None:
                 on_evaluation(ev)
         progress.elapsed_s = time.perf_counter() - start
-        current = upcoming if prepare is not None else next_batch()
+        current = viable(upcoming if prepare is not None else next_batch())
         compile_soon(current)
     else:
         result.stopped_by = str(stop)
