@@ -573,29 +573,32 @@ def stats_group() -> None:
               show_default=True, help="Choice order: the default or its reverse.")
 @click.option("--samples", type=click.IntRange(1), default=200, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@target_option
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | None, order: str,
-              samples: int, seed: int, db: str | None, as_json: bool) -> None:
+              samples: int, seed: int, target: str, db: str | None, as_json: bool) -> None:
     """How much the lower bound prunes at a given depth of the search tree (000 Table 6.3)."""
     from partita.search.pruning import prune_stats
-    from partita.tuning import machine_model
+    from partita.tuning import machine_model, target_model
 
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
-        best = rec.best(kid, mid, "cpu")
-    space = make_space(k, "cpu")
-    model = machine_model(k, measure=False)
+        best = rec.best(kid, mid, target)
+    space = make_space(k, target)
+    # The CPU model with the cached rates (measured by `partita machine`), never measuring here.
+    model = machine_model(k, measure=False) if target == "cpu" else target_model(k, target)
     if cut is None:
         root = space.root()
         cut = best["time_s"] if best else 4 * model.bound(root).time_s
     stats = prune_stats(space, model, depth, cut, samples, random.Random(seed),
                         reverse=order == "reverse")
-    result = {"kernel": kernel, "depth": depth, "cut_s": cut, "order": order, **stats}
+    result = {"kernel": kernel, "target": target, "depth": depth, "cut_s": cut, "order": order,
+              **stats}
     if as_json:
         click.echo(json.dumps(result))
         return
-    click.echo(f"{kernel}: depth {depth}, cut {cut:.3g} s, {order} choice order")
+    click.echo(f"{kernel} ({target}): depth {depth}, cut {cut:.3g} s, {order} choice order")
     click.echo(f"  nodes at depth {depth}: {stats['nodes_before']:.3g} before the cut, "
                f"{stats['nodes_after']:.3g} after ({stats['pruned_factor']:.3g}x pruned)")
     click.echo(f"  space size after the cut: {stats['size_after']:.3g} "
