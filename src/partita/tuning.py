@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from partita.codegen.c import print_c
+from partita.codegen.c import CodegenError, print_c
 from partita.codegen.program import Param, Program, signature
 from partita.db import Records
 from partita.db.records import host_fingerprint
@@ -365,6 +365,36 @@ def sketched(space: Space, model: Model, seed: int, completions: int = SKETCH_CO
     return seeds, [c for b, c in first if b <= 2 * least]
 
 
+GPU_FIRST_DRAWS = 64
+"""Random implementations drawn for the first batch on the gpu target, which has no sketches:
+the batch holds those of least bound that the device can launch."""
+
+
+def gpu_first_batch(space: Space, model: Model, device: Any, seed: int, size: int,
+                    draws: int = GPU_FIRST_DRAWS) -> list[Candidate]:
+    """The ``size`` implementations of least bound among ``draws`` random ones that fit
+    ``device`` (a :class:`~partita.gpu.cuda.CudaDevice`). Random GPU implementations of a
+    matmul 1024^3 are bounded at 9 to 50,000 times the root (a uniformly random first batch
+    ran one launch for 57 s), and a third ask for more shared memory than a block has."""
+    from partita.codegen.gpu import print_cuda
+
+    rng = random.Random(seed)
+    root = space.root()
+    ranked: list[tuple[float, int, Candidate]] = []
+    for i in range(draws):
+        try:
+            impl = random_implementation(root, rng, tries=5)
+        except NoImplementation:
+            continue
+        try:
+            fits = device.misfit(print_cuda(impl)) is None
+        except CodegenError:
+            fits = False
+        if fits:
+            ranked.append((model.bound(impl).time_s, i, impl))
+    return [c for _, _, c in sorted(ranked, key=lambda r: r[:2])[:size]]
+
+
 def records_target(target: str, cold_cache: bool = False) -> str:
     """The target as the records name it. Times taken from cold caches are kept apart from
     warm ones (``cpu+cold``): the two measure different things (a 64 MB gemv streams from a
@@ -497,7 +527,10 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
                 from partita.codegen.gpu import print_cuda
                 from partita.gpu.cuda import CudaRunner
 
-                ev = CudaRunner(device, seed=seed, timing=timing, references=refs)
+                # A candidate nvcc builds for minutes (seen: 161 s) is as hopeless as one
+                # gcc does, and the batch would wait for it.
+                ev = CudaRunner(device, seed=seed, timing=timing, references=refs,
+                                compile_timeout_s=COMPILE_LIMIT_S)
                 printer, flags = print_cuda, ev.flags_text
             else:
                 ev = Evaluator(seed=seed, timing=timing, compiler=compiler, references=refs)
@@ -528,6 +561,8 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
 
                 initial = transferred(rec, space, kernel, params, kid, mid, stored, seed,
                                       seen) if transfer and best is None else []
+                if gpu and best is None:
+                    initial += gpu_first_batch(space, model, device, seed, batch)
                 if sketches and not gpu:
                     # A recorded best is better than random completions: none then.
                     seeds, completions = sketched(space, model, seed,

@@ -43,7 +43,8 @@ from partita.gpu.cuda import (
 )
 from partita.gpu.nvcc import compile_module, find_nvcc
 from partita.runtime.harness import TimingOptions
-from partita.search.sampling import random_implementation
+from partita.search.sampling import NoImplementation, random_implementation
+from partita.tuning import gpu_first_batch, target_model
 from tests.gpu.conftest import FAST_NVCC
 from tests.gpu.samples import CONFIGS, Printed, _replay, load, root
 
@@ -399,6 +400,60 @@ def test_a_slow_launch_is_a_timeout(fake: FakeDriver) -> None:
     assert m.status == "timeout" and len(fake.launches) == 1
 
 
+def test_a_block_over_the_shared_memory_limit_is_refused_before_any_build(
+        fake: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The space bounds shared memory from below only: a program asking for more than a
+    block may have fails with the sizes named, and is neither built nor launched (the driver
+    would refuse it with a bare CUDA_ERROR_INVALID_VALUE)."""
+    built: list[str] = []
+    monkeypatch.setattr(cuda_mod, "build_modules", lambda programs, **options: built.extend(
+        p.entry for p in programs) or {p.entry: b"cubin" for p in programs})
+    fits = _axpy_cuda()
+    big = dataclasses.replace(_axpy_cuda(1, "axpy_big"), shared_bytes=4_259_840,
+                              dynamic_shared_bytes=4_259_840)
+    with CudaRunner() as runner:
+        assert runner.device.misfit(fits) is None
+        results = runner.evaluate([big, fits], timeout_s=10.0)
+    assert results[0].status == "crash"
+    assert "4,259,840 bytes of shared memory" in results[0].reason
+    assert "232,448" in results[0].reason
+    assert results[1].status == "ok" and built == ["axpy_cuda"] and len(fake.launches) >= 1
+    # A register temporary indexed by loop counters is an array in local memory, which a
+    # thread may have up to 512 KiB of.
+    local = dataclasses.replace(fits, entry="axpy_local", private_bytes=4 << 20)
+    with CudaRunner() as runner:
+        m = runner.measure(local, b"cubin", timeout_s=10.0)
+    assert m.status == "crash" and "4,194,304 bytes of local memory per thread" in m.reason
+
+
+def test_an_nvcc_run_past_its_limit_fails_its_programs_alone(tmp_path: Path) -> None:
+    """A stopped nvcc run is a build failure naming the limit, and stops every stage."""
+    slow = tmp_path / "nvcc"
+    slow.write_text("#!/bin/sh\nsleep 30 &\nwait\n")
+    slow.chmod(0o755)
+    programs = [_axpy_cuda(s, f"axpy_{s}") for s in range(2)]
+    images = build_modules(programs, nvcc=str(slow), timeout_s=0.5)
+    assert images == {p.entry: "nvcc ran past the limit of 0.5 s" for p in programs}
+
+
+def test_the_first_gpu_batch_holds_the_least_bounded_implementations_that_fit() -> None:
+    """With no sketches on the gpu target, the first batch is the least bounded of random
+    draws that the device can launch (the same draws, redone here)."""
+    k = kernel("matmul", m=64, n=64, k=16)
+    sp, model = space(k, "gpu"), target_model(k, "gpu")
+    small = CudaDevice(0, None, "small", (9, 0), 132, 4096, 13000)
+    batch = gpu_first_batch(sp, model, small, seed=0, size=4, draws=24)
+    rng = random.Random(0)
+    fitting: list[float] = []
+    for _ in range(24):
+        with contextlib.suppress(NoImplementation):
+            impl = random_implementation(sp.root(), rng, tries=5)
+            if small.misfit(print_cuda(impl)) is None:
+                fitting.append(model.bound(impl).time_s)
+    assert 0 < len(fitting) < 24  # some draws ask for more than 4 KiB of shared memory
+    assert [model.bound(c).time_s for c in batch] == sorted(fitting)[:4]
+
+
 def test_a_build_failure_is_a_compile_error(fake: FakeDriver) -> None:
     with CudaRunner() as runner:
         m = runner.measure(_axpy_cuda(), "kernels.cu(3): error: identifier \"alpah\" is "
@@ -422,11 +477,16 @@ def test_evaluate_builds_in_the_background_and_takes_a_limit(
         limits.append(len(done))
         return 10.0
 
-    with CudaRunner() as runner:
+    with CudaRunner(compile_jobs=1) as runner:
         runner.prepare(programs[:2])
         results = runner.evaluate(programs, timeout_s=limit)
     assert [m.status for m in results] == ["ok"] * 3
     assert built == [["axpy_0", "axpy_1"], ["axpy_2"]] and limits == [0, 1, 2]
+    built.clear()
+    with CudaRunner(compile_jobs=2) as runner:  # two nvcc runs side by side
+        results = runner.evaluate(programs, timeout_s=10.0)
+    assert [m.status for m in results] == ["ok"] * 3
+    assert sorted(built) == [["axpy_0", "axpy_2"], ["axpy_1"]]
 
 
 def test_tune_on_the_fake_device(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch,

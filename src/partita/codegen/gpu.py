@@ -127,6 +127,9 @@ class GpuProgram(Program):
     workspace: tuple[Workspace, ...] = ()
     shared_bytes: int = 0
     dynamic_shared_bytes: int = 0
+    private_bytes: int = 0
+    """Per thread, the arrays of ``REGISTER`` temporaries (local memory where an index is
+    not a constant)."""
     hardware: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Which dimensions each hardware index implements: (``threadIdx.x``, dims), ..."""
 
@@ -608,6 +611,9 @@ class GpuPrinter(CPrinter):
                 raise CodegenError(f"{st.name}: shared memory of dynamic size {st.elements}")
         self.shared_bytes = sum(_padded(int(st.elements) * st.dtype.itemsize)
                                 for st in shared)
+        private = sum(int(st.elements) * st.dtype.itemsize for st in storages
+                      if st.temp is not None and st.space == "REGISTER"
+                      and isinstance(st.elements, int))
         block = tuple(self.thread_sizes + [1] * (3 - len(self.thread_sizes)))
         grid = self._grid()
         body: list[str] = []
@@ -636,7 +642,8 @@ class GpuPrinter(CPrinter):
             decisions=tuple(d.to_json() for d in self.cand.decisions),
             grid=(grid[0], grid[1], grid[2]), block=(block[0], block[1], block[2]),
             workspace=ws, shared_bytes=self.shared_bytes,
-            dynamic_shared_bytes=self._dynamic_shared(), hardware=hardware)
+            dynamic_shared_bytes=self._dynamic_shared(), private_bytes=private,
+            hardware=hardware)
 
     def _dynamic_shared(self) -> int:
         return 0

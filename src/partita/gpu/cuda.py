@@ -38,6 +38,7 @@ Kernels run in this process, on one device, one at a time.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,6 +118,11 @@ def _call(drv: Any, name: str, *args: Any) -> Any:
 # -- the device ------------------------------------------------------------------------------
 
 
+MAX_LOCAL_BYTES_PER_THREAD = 512 * 1024
+"""Local memory a thread may use on every architecture since compute capability 2.0 (CUDA C++
+Programming Guide, "Technical Specifications per Compute Capability")."""
+
+
 @dataclass(frozen=True)
 class CudaDevice:
     """A CUDA device: its ordinal, driver handle, name and compute capability."""
@@ -133,6 +139,22 @@ class CudaDevice:
     def arch(self) -> str:
         """nvcc's name of the device's architecture (``sm_90`` on an H100)."""
         return arch_of(*self.compute_capability)
+
+    def misfit(self, program: GpuProgram) -> str | None:
+        """Why ``program`` cannot be launched on this device (None: it fits). The space
+        bounds a block's shared memory from below only (a temporary's size depends on the
+        loops fused around it, decided last), and a thread's register temporaries not at all,
+        so an implementation may ask for more than the hardware has: the driver would refuse
+        its launch with a bare INVALID_VALUE."""
+        if program.shared_bytes > self.max_shared_bytes_optin:
+            return (f"needs {program.shared_bytes:,} bytes of shared memory per block; "
+                    f"{self.name} allows {self.max_shared_bytes_optin:,}")
+        if program.private_bytes > MAX_LOCAL_BYTES_PER_THREAD:
+            # The driver refuses such a launch with a bare INVALID_VALUE (seen on an H100:
+            # a 4 MiB array of a register temporary indexed by loop counters).
+            return (f"needs {program.private_bytes:,} bytes of local memory per thread; "
+                    f"CUDA allows {MAX_LOCAL_BYTES_PER_THREAD:,}")
+        return None
 
 
 def cuda_device(ordinal: int = 0) -> CudaDevice:
@@ -278,19 +300,22 @@ Image = bytes | str
 
 def build_modules(programs: Sequence[GpuProgram], *, arch: str = DEFAULT_ARCH,
                   nvcc: str | None = None, extra_flags: Sequence[str] = (),
-                  fatbin: bool = False) -> dict[str, Image]:
+                  fatbin: bool = False, timeout_s: float = 600.0) -> dict[str, Image]:
     """Each program's module (a cubin, or a fat binary) by entry, or its build log.
 
     The programs are compiled as one module (one nvcc run); when that fails, the programs the
     errors name get their messages and the others are built again without them (each alone
-    when no error names a program). Needs nvcc, not a device."""
+    when no error names a program). An nvcc run longer than ``timeout_s`` is stopped, and
+    its programs get that as their log. Needs nvcc, not a device."""
     programs = list(programs)
     if not programs:
         return {}
     check_batch(programs, "cuda")
     try:
         build = compile_module(programs, arch=arch, nvcc=nvcc, extra_flags=extra_flags,
-                               fatbin=fatbin)
+                               fatbin=fatbin, timeout_s=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {p.entry: f"nvcc ran past the limit of {timeout_s:g} s" for p in programs}
     except (OSError, subprocess.SubprocessError) as exc:
         return {p.entry: f"nvcc could not run: {_one_line(exc)}" for p in programs}
     if build.ok and build.image is not None:
@@ -300,7 +325,7 @@ def build_modules(programs: Sequence[GpuProgram], *, arch: str = DEFAULT_ARCH,
 
     def again(batch: list[GpuProgram]) -> dict[str, Image]:
         return build_modules(batch, arch=arch, nvcc=nvcc, extra_flags=extra_flags,
-                             fatbin=fatbin)
+                             fatbin=fatbin, timeout_s=timeout_s)
 
     out: dict[str, Image] = {}
     named = [p for p in programs if p.entry in build.failed]
@@ -322,15 +347,17 @@ class CudaRunner:
     ``timing`` is the CPU harness's :class:`TimingOptions`; ``seed`` draws the inputs;
     ``arch`` defaults to the device's compute capability; ``nvcc_flags`` are added to nvcc's
     command line (``fatbin`` builds fat binaries with PTX instead of cubins); ``references``
-    are numpy references by kernel name, for kernels outside the library. Use as a context
-    manager, or call :meth:`close`.
+    are numpy references by kernel name, for kernels outside the library. ``compile_jobs``
+    nvcc processes build a batch side by side (default: one per CPU core), each stopped after
+    ``compile_timeout_s``. Use as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, device: CudaDevice | None = None, *, seed: int = 0,
                  timing: TimingOptions | None = None, arch: str | None = None,
                  nvcc: str | None = None, nvcc_flags: Sequence[str] = (),
                  fatbin: bool = False,
-                 references: Mapping[str, Reference] | None = None) -> None:
+                 references: Mapping[str, Reference] | None = None,
+                 compile_jobs: int | None = None, compile_timeout_s: float = 600.0) -> None:
         self.device = device or cuda_device()
         self.drv = driver_api()
         self.seed = seed
@@ -348,7 +375,12 @@ class CudaRunner:
         self._cases = CaseCache()
         self._modules: dict[bytes, Any] = {}
         self._pending: dict[tuple[str, str], Future[dict[str, Image]]] = {}
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partita-nvcc")
+        # One nvcc run is single-threaded and takes tens of seconds on unrolled candidates
+        # (measured on an H100 host: 45 s for a batch of four in one run, the search idle).
+        self.compile_jobs = max(1, compile_jobs or os.cpu_count() or 1)
+        self.compile_timeout_s = compile_timeout_s
+        self._executor = ThreadPoolExecutor(max_workers=self.compile_jobs,
+                                            thread_name_prefix="partita-nvcc")
         self._generation = 0
         self._context: Any = None
         self._events: tuple[Any, Any] | None = None
@@ -419,18 +451,22 @@ class CudaRunner:
 
     def _build(self, programs: list[GpuProgram]) -> dict[str, Image]:
         return build_modules(programs, arch=self.arch, nvcc=self.nvcc,
-                             extra_flags=self.nvcc_flags, fatbin=self.fatbin)
+                             extra_flags=self.nvcc_flags, fatbin=self.fatbin,
+                             timeout_s=self.compile_timeout_s)
 
     def prepare(self, programs: Sequence[GpuProgram]) -> None:
-        """Start compiling ``programs`` in the background (one nvcc run), so that a later
-        :meth:`evaluate` finds them built."""
-        todo = [p for p in programs if (p.entry, p.source) not in self._pending]
+        """Start compiling ``programs`` in the background, so that a later :meth:`evaluate`
+        finds them built: split into up to ``compile_jobs`` groups, one nvcc run each."""
+        todo = [p for p in programs if (p.entry, p.source) not in self._pending
+                and self.device.misfit(p) is None]
         if not todo:
             return
         check_batch(todo, "cuda")
-        future = self._executor.submit(self._build, todo)
-        for p in todo:
-            self._pending[(p.entry, p.source)] = future
+        jobs = min(self.compile_jobs, len(todo))
+        for group in (todo[i::jobs] for i in range(jobs)):
+            future = self._executor.submit(self._build, group)
+            for p in group:
+                self._pending[(p.entry, p.source)] = future
 
     def _image(self, program: GpuProgram) -> Image:
         key = (program.entry, program.source)
@@ -495,6 +531,9 @@ class CudaRunner:
         """Build (unless ``image`` is given), run once, check, and time ``program``."""
         info = {"flags": self.flags_text, "compiler": self.compiler, "entry": program.entry}
         check_batch([program], "cuda")
+        misfit = self.device.misfit(program)
+        if misfit is not None:
+            return Measurement("crash", f"cannot launch: {misfit}", **info)
         if image is None:
             image = self._image(program)
         if isinstance(image, str):

@@ -9,9 +9,11 @@ CUDA runner (:mod:`partita.gpu.cuda`) loads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -103,6 +105,21 @@ def nvcc_version(nvcc: str | None = None) -> str:
     return lines[-1] if lines else ""
 
 
+def _run_group(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in its own process group; past ``timeout_s`` the whole group is killed
+    (nvcc's stages, ptxas above all, would otherwise run on) and TimeoutExpired raised."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def _nvcc(programs: Sequence[GpuProgram], mode: Sequence[str], output: str, arch: str,
           nvcc: str | None, extra_flags: Sequence[str], timeout_s: float) -> CudaBuild:
     nvcc = nvcc or find_nvcc()
@@ -115,7 +132,7 @@ def _nvcc(programs: Sequence[GpuProgram], mode: Sequence[str], output: str, arch
         cu.write_text(source)
         out = Path(tmp) / output
         cmd = [nvcc, f"-arch={arch}", *mode, *extra_flags, str(cu), "-o", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        proc = _run_group(cmd, timeout_s)
         if proc.returncode == 0 and out.is_file():
             image = out.read_bytes()
     log = proc.stdout + proc.stderr
