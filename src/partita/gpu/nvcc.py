@@ -9,7 +9,6 @@ CUDA runner (:mod:`partita.gpu.cuda`) loads.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from partita.codegen.gpu import GpuProgram
 from partita.gpu.check import check_batch
+from partita.runtime.compile import signal_group
 
 DEFAULT_ARCH = "sm_90"
 
@@ -113,8 +113,7 @@ def _run_group(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess[
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        signal_group(proc, signal.SIGKILL)
         proc.communicate()
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)

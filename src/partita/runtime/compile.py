@@ -55,7 +55,9 @@ _ERROR_FILE = re.compile(r"^p(\d+)_[A-Za-z0-9_]*\.c:(?:\d+:)*\s*(?:fatal )?error
 """A diagnostic line of gcc naming the batch file (``p<i>_<entry>.c``) with an error."""
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Send ``sig`` to the process group of ``proc`` (started with ``start_new_session``):
+    a compiler driver's stages (cc1, as; cicc, ptxas) with it. Gone already: nothing."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
 
@@ -199,11 +201,11 @@ class Compiler:
                 raise CompileError(f"cannot run {self.cc!r}: {e}", entries=entries) from e
             self._running.add(proc)
             if not self._may_run.is_set():  # paused between the wait and the start
-                _signal_group(proc, signal.SIGSTOP)
+                signal_group(proc, signal.SIGSTOP)
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
-            _signal_group(proc, signal.SIGKILL)
+            signal_group(proc, signal.SIGKILL)
             proc.communicate()
             raise CompileError(f"{self.cc} ran longer than {timeout_s:g} s",
                                entries=entries) from e
@@ -222,7 +224,7 @@ class Compiler:
         with self._lock:
             self._may_run.clear()
             for proc in self._running:
-                _signal_group(proc, signal.SIGSTOP)
+                signal_group(proc, signal.SIGSTOP)
 
     def stop(self) -> None:
         """Kill running gcc processes and refuse new ones until :meth:`restart` (their builds
@@ -232,8 +234,8 @@ class Compiler:
         with self._lock:
             self._stopped = True
             for proc in self._running:
-                _signal_group(proc, signal.SIGKILL)
-                _signal_group(proc, signal.SIGCONT)
+                signal_group(proc, signal.SIGKILL)
+                signal_group(proc, signal.SIGCONT)
             self._may_run.set()
 
     def restart(self) -> None:
@@ -243,7 +245,7 @@ class Compiler:
     def resume(self) -> None:
         with self._lock:
             for proc in self._running:
-                _signal_group(proc, signal.SIGCONT)
+                signal_group(proc, signal.SIGCONT)
             self._may_run.set()
 
     def key(self, units: Sequence[tuple[str, str]]) -> str:
