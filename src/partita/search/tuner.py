@@ -225,7 +225,7 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                                      "rounds of proposals")
                 break
             progress.elapsed_s = time.perf_counter() - start  # a wall-time stop still fires
-            current = viable(next_batch())
+            current = next_batch()
             compile_soon(current)
             continue
         empty_rounds = 0
@@ -256,7 +256,8 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
             if on_evaluation is not None:
                 on_evaluation(ev)
         progress.elapsed_s = time.perf_counter() - start
-        current = viable(upcoming if prepare is not None else next_batch())
+        # Strategies propose below the best time; only proposals that waited can be stale.
+        current = viable(upcoming) if prepare is not None else next_batch()
         compile_soon(current)
     else:
         result.stopped_by = str(stop)
