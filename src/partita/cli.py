@@ -580,14 +580,13 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
               samples: int, seed: int, target: str, db: str | None, as_json: bool) -> None:
     """How much the lower bound prunes at a given depth of the search tree (000 Table 6.3)."""
     from partita.search.pruning import prune_stats
-    from partita.tuning import machine_model, target_model
+    from partita.tuning import target_model
 
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
         best = rec.best(kid, mid, target)
     space = make_space(k, target)
-    # The CPU model with the cached rates (measured by `partita machine`), never measuring here.
-    model = machine_model(k, measure=False) if target == "cpu" else target_model(k, target)
+    model = target_model(k, target, measure=False)  # statistics never run micro-benchmarks
     if cut is None:
         root = space.root()
         cut = best["time_s"] if best else 4 * model.bound(root).time_s

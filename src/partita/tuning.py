@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation, TuneResult, tune_space
 from partita.space.candidate import Candidate, DeadEnd, Space
 from partita.targets import space_def
+
+if TYPE_CHECKING:
+    from partita.gpu.cuda import CudaDevice
 
 
 def _params_of(k: Kernel) -> dict[str, Any]:
@@ -205,14 +208,15 @@ def machine_model(kernel: Kernel, measure: bool = True) -> Model:
     return Model(cpu_rates(d, kernel.arrays[0].dtype.value))
 
 
-def target_model(kernel: Kernel, target: str) -> Model:
-    """The model ``tune`` bounds with: this machine's rates on the CPU, the H100's on the GPU."""
+def target_model(kernel: Kernel, target: str, measure: bool = True) -> Model:
+    """The model ``tune`` bounds with: this machine's rates on the CPU (measured first if
+    none are cached and ``measure``), the H100's on the GPU."""
     if target == "gpu":
         from partita.model.gpu import gpu_rates
         from partita.targets.gpu.device import H100
 
         return Model(gpu_rates(H100, kernel.arrays[0].dtype.value))
-    return machine_model(kernel)
+    return machine_model(kernel, measure)
 
 
 def code_dir() -> Path:
@@ -370,7 +374,7 @@ GPU_FIRST_DRAWS = 64
 the batch holds those of least bound that the device can launch."""
 
 
-def gpu_first_batch(space: Space, model: Model, device: Any, seed: int, size: int,
+def gpu_first_batch(space: Space, model: Model, device: CudaDevice, seed: int, size: int,
                     draws: int = GPU_FIRST_DRAWS) -> list[Candidate]:
     """The ``size`` implementations of least bound among ``draws`` random ones that fit
     ``device`` (a :class:`~partita.gpu.cuda.CudaDevice`). Random GPU implementations of a
@@ -380,8 +384,8 @@ def gpu_first_batch(space: Space, model: Model, device: Any, seed: int, size: in
 
     rng = random.Random(seed)
     root = space.root()
-    ranked: list[tuple[float, int, Candidate]] = []
-    for i in range(draws):
+    ranked: list[tuple[float, Candidate]] = []
+    for _ in range(draws):
         try:
             impl = random_implementation(root, rng, tries=5)
         except NoImplementation:
@@ -391,8 +395,9 @@ def gpu_first_batch(space: Space, model: Model, device: Any, seed: int, size: in
         except CodegenError:
             fits = False
         if fits:
-            ranked.append((model.bound(impl).time_s, i, impl))
-    return [c for _, _, c in sorted(ranked, key=lambda r: r[:2])[:size]]
+            ranked.append((model.bound(impl).time_s, impl))
+    ranked.sort(key=lambda r: r[0])  # stable: equal bounds keep the order drawn
+    return [c for _, c in ranked[:size]]
 
 
 def records_target(target: str, cold_cache: bool = False) -> str:
