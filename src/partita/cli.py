@@ -572,12 +572,18 @@ def stats_group() -> None:
 @click.option("--order", type=click.Choice(["default", "reverse"]), default="default",
               show_default=True, help="Choice order: the default or its reverse.")
 @click.option("--samples", type=click.IntRange(1), default=200, show_default=True)
+@click.option("--witnesses", "witness_dives", type=click.IntRange(0), default=0,
+              show_default=True,
+              help="Dives (through children below the cut) from each node kept, looking for an "
+                   "implementation bounded below the cut: the nodes that hold one cap what any "
+                   "bound from this model could prune (0: do not look).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @target_option
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | None, order: str,
-              samples: int, seed: int, target: str, db: str | None, as_json: bool) -> None:
+              samples: int, witness_dives: int, seed: int, target: str, db: str | None,
+              as_json: bool) -> None:
     """How much the lower bound prunes at a given depth of the search tree (000 Table 6.3)."""
     from partita.search.pruning import prune_stats
     from partita.tuning import target_model
@@ -591,7 +597,7 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
         root = space.root()
         cut = best["time_s"] if best else 4 * model.bound(root).time_s
     stats = prune_stats(space, model, depth, cut, samples, random.Random(seed),
-                        reverse=order == "reverse")
+                        reverse=order == "reverse", witness_dives=witness_dives)
     result = {"kernel": kernel, "target": target, "depth": depth, "cut_s": cut, "order": order,
               **stats}
     if as_json:
@@ -602,6 +608,11 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
                f"{stats['nodes_after']:.3g} after ({stats['pruned_factor']:.3g}x pruned)")
     click.echo(f"  space size after the cut: {stats['size_after']:.3g} "
                f"(before: {stats['size_before']:.3g})")
+    if witness_dives:
+        click.echo(f"  nodes kept that hold an implementation bounded below the cut: "
+                   f"{stats['nodes_with_witness']:.3g} (found by {witness_dives} dives each); "
+                   f"no bound from this model prunes more than about "
+                   f"{stats['ceiling_factor']:.3g}x")
 
 
 @main.command("codegen")

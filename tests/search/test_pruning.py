@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 
 import pytest
 from click.testing import CliRunner
@@ -12,10 +13,11 @@ from click.testing import CliRunner
 import partita
 from partita.cli import main
 from partita.model import Model
+from partita.model.bound import Bound
 from partita.search.pruning import prune_stats
 from partita.space.candidate import Candidate
 from partita.tuning import target_model
-from tests.search.test_strategies import RATES, small_space
+from tests.search.test_strategies import RATES, all_implementations, small_space
 
 
 def nodes_at(root: Candidate, depth: int, reverse: bool = False) -> list[Candidate]:
@@ -63,3 +65,61 @@ def test_stats_prune_runs_on_the_gpu_space() -> None:
     assert result["target"] == "gpu" and result["depth"] == 3
     assert result["root_bound_s"] == pytest.approx(target_model(k, "gpu").bound(root).time_s)
     assert result["nodes_after"] == pytest.approx(result["nodes_before"], rel=0.5)
+
+
+
+class LeafPenaltyModel:
+    """The bound of :class:`Model`, four times higher on about half of the implementations
+    (chosen by their decisions): a model that knows more of complete implementations than of
+    partial ones, so that some nodes kept by their bound hold nothing below the cut."""
+
+    def __init__(self) -> None:
+        self.model = Model(RATES)
+
+    def bound(self, cand: Candidate) -> Bound:
+        b = self.model.bound(cand)
+        if cand.is_implementation and zlib.crc32(cand.decisions_json().encode()) % 2:
+            return Bound(4 * b.time_s, b.terms)
+        return b
+
+
+def test_witnesses_match_the_enumerated_tree() -> None:
+    """The nodes kept that hold an implementation bounded below the cut, against the tree
+    enumerated; and the ceiling is at least the pruning the bound achieves."""
+    space = small_space()
+    model = LeafPenaltyModel()
+    root = space.root()
+    assert isinstance(root, Candidate)
+    leaf_bounds = sorted(model.bound(c).time_s for c in all_implementations(root))
+    cut = leaf_bounds[len(leaf_bounds) // 2]
+    nodes = [c for c in nodes_at(root, 3) if model.bound(c).time_s < cut]
+    witnessed = sum(any(model.bound(leaf).time_s < cut for leaf in all_implementations(c))
+                    for c in nodes)
+    # Some nodes are kept by their bound and yet hold nothing below the cut.
+    assert 0 < witnessed < len(nodes)
+    stats = prune_stats(space, model, 3, cut, 3000, random.Random(0),
+                        witness_dives=50)
+    assert stats["nodes_after"] == pytest.approx(len(nodes), rel=0.1)
+    assert stats["nodes_with_witness"] == pytest.approx(witnessed, rel=0.1)
+    assert stats["nodes_with_witness"] <= stats["nodes_after"]
+    assert stats["ceiling_factor"] >= stats["pruned_factor"]
+    without = prune_stats(space, model, 3, cut, 3000, random.Random(0))
+    assert "ceiling_factor" not in without
+    # The dives draw from their own generator: the other estimates are the same.
+    assert without["nodes_after"] == stats["nodes_after"]
+    assert without["size_after"] == stats["size_after"]
+
+
+def test_stats_prune_reports_witnesses() -> None:
+    args = ["stats", "prune", "axpy", "n=4096", "--depth", "3", "--samples", "20", "--cut",
+            "1e-6"]
+    out = CliRunner().invoke(main, [*args, "--witnesses", "3", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.output)
+    assert result["witness_dives"] == 3
+    assert 0 < result["nodes_with_witness"] <= result["nodes_after"]
+    assert result["ceiling_factor"] >= result["pruned_factor"]
+    text = CliRunner().invoke(main, [*args, "--witnesses", "3"])
+    assert text.exit_code == 0 and "no bound from this model prunes more" in text.output
+    bad = CliRunner().invoke(main, [*args, "--witnesses", "-1"])
+    assert bad.exit_code != 0 and "--witnesses" in bad.output
