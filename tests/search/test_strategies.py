@@ -25,7 +25,7 @@ from partita.search.stop import (
     parse_stop,
 )
 from partita.search.strategies import BranchAndBound, MonteCarlo, SearchState
-from partita.search.tuner import tune_space
+from partita.search.tuner import Evaluation, TuneResult, tune_space
 from partita.space.candidate import Candidate
 from partita.space.compiler import set_bits
 from partita.targets import AVX512_REFERENCE
@@ -332,3 +332,23 @@ def test_mutations_are_neighbours_of_the_fastest_implementations() -> None:
         assert kept >= len(first.decisions) - 3
     with pytest.raises(ValueError, match="mutation"):
         MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), mutation=1.5)
+
+
+def test_accuracy_counts_the_measured_implementations_only() -> None:
+    """Bounds within 2x, 10x and 100x: counted over implementations measured with a bound,
+    failures left out, so that several searches' counts add up."""
+    def ev(i: int, bound: float, status: str = "ok", t: float | None = None) -> Evaluation:
+        return Evaluation(i, [], bound, status, median_s=t, min_s=t)
+
+    result = TuneResult("mcts", evaluations=[
+        ev(0, 1.0, t=1.5),      # within 2x
+        ev(1, 1.0, t=5.0),      # within 10x
+        ev(2, 1.0, t=50.0),     # within 100x
+        ev(3, 1.0, t=500.0),    # beyond
+        ev(4, 1.0, "timeout"),  # not measured
+        ev(5, 0.0, t=1.0),      # no bound
+    ])
+    assert result.accuracy_counts() == (4, {2: 1, 10: 2, 100: 3})
+    assert result.accuracy() == {"within_2x": 0.25, "within_10x": 0.5, "within_100x": 0.75}
+    assert TuneResult("mcts").accuracy() == {"within_2x": 0.0, "within_10x": 0.0,
+                                             "within_100x": 0.0}

@@ -87,14 +87,17 @@ class TuneResult:
     def violations(self) -> list[Evaluation]:
         return [e for e in self.evaluations if e.bound_violated]
 
+    def accuracy_counts(self) -> tuple[int, dict[int, int]]:
+        """(implementations measured with a bound, how many of them have their bound within
+        2x, 10x and 100x of their time): counts, so that several searches add up."""
+        ok = [e for e in self.evaluations if e.ok and e.bound_s > 0]
+        return len(ok), {f: sum(1 for e in ok if (e.median_s or 0) <= f * e.bound_s)
+                         for f in (2, 10, 100)}
+
     def accuracy(self) -> dict[str, float]:
         """Fraction of measured implementations whose bound is within 2x, 10x, 100x."""
-        ok = [e for e in self.evaluations if e.ok and e.bound_s > 0]
-        out = {}
-        for f in (2, 10, 100):
-            out[f"within_{f}x"] = (sum(1 for e in ok if (e.median_s or 0) <= f * e.bound_s)
-                                   / len(ok)) if ok else 0.0
-        return out
+        n, within = self.accuracy_counts()
+        return {f"within_{f}x": within[f] / n if n else 0.0 for f in within}
 
     def time_to_fraction(self, fraction: float = 0.95) -> tuple[float, int] | None:
         """(seconds, evaluations) until the best time was within ``1/fraction`` of the final
