@@ -80,6 +80,12 @@ CASES = [
 ROUNDS = 5
 """Timings of the best after the search (and of the triad beside a memory-bound case)."""
 
+SETTLE_S = 0.25
+"""Pause before each timing of the best, after numpy's: OpenBLAS's threads keep spinning for a
+while after a call (about 2^28 cycles), and a kernel timed meanwhile shares the cores with
+them. Timed right after numpy, sgemm 256x256x32 measured 8.0 ms instead of 0.022 ms in 3 of
+10 rounds; after a 0.15 s pause, in none of 5."""
+
 
 COLD = TimingOptions(flush_cache=True)
 """Timing of the memory-bound cases: a buffer of twice the last-level cache is written before
@@ -102,6 +108,7 @@ def retime(tuned: Tuned, seed: int, probe: TriadProbe | None
         for _ in range(ROUNDS):
             if probe is not None:
                 triads.append(probe.gbs())
+            time.sleep(SETTLE_S)
             m = ev.evaluate([prog])[0]
             if not m.ok or m.median_s is None:
                 raise RuntimeError(f"timing the best again failed: {m.status} {m.reason}")
