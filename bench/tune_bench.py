@@ -213,7 +213,8 @@ Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_be
 --budget {budget:g}{only} --write BENCHMARKS.md` (part of `make bench`): each case is tuned for
 {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation is timed
 again, alternating with numpy on the same inputs over {rounds} rounds (and, for the memory-bound
-cases, with the STREAM triad on both cores); each column is the median over the rounds. The
+cases, with the STREAM triad on both cores), {settle:g} s after numpy's calls, whose threads keep
+spinning for a while; each column is the median over the rounds. The
 search's own figure for its best (the least of many noisy medians, so biased low) is in
 brackets. Only timings taken side by side are compared: what this machine gives one process
 changes from one minute to the next (a dot product streamed at 23, then 16 GB/s a minute
@@ -276,7 +277,8 @@ def main() -> None:
         replace_section(args.write, "tune", REPORT.format(
             budget=args.budget, seed=args.seed, table=text, rounds=ROUNDS, peak=d.peak_gflops_fp32,
             only=only, stream=d.stream_triad_gbs, machine=machine_name(), how=d.source,
-            rerun=rerun, accuracy=accuracy, flush_mb=COLD.resolved_flush_bytes() / 1e6))
+            rerun=rerun, accuracy=accuracy, settle=SETTLE_S,
+            flush_mb=COLD.resolved_flush_bytes() / 1e6))
 
 
 def kept_rows(path: str, budget: float) -> dict[str, str]:
