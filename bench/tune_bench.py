@@ -25,6 +25,7 @@ from pathlib import Path
 import partita
 from partita.codegen.program import Program
 from partita.kernels.registry import get_spec
+from partita.runtime.data import BLAS_SETTLE_S
 from partita.runtime.evaluate import Evaluator
 from partita.runtime.harness import TimingOptions
 from partita.search.stop import WallTime
@@ -80,12 +81,6 @@ CASES = [
 ROUNDS = 5
 """Timings of the best after the search (and of the triad beside a memory-bound case)."""
 
-SETTLE_S = 0.25
-"""Pause before each timing of the best, after numpy's: OpenBLAS's threads keep spinning for a
-while after a call (about 2^28 cycles), and a kernel timed meanwhile shares the cores with
-them. Timed right after numpy, sgemm 256x256x32 measured 8.0 ms instead of 0.022 ms in 3 of
-10 rounds; after a 0.15 s pause, in none of 5."""
-
 
 COLD = TimingOptions(flush_cache=True)
 """Timing of the memory-bound cases: a buffer of twice the last-level cache is written before
@@ -108,7 +103,6 @@ def retime(tuned: Tuned, seed: int, probe: TriadProbe | None
         for _ in range(ROUNDS):
             if probe is not None:
                 triads.append(probe.gbs())
-            time.sleep(SETTLE_S)
             m = ev.evaluate([prog])[0]
             if not m.ok or m.median_s is None:
                 raise RuntimeError(f"timing the best again failed: {m.status} {m.reason}")
@@ -213,9 +207,9 @@ Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_be
 --budget {budget:g}{only} --write BENCHMARKS.md` (part of `make bench`): each case is tuned for
 {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation is timed
 again, alternating with numpy on the same inputs over {rounds} rounds (and, for the memory-bound
-cases, with the STREAM triad on both cores), {settle:g} s after numpy's calls, whose threads keep
-spinning for a while; each column is the median over the rounds. The
-search's own figure for its best (the least of many noisy medians, so biased low) is in
+cases, with the STREAM triad on both cores), each at least {settle:g} s after numpy's last call
+(the evaluator waits for OpenBLAS's spinning threads); each column is the median over the
+rounds. The search's own figure for its best (the least of many noisy medians, so biased low) is in
 brackets. Only timings taken side by side are compared: what this machine gives one process
 changes from one minute to the next (a dot product streamed at 23, then 16 GB/s a minute
 apart; sgemm 2048^3 timed 97 ms in the search, 141 ms a minute later). The records start
@@ -277,7 +271,7 @@ def main() -> None:
         replace_section(args.write, "tune", REPORT.format(
             budget=args.budget, seed=args.seed, table=text, rounds=ROUNDS, peak=d.peak_gflops_fp32,
             only=only, stream=d.stream_triad_gbs, machine=machine_name(), how=d.source,
-            rerun=rerun, accuracy=accuracy, settle=SETTLE_S,
+            rerun=rerun, accuracy=accuracy, settle=BLAS_SETTLE_S,
             flush_mb=COLD.resolved_flush_bytes() / 1e6))
 
 

@@ -30,7 +30,7 @@ from partita.model import Model
 from partita.model.cpu import cpu_rates
 from partita.paths import cache_root
 from partita.runtime import Compiler, Evaluator, TimingOptions, compiler_version
-from partita.runtime.data import exact_inputs, generate_inputs, view
+from partita.runtime.data import exact_inputs, generate_inputs, note_blas_call, view
 from partita.search.sampling import NoImplementation, random_implementation
 from partita.search.stop import Evaluations, Stop, WallTime
 from partita.search.strategies import SearchState
@@ -657,6 +657,7 @@ def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7,
         t0 = time.perf_counter()
         reference(*args)
         times.append(time.perf_counter() - t0)
+    note_blas_call()  # a kernel timed next waits for OpenBLAS's threads to fall asleep
     return float(np.median(times))
 
 

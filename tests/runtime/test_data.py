@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,10 @@ import pytest
 
 from partita.codegen.program import Program, signature
 from partita.kernels import kernel
-from partita.runtime import generate_inputs, make_case, tolerance
+from partita.runtime import data, generate_inputs, make_case, tolerance
 from partita.runtime.buffers import ArraySpec, GuardedBuffer, compare, gap_mask
 from partita.runtime.data import LAMBDA, U_REF, abs_reference_bounds, exact_inputs
+from partita.tuning import numpy_time
 from tests.runtime import programs as P
 
 
@@ -147,3 +149,20 @@ def test_gap_mask_marks_the_elements_between_strided_elements() -> None:
     spec = ArraySpec("A", "float32", "in", (2, 2), (6, 2), 9)
     assert np.flatnonzero(gap_mask(spec)).tolist() == [1, 3, 4, 5, 7]  # type: ignore[arg-type]
     assert gap_mask(ArraySpec("B", "float32", "in", (2, 2), (2, 1), 4)) is None
+
+
+def test_a_timing_after_numpy_waits_for_openblas_threads(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Computing references runs numpy (OpenBLAS, whose threads keep spinning a while): a
+    timing that follows waits out the rest of BLAS_SETTLE_S, and one long after does not."""
+    slept: list[float] = []
+    monkeypatch.setattr(data.time, "sleep", slept.append)
+    make_case(P.axpy(n=100), 5, tmp_path / "c")
+    data.settle_blas()
+    assert len(slept) == 1 and 0 < slept[0] <= data.BLAS_SETTLE_S
+    monkeypatch.setattr(data, "_last_blas_call", time.monotonic() - 2 * data.BLAS_SETTLE_S)
+    data.settle_blas()
+    assert len(slept) == 1
+    numpy_time(kernel("axpy", n=1000), reps=1, min_s=0.0)  # the numpy comparison notes it too
+    data.settle_blas()
+    assert len(slept) == 2 and 0 < slept[1] <= data.BLAS_SETTLE_S

@@ -42,6 +42,7 @@ output never passes.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,29 @@ def _wide(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float64 if dtype.kind == "f" else np.int64)
 
 
+BLAS_SETTLE_S = 0.25
+"""How long OpenBLAS's threads may keep spinning after a call in this process (about 2^28
+cycles), sharing the cores with a kernel timed meanwhile: timed right after a numpy product,
+sgemm 256x256x32 measured 8.0 ms instead of 0.022 ms in 3 of 10 rounds, and in none of 5 after
+a 0.15 s pause."""
+
+_last_blas_call = -math.inf
+
+
+def note_blas_call() -> None:
+    """Record that numpy (OpenBLAS) just ran in this process; see :func:`settle_blas`."""
+    global _last_blas_call
+    _last_blas_call = time.monotonic()
+
+
+def settle_blas() -> None:
+    """Before a timing: wait until :data:`BLAS_SETTLE_S` has passed since numpy last ran in
+    this process (references, numpy timings), so that its threads are asleep."""
+    wait = _last_blas_call + BLAS_SETTLE_S - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+
+
 def run_reference(reference: Reference, params: Sequence[Param], values: Mapping[str, Any],
                   transform: Callable[[np.ndarray], np.ndarray] | None = None
                   ) -> dict[str, np.ndarray]:
@@ -262,6 +286,7 @@ def make_case(program: Program, seed: int, directory: Path,
     expected = run_reference(reference, params, values)
     magnitude = (run_reference(reference, params, values, np.abs)
                  if abs_reference_bounds(program.kernel) else {})
+    note_blas_call()
     u = kernel_unit_roundoff(program.kernel)
     length = reduction_length(program.kernel, sizes)
     for name, exp in expected.items():

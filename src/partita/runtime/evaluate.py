@@ -45,7 +45,7 @@ from typing import Any
 from partita.codegen.program import Program
 from partita.runtime.buffers import CANARY_BYTES, ArraySpec
 from partita.runtime.compile import CompileError, Compiler, SharedObject, split_batches
-from partita.runtime.data import Case, Reference, case_key, make_case
+from partita.runtime.data import Case, Reference, case_key, make_case, settle_blas
 from partita.runtime.harness import ALLOC_FAILED_MARK, TimingOptions, summarize
 from partita.runtime.protocol import Reader, write_message
 
@@ -377,6 +377,8 @@ class Evaluator:
         if isinstance(built, CompileError):
             return Measurement("compile_error", built.first_error, detail=built.stderr, **info)
         case = self._case(program)
+        if time_it:
+            settle_blas()
         request = {
             "op": "evaluate", "so": str(built.path), "entry": program.entry,
             "signature": [(p.name, p.kind, p.dtype) for p in program.params],
