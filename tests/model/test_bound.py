@@ -64,28 +64,6 @@ def test_memory_bound_kernel_is_bounded_by_its_bytes() -> None:
     assert b.limiter == "memory"
 
 
-def test_bytes_no_cache_holds_cross_dram_at_its_rate() -> None:
-    """However fast the table lets the levels stream, what exceeds the caches' total comes
-    from DRAM (reads) or goes back to it (writes) at DRAM's rate, on as many cores as work."""
-    from dataclasses import replace
-
-    caches = 40 << 20
-    rates = replace(RATES, bandwidth_gbs=((1 << 62, 400.0),), dram_gbs=50.0,
-                    dram_one_core_gbs=30.0, cache_bytes=caches)
-    n = 1 << 24  # x and y: 64 MiB each, read; y written
-    root = _root("axpy", {"n": n})
-    beyond = (8 * n - caches) + (4 * n - caches)  # reads, then writes, over the caches
-    assert Model(rates).bound(root).terms["memory"] == pytest.approx(beyond / 50e9)
-    seq = _without_parallel(root)
-    assert Model(rates).bound(seq).terms["memory"] == pytest.approx(beyond / 30e9)
-    # A set the caches hold entirely is charged the table's rate only.
-    small = _root("axpy", {"n": 1 << 20})
-    assert Model(rates).bound(small).terms["memory"] == pytest.approx(12 * (1 << 20) / 400e9)
-    # An unknown DRAM rate adds nothing.
-    assert Model(replace(rates, dram_gbs=0.0, dram_one_core_gbs=0.0)).bound(
-        root).terms["memory"] == pytest.approx(12 * n / 400e9)
-
-
 def test_compute_bound_kernel_is_bounded_by_peak() -> None:
     model = Model(RATES)
     b = model.bound(_root("matmul", {"m": 256, "n": 256, "k": 256}))
@@ -418,32 +396,6 @@ def test_cpu_rates_for_one_core_come_from_the_single_thread_streams() -> None:
     # DRAM: at least the triad's true traffic (16 GB/s), here the L3 stream above it.
     assert cpu_rates(replace(d, samples=tuple(samples))).bandwidth(1 << 40, 1) == \
         pytest.approx(40e9)
-
-
-def test_cpu_dram_rate_is_the_fastest_dram_stream_with_its_margin() -> None:
-    from dataclasses import replace
-
-    from partita.model.cpu import DRAM_MARGIN, WRITE_ALLOCATE, cpu_rates
-    from partita.targets.cpu.description import CpuDescription, Sample, dram_update_spec
-
-    d = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
-    assert cpu_rates(d).dram_gbs == 0  # the update was never timed: no DRAM term
-    per_thread = d.levels[-1].working_set_bytes // d.cores
-
-    def sample(spec: str, gbs: float) -> Sample:
-        return Sample(spec, "B/s", gbs * 1e9, gbs * 1e9, 5, 5)
-
-    samples = (sample(dram_update_spec(per_thread, d.cores), 40.0),
-               sample(f"triad:{per_thread}:{d.cores}", 33.0),
-               sample(f"read:{per_thread}:{d.cores}", 30.0),
-               sample(dram_update_spec(per_thread, 1), 25.0))
-    r = cpu_rates(replace(d, samples=samples))
-    assert r.dram_gbs == pytest.approx(max(40.0, 33.0 * WRITE_ALLOCATE) * DRAM_MARGIN)
-    assert r.dram_one_core_gbs == pytest.approx(25.0 * DRAM_MARGIN)
-    assert r.cache_bytes == sum(lv.capacity_bytes for lv in d.levels[:-1])
-    # One core measured faster than all of them: every core may do what one does.
-    fast_one = (*samples[:3], sample(dram_update_spec(per_thread, 1), 60.0))
-    assert cpu_rates(replace(d, samples=fast_one)).dram_gbs == pytest.approx(60.0 * DRAM_MARGIN)
 
 
 def test_sets_in_the_shared_cache_get_its_fastest_measured_stream() -> None:

@@ -15,9 +15,7 @@ every implementation the candidate still allows, and it can only grow as decisio
 - the cores share the work only if some dimension can still be parallel;
 - the compulsory traffic of the arrays (each accessed element moved once, a cache line per
   element for strides of a line or more) crosses the memory level the data fits in, at the
-  bandwidth of the cores that can share it (one core alone moves about half of what two do),
-  and what no cache can hold (the arrays beyond the caches' total size) crosses DRAM at DRAM's
-  own rate, however much of the rest a cache keeps;
+  bandwidth of the cores that can share it (one core alone moves about half of what two do);
 - an accumulation is a chain of dependent operations: its length times the latency of one
   operation bounds the time, however the other work overlaps; and a core runs the chains of
   its accumulators only as many at once as the loop nest interleaves: with ``P`` accumulators
@@ -82,14 +80,6 @@ class Rates:
     bandwidth_one_core_gbs: tuple[tuple[int, float], ...] = ()
     """The same table for what one core moves alone (empty: unknown, then only the all-core
     table bounds): a loop nest that runs on one core streams at this rate."""
-    dram_gbs: float = 0.0
-    dram_one_core_gbs: float = 0.0
-    """GB/s that streams from DRAM reach at most, on all cores and on one (0: unknown, then
-    only :attr:`bandwidth_gbs` bounds): bytes that no cache can hold cross DRAM at this
-    rate, whatever level the rest of the working set fits in."""
-    cache_bytes: int = 0
-    """All the caches together (each core's private ones and the shared one): at most this
-    much of a working set is still cached when a call starts, or still dirty when it ends."""
     register_space: str = "REGISTER"
     reorder_window: int = 512
     """Instructions an out-of-order core holds in flight at most (an upper bound: current x86
@@ -106,12 +96,6 @@ class Rates:
             return arith, self.loads_per_cycle, self.stores_per_cycle
         return (arith, max(self.loads_per_cycle, self.scalar_loads_per_cycle),
                 max(self.stores_per_cycle, self.scalar_stores_per_cycle))
-
-    def dram_bandwidth(self, cores: int) -> float:
-        """Bytes per second DRAM delivers to ``cores`` cores (``math.inf`` if unknown)."""
-        if cores < self.cores and self.dram_one_core_gbs:
-            return self.dram_one_core_gbs * 1e9 * cores
-        return self.dram_gbs * 1e9 if self.dram_gbs else math.inf
 
     def bandwidth(self, working_set: int, cores: int | None = None) -> float:
         """Bytes per second the level holding ``working_set`` delivers to every core, or to
@@ -195,17 +179,13 @@ class Model:
                                              for ld in op.dims for d in k.dims_of(ld)})
                           for i in k.reducing_insts}
             moved, footprint = self.compulsory_bytes(k)
-            read, written = self.distinct_bytes(k)
-            # Reads beyond what the caches can hold come from DRAM, and writes beyond what
-            # they can keep dirty go back to it, within the call.
-            dram = max(0, read - r.cache_bytes) + max(0, written - r.cache_bytes)
             chain = max((self.reduction_length(k, i) for i in k.reducing_insts), default=0)
             itemsize = min((a.dtype.itemsize for a in k.arrays), default=4)
             self._static[key] = _KernelTerms(
                 volumes, own, foreign, inner, tuple(issued), temp_elements, temp_axes,
                 temp_sides, chain_dims,
                 max(1, r.vector_bytes // itemsize),
-                moved / r.bandwidth(footprint), moved, footprint, dram,
+                moved / r.bandwidth(footprint), moved, footprint,
                 chain * r.fma_latency_cycles / (r.ghz * 1e9))
         return self._static[key]
 
@@ -240,22 +220,6 @@ class Model:
             footprint += arr.footprint({**self.sizes, **{
                 s.name: s.value for s in k.sizes if s.value is not None}}) * item
         return moved, footprint
-
-    def distinct_bytes(self, k: Kernel) -> tuple[int, int]:
-        """(bytes of the arrays read, bytes of the arrays written), each element once, a
-        cache line per element for strides of a line or more."""
-        read = written = 0
-        for arr in k.arrays:
-            if arr.is_temporary:
-                continue
-            elems = math.prod(_size_of(k, s, self.sizes) for s in arr.shape)
-            item = arr.dtype.itemsize
-            size = elems * (CACHE_LINE if arr.elem_stride * item >= CACHE_LINE else item)
-            if arr.role in ("in", "inout"):
-                read += size
-            if arr.role in ("out", "inout"):
-                written += size
-        return read, written
 
     # -- per candidate ---------------------------------------------------------------------
 
@@ -329,21 +293,16 @@ class Model:
         """The compulsory traffic over the bandwidth of the cores that can share it: all of
         them, or as many as the parallel loops still allowed have iterations (one with none).
         Each core moves what it touches through its own link to the memory level, and a
-        core's share of the traffic is at least the traffic over the cores that work. The
-        bytes no cache can hold cross DRAM at its rate for as many cores."""
+        core's share of the traffic is at least the traffic over the cores that work."""
         t = self._terms(cand.kernel)
-        r = self.rates
-        time = t.memory_s
-        working = r.cores
-        if r.bandwidth_one_core_gbs or (t.dram_bytes and r.dram_one_core_gbs):
-            share = self._share(cand, None, parallel if parallel is not None
-                                else self._parallel_dims(cand))
-            working = min(r.cores, math.ceil(1 / share - 1e-9))
-        if r.bandwidth_one_core_gbs and working < r.cores:
-            time = max(time, t.moved_bytes / r.bandwidth(t.footprint_bytes, working))
-        if t.dram_bytes:
-            time = max(time, t.dram_bytes / r.dram_bandwidth(working))
-        return time
+        if not self.rates.bandwidth_one_core_gbs:
+            return t.memory_s
+        share = self._share(cand, None, parallel if parallel is not None
+                            else self._parallel_dims(cand))
+        working = min(self.rates.cores, math.ceil(1 / share - 1e-9))
+        # With every core working, bandwidth() is the all-core rate: memory_s again.
+        return max(t.memory_s, t.moved_bytes / self.rates.bandwidth(t.footprint_bytes,
+                                                                     working))
 
     def in_memory(self, cand: Candidate, temp: str) -> bool:
         """A temporary that can no longer live in registers."""
@@ -573,8 +532,6 @@ class _KernelTerms:
     memory_s: float
     moved_bytes: int
     footprint_bytes: int
-    dram_bytes: int
-    """Traffic that must cross DRAM in every call: no cache holds it."""
     latency_s: float
 
 

@@ -4,22 +4,15 @@ The bound is only valid if every rate is at least what a kernel can reach, so th
 the best clean repetitions of the micro-benchmarks rather than their medians (a busy machine
 lowers medians), and DRAM bandwidth counts what the hardware moves: STREAM's triad reports 24
 bytes per element, but a write-allocate cache also reads the line it writes, 32 bytes. DRAM is
-never given less than the last cache level's bandwidth in the table of levels: in-place
-streams (axpy: 37.5 GB/s) were measured faster than the triad (29 GB/s of true traffic) on
-the machine this was written on, and part of a set slightly larger than the caches is still
-in them. Only the bytes that no cache can hold are charged DRAM's own rate
-(:data:`DRAM_MARGIN`).
+never given less than the last cache level's bandwidth: in-place streams (axpy: 37.5 GB/s)
+were measured faster than the triad (29 GB/s of true traffic) on the machine this was
+written on.
 """
 
 from __future__ import annotations
 
 from partita.model.bound import Rates
-from partita.targets.cpu.description import (
-    CpuDescription,
-    dram_update_spec,
-    dtype_name,
-    ladder_specs,
-)
+from partita.targets.cpu.description import CpuDescription, dtype_name, ladder_specs
 
 WRITE_ALLOCATE = 32 / 24
 LADDER_MARGIN = 1.5
@@ -28,13 +21,6 @@ beat all three (axpy on 24 MB streamed 13% faster than the in-place update bench
 what this machine gives one process varies between runs (the same axpy streamed 15% faster
 in one run than in another): the rate carries this margin, the other levels their own (DRAM
 is charged at least the shared cache's read rate, about twice DRAM's)."""
-DRAM_MARGIN = 2.0
-"""What streams from DRAM can reach is measured once, by the read, triad and in-place update
-benchmarks on a DRAM-sized set, and is charged only for the bytes no cache can hold. What
-this machine's memory gives one process changes from one minute to the next (a dot product
-streamed at 23, then at 16 GB/s), and generated code beat the benchmarks (axpy on 2^26
-elements streamed 56 to 73 GB/s of true traffic where the update benchmark moved 48 to 51):
-the rate carries twice the fastest benchmark."""
 
 
 def _best(d: CpuDescription, spec: str) -> float:
@@ -87,19 +73,6 @@ def _bandwidths(d: CpuDescription, threads: int) -> tuple[tuple[int, float], ...
     return tuple(table)
 
 
-def _dram_rate(d: CpuDescription, threads: int) -> float:
-    """GB/s of the fastest DRAM-sized stream (read, the triad's true traffic, the in-place
-    update) on ``threads`` threads, with :data:`DRAM_MARGIN`; 0 if the update was not
-    measured (a description from before it was, or a nominal one)."""
-    per_thread = d.levels[-1].working_set_bytes // max(d.cores, 1)
-    update = _best(d, dram_update_spec(per_thread, threads))
-    if not update:
-        return 0.0
-    fastest = max(update, _best(d, f"read:{per_thread}:{threads}"),
-                  _best(d, f"triad:{per_thread}:{threads}") * WRITE_ALLOCATE)
-    return fastest / 1e9 * DRAM_MARGIN
-
-
 def _shared_rate(d: CpuDescription, threads: int) -> float:
     """GB/s of the fastest stream timed through the shared cache (read, the triad's true
     traffic or the in-place update, at any set of the description's ladder), with
@@ -138,8 +111,4 @@ def cpu_rates(d: CpuDescription, dtype: str = "float32") -> Rates:
         fma_latency_cycles=min(d.fma_latency_cycles, d.add_latency_cycles),
         bandwidth_gbs=table,
         bandwidth_one_core_gbs=one,
-        # One core alone moves no more than every core together (the others may idle).
-        dram_gbs=max(_dram_rate(d, d.cores), _dram_rate(d, 1)),
-        dram_one_core_gbs=_dram_rate(d, 1) if d.cores > 1 else 0.0,
-        cache_bytes=sum(lv.capacity_bytes for lv in d.levels if lv.name != "DRAM"),
     )

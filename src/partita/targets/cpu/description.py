@@ -26,7 +26,7 @@ import numpy as np
 
 from partita.targets.cpu.machine import CpuCapabilities
 
-SCHEMA = 5
+SCHEMA = 4
 """Version of the JSON layout and of the way it is measured; part of the machine key, so a
 new layout or method never reads an old file."""
 
@@ -52,13 +52,6 @@ def ladder_specs(total_bytes: int, threads: int) -> tuple[str, str, str]:
     return (f"read:{whole_pages(total_bytes / threads, up=True)}:{threads}",
             f"triad:{whole_pages(total_bytes / (3 * threads), up=True)}:{threads}",
             f"update:{whole_pages(total_bytes / (2 * threads), up=True)}:{threads}")
-
-
-def dram_update_spec(per_thread_bytes: int, threads: int) -> str:
-    """The in-place update benchmark (``y += a * x``, STREAM's fastest pattern here) on the
-    DRAM working set: ``per_thread_bytes`` per thread over both arrays, as the read benchmark
-    of that level streams."""
-    return f"update:{whole_pages(per_thread_bytes / 2, up=True)}:{threads}"
 
 
 _DTYPES = {"fp32": "fp32", "f32": "fp32", "float32": "fp32", "single": "fp32",
