@@ -269,3 +269,48 @@ def test_triad_probe_times_the_description_benchmark(measured):
         rates = [probe.gbs() for _ in range(2)]
     assert all(np.isfinite(r) and r > 0 for r in rates)
     assert measured.stream_triad_gbs / 10 < max(rates) < measured.stream_triad_gbs * 10
+
+
+def _fake_benchmarks(monkeypatch, all_core_share: list[float]) -> list[list[str]]:
+    """Benchmarks that report fixed rates, except that the all-core ones run at the next of
+    ``all_core_share`` times ``cores`` one-core rates, call by call (the last one repeats):
+    a host that schedules both cores of a virtual machine on one physical core."""
+    calls: list[list[str]] = []
+
+    def fake_run_specs(exe, specs, settings, reps=None, timeout_s=600.0):
+        calls.append(list(specs))
+        share = all_core_share[min(len(calls) - 2, len(all_core_share) - 1)] if specs else 1
+        out = {}
+        for spec in specs:
+            threads = int(spec.rsplit(":", 1)[1]) if spec.count(":") >= 2 else 1
+            rate = 1e10 * (threads * share if threads > 1 else 1)
+            out[spec] = measure_mod.Runs(measure_mod._unit(spec), [rate] * 5, [1.0] * 5)
+        return out, 512
+
+    monkeypatch.setattr(measure_mod, "build", lambda workdir, cc="gcc": workdir / "fake")
+    monkeypatch.setattr(measure_mod, "compiler_version", lambda cc="gcc": "gcc test")
+    monkeypatch.setattr(measure_mod, "run_specs", fake_run_specs)
+    return calls
+
+
+def test_all_core_benchmarks_that_do_not_scale_are_timed_again(monkeypatch):
+    calls = _fake_benchmarks(monkeypatch, [0.5, 1.0])
+    d = measure_mod.measure(AVX512_REFERENCE, threads=2)
+    # The first all-core rates were half what two cores do: timed again, and kept from then.
+    assert len(calls) == 3 and all(spec.endswith(":2") for spec in calls[2])
+    assert d.peak_gflops_fp32 == pytest.approx(2 * 10.0)
+    assert d.levels[0].bandwidth_gbs == pytest.approx(20.0)
+
+
+def test_all_core_benchmarks_that_never_scale_are_reported(monkeypatch):
+    calls = _fake_benchmarks(monkeypatch, [0.5])
+    with pytest.warns(UserWarning, match="measure again when the machine is quieter"):
+        d = measure_mod.measure(AVX512_REFERENCE, threads=2)
+    assert len(calls) == 2 + measure_mod.ALL_CORE_RETRIES
+    assert d.peak_gflops_fp32 == pytest.approx(10.0)
+
+
+def test_scaling_all_core_benchmarks_are_timed_once(monkeypatch):
+    calls = _fake_benchmarks(monkeypatch, [0.9])
+    measure_mod.measure(AVX512_REFERENCE, threads=2)
+    assert len(calls) == 2
