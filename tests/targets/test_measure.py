@@ -314,3 +314,24 @@ def test_scaling_all_core_benchmarks_are_timed_once(monkeypatch):
     calls = _fake_benchmarks(monkeypatch, [0.9])
     measure_mod.measure(AVX512_REFERENCE, threads=2)
     assert len(calls) == 2
+
+
+def test_a_description_whose_all_core_rates_do_not_scale_says_so(monkeypatch, cache, nominal):
+    calls = _fake_benchmarks(monkeypatch, [0.5])
+    with pytest.warns(UserWarning):
+        halved = measure_mod.measure(AVX512_REFERENCE, threads=2)
+    assert len(calls) == 2 + measure_mod.ALL_CORE_RETRIES
+    assert halved.unscaled and all(spec.endswith(":2") for spec in halved.unscaled)
+    assert "measure again when quieter" in halved.summary()
+    # Loaded from the cache, it warns again; one measured on a quiet machine does not.
+    key = machine_key(AVX512_REFERENCE, "gcc test")
+    monkeypatch.setattr(measure_mod, "compiler_version", lambda cc="gcc": "gcc test")
+    monkeypatch.setattr(measure_mod.shutil, "which", lambda cc: "/usr/bin/" + cc)
+    path = cache_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(replace(halved, key=key).dumps())
+    with pytest.warns(UserWarning, match="do not scale"):
+        describe(cpu=AVX512_REFERENCE)
+    _fake_benchmarks(monkeypatch, [1.0])
+    quiet = measure_mod.measure(AVX512_REFERENCE, threads=2)
+    assert not quiet.unscaled and "quieter" not in quiet.summary()

@@ -68,6 +68,25 @@ def dtype_name(dtype: Any) -> str:
     raise ValueError(f"no FMA throughput is described for element type {dtype!r}")
 
 
+MIN_SCALING = 0.7
+"""Every core together runs FMAs, and reads from its private caches, at least this fraction of
+the cores times what one core does alone (a core's clock drops far less under all-core load).
+Below it, something the guest cannot see shared the cores during the all-core benchmarks, and
+every repetition still looked clean: on a 2-vCPU virtual machine one measurement gave every
+all-core rate at half its value (236 GFLOP/s fp32 measured as 118), which halved the model's
+peaks for every later tuning run. The all-core benchmarks are then timed again."""
+
+
+def scaling_ratios(best: dict[str, float], cores: int, l1: int, l2: int) -> dict[str, float]:
+    """Per all-core FMA and L1/L2 read benchmark (``l1``, ``l2``: bytes per thread), its best
+    rate over ``cores`` times the best rate of its one-core twin, where both ran."""
+    pairs = [(f"fma:{dt}:{w}:{cores}", f"fma:{dt}:{w}:1") for dt in ("f32", "f64")
+             for w in WIDTHS]
+    pairs += [(f"read:{size}:{cores}", f"read:{size}:1") for size in (l1, l2)]
+    return {every: best[every] / (cores * best[one]) for every, one in pairs
+            if best.get(every) and best.get(one)}
+
+
 def machine_key(cpu: CpuCapabilities, compiler: str) -> str:
     """Identifies measurements that are interchangeable: same CPU, cores, caches and compiler.
 
@@ -232,6 +251,17 @@ class CpuDescription:
         return tuple(s.spec for s in self.samples if s.clean == 0)
 
     @property
+    def unscaled(self) -> tuple[str, ...]:
+        """All-core benchmarks below :data:`MIN_SCALING` of the cores times one core's rate:
+        something shared the cores unseen while they ran; measure again when quieter."""
+        if self.cores < 2:
+            return ()
+        ratios = scaling_ratios({s.spec: s.best for s in self.samples}, self.cores,
+                                self.levels[0].working_set_bytes // self.cores,
+                                self.levels[1].working_set_bytes // self.cores)
+        return tuple(spec for spec, ratio in ratios.items() if ratio < MIN_SCALING)
+
+    @property
     def vector_bytes(self) -> int:
         """Bytes of the widest vector register (8 where only scalar code was measured)."""
         return max(8, self.vector_bits // 8)
@@ -296,6 +326,10 @@ class CpuDescription:
         if ladder:
             lines.append("shared  " + ", ".join(ladder) + " GB/s (the fastest stream)")
         lines.append(f"STREAM triad {self.stream_triad_gbs:.1f} GB/s")
+        if self.unscaled:
+            lines.append("all-core rates below the cores' combined one-core rates, measure "
+                         "again when quieter (partita machine --measure): "
+                         + " ".join(self.unscaled))
         if self.disturbed:
             lines.append(f"disturbed (load average {self.load_average:.1f}), measure again: "
                          + " ".join(self.disturbed))

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from partita.paths import cache_root
 from partita.targets.cpu.description import (
+    MIN_SCALING,
     WIDTHS,
     CpuDescription,
     FmaThroughput,
@@ -53,6 +54,7 @@ from partita.targets.cpu.description import (
     Sample,
     ladder_specs,
     machine_key,
+    scaling_ratios,
     whole_pages,
 )
 from partita.targets.cpu.machine import CpuCapabilities, host
@@ -69,14 +71,6 @@ vectorisers off, so each benchmark runs the instructions its source spells out."
 
 MIN_SHARE = 0.95
 """A repetition is clean when every thread ran at least this share of it."""
-
-MIN_SCALING = 0.7
-"""Every core together runs FMAs, and reads from its private caches, at least this fraction of
-the cores times what one core does alone (a core's clock drops far less under all-core load).
-Below it, something the guest cannot see shared the cores during the all-core benchmarks, and
-every repetition still looked clean: on a 2-vCPU virtual machine one measurement gave every
-all-core rate at half its value (236 GFLOP/s fp32 measured as 118), which halved the model's
-peaks for every later tuning run. The all-core benchmarks are then timed again."""
 
 ALL_CORE_RETRIES = 2
 """How many more times the all-core benchmarks run when they do not scale."""
@@ -321,32 +315,23 @@ def _specs(threads: int, wide: int, ws: WorkingSets) -> tuple[list[str], list[st
     return single, multi
 
 
-def _scaling_pairs(n: int, ws: WorkingSets) -> list[tuple[str, str]]:
-    """(all-core spec, its one-core spec) for the benchmarks that scale with the cores."""
-    pairs = [(f"fma:{dt}:{w}:{n}", f"fma:{dt}:{w}:1") for dt in ("f32", "f64") for w in WIDTHS]
-    pairs += [(f"read:{size}:{n}", f"read:{size}:1") for size in (ws.l1, ws.l2)]
-    return pairs
-
-
-def _best_rate(runs: dict[str, Runs], spec: str) -> float:
-    r = runs.get(spec)
-    return summarize(r.rates, r.shares)[1] if r and r.supported and r.rates else 0.0
+def _best_rates(runs: dict[str, Runs]) -> dict[str, float]:
+    return {spec: summarize(r.rates, r.shares)[1] for spec, r in runs.items()
+            if r.supported and r.rates}
 
 
 def _scaling(runs: dict[str, Runs], single: dict[str, Runs], n: int, ws: WorkingSets
              ) -> float:
-    """The least ratio, over :func:`_scaling_pairs`, of the all-core rate in ``runs`` to
-    ``n`` times the one-core rate in ``single`` (1 where nothing pairs up)."""
-    ratios = [_best_rate(runs, every) / (n * one) for every, one_spec in _scaling_pairs(n, ws)
-              if (one := _best_rate(single, one_spec)) and _best_rate(runs, every)]
-    return min(ratios, default=1.0)
+    """The least ratio of an all-core rate in ``runs`` to ``n`` times its one-core rate in
+    ``single`` (:func:`~partita.targets.cpu.description.scaling_ratios`)."""
+    ratios = scaling_ratios({**_best_rates(single), **_best_rates(runs)}, n, ws.l1, ws.l2)
+    return min(ratios.values(), default=1.0)
 
 
 def unscaled(runs: dict[str, Runs], n: int, ws: WorkingSets) -> list[str]:
-    """The all-core benchmarks whose best rate is below :data:`MIN_SCALING` times ``n``
-    one-core rates."""
-    return [every for every, one in _scaling_pairs(n, ws)
-            if (b := _best_rate(runs, one)) and 0 < _best_rate(runs, every) < MIN_SCALING * n * b]
+    """The all-core benchmarks of ``runs`` below :data:`MIN_SCALING` of ``n`` one-core rates."""
+    return [spec for spec, ratio in scaling_ratios(_best_rates(runs), n, ws.l1, ws.l2).items()
+            if ratio < MIN_SCALING]
 
 
 def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str = CC,
@@ -527,7 +512,12 @@ def describe(measure_if_missing: bool = True, force: bool = False, *,
     path = cache_path(machine_key(cpu, compiler))
     if not force and path.exists():
         try:
-            return CpuDescription.load(path)
+            cached = CpuDescription.load(path)
+            if cached.unscaled:
+                warnings.warn(f"the CPU description {path} was measured while something shared "
+                              "the cores (its all-core rates do not scale); measure again "
+                              "when quieter: partita machine --measure", stacklevel=2)
+            return cached
         except (OSError, ValueError) as e:
             warnings.warn(f"ignoring unreadable CPU description {path}: {e}", stacklevel=2)
     if not (measure_if_missing or force):
