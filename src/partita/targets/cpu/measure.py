@@ -328,12 +328,6 @@ def _scaling(runs: dict[str, Runs], single: dict[str, Runs], n: int, ws: Working
     return min(ratios.values(), default=1.0)
 
 
-def unscaled(runs: dict[str, Runs], n: int, ws: WorkingSets) -> list[str]:
-    """The all-core benchmarks of ``runs`` below :data:`MIN_SCALING` of ``n`` one-core rates."""
-    return [spec for spec, ratio in scaling_ratios(_best_rates(runs), n, ws.l1, ws.l2).items()
-            if ratio < MIN_SCALING]
-
-
 def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str = CC,
             threads: int | None = None) -> CpuDescription:
     """Time the micro-benchmarks on this machine and derive its description.
@@ -356,16 +350,12 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
         single, multi = _specs(n, wide, ws)
         runs, _ = collect(exe, single + multi, settings, deadline)
         for _ in range(ALL_CORE_RETRIES if n > 1 else 0):
-            if not unscaled(runs, n, ws):
+            scaling = _scaling(runs, runs, n, ws)
+            if scaling >= MIN_SCALING:
                 break
             again, _ = collect(exe, multi, settings, time.monotonic() + settings.budget_s)
-            if _scaling(again, runs, n, ws) > _scaling(runs, runs, n, ws):
+            if _scaling(again, runs, n, ws) > scaling:
                 runs.update(again)
-        if n > 1 and (slow := unscaled(runs, n, ws)):
-            warnings.warn("the all-core benchmarks ran below the cores' combined one-core "
-                          f"rates ({', '.join(slow)}): something else shared the cores; "
-                          "measure again when the machine is quieter "
-                          "(partita machine --measure)", stacklevel=2)
 
     samples = {}
     for spec, r in runs.items():
@@ -401,7 +391,7 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
         MemoryLevel("L3", cpu.l3_bytes, ws.total("l3"), rate(f"read:{ws.l3}:{n}") / 1e9),
         MemoryLevel("DRAM", 0, ws.total("dram"), rate(f"read:{ws.dram}:{n}") / 1e9),
     )
-    return CpuDescription(
+    desc = CpuDescription(
         key=machine_key(cpu, compiler), model=cpu.model, cores=n, compiler=compiler,
         source="measured", frequency_ghz=hz / 1e9, vector_bits=wide, fma=tuple(fma),
         peak_gflops_fp32=max(f.gflops_all for f in fma if f.dtype == "fp32"),
@@ -420,6 +410,12 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
         seconds=time.monotonic() - started, quick=quick, load_average=load_average,
         samples=tuple(samples.values()),
     )
+    if desc.unscaled:
+        warnings.warn("the all-core benchmarks ran below the cores' combined one-core rates "
+                      f"({', '.join(desc.unscaled)}): something else shared the cores; "
+                      "measure again when the machine is quieter (partita machine --measure)",
+                      stacklevel=2)
+    return desc
 
 
 class TriadProbe:
