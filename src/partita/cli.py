@@ -366,6 +366,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         "evaluations": tuned.evaluations,
         "failed": len(result.failures) if result else 0,
         "bound_violations": len(result.violations) if result else 0,
+        "slowed": len(result.slowed) if result else 0,
         "verified": True, "code_path": str(tuned.code_path),
         "from_records": result is None,
         "cold_cache": cold_cache,
@@ -397,6 +398,10 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         click.echo(f"  model: {len(result.violations)} bound violations, "
                    f"{100 * acc['within_10x']:.0f}% of bounds within 10x; "
                    f"{len(result.failures)} failed implementations")
+        if result.slowed:
+            click.echo(f"  {len(result.slowed)} implementations were timed while a core ran "
+                       "slowed (shared with another process or virtual machine), even after "
+                       "retiming: their times are high")
     if tuned.variant is not None:
         shown = " ".join(f"{key}={value}" for key, value in tuned.variant.items())
         click.echo(f"  order of the sum: {shown}, the fastest of {len(tuned.variants or [])} "

@@ -181,6 +181,9 @@ class Tuned:
             acc = self.result.accuracy()
             lines.append(f"  model: {len(self.result.violations)} bound violations; "
                          f"{100 * acc['within_10x']:.0f}% of bounds within 10x")
+            if self.result.slowed:
+                lines.append(f"  {len(self.result.slowed)} implementations timed while a core "
+                             "ran slowed, even after retiming: their times are high")
         if self.variant is not None:
             lines.append(f"  order of the sum: {_variant_text(self.variant)} "
                          f"(of {len(self.variants or [])} tried)")

@@ -67,7 +67,7 @@ def evaluation(i: int, median: float | None = None, status: str = "ok") -> dict[
             "reason": "" if ok else "timed out", "median_s": median,
             "min_s": median * 0.99 if median is not None else None,
             "spread": 0.01 if ok else None, "reps": 7 if ok else 0, "elapsed_s": 0.1 * i,
-            "source_digest": f"digest{i}"}
+            "source_digest": f"digest{i}", "slowdown": 1.0 + 0.5 * i if ok else None}
 
 
 def setup(rec: Records, n: int = 1024) -> tuple[int, int]:
@@ -241,11 +241,13 @@ def test_v1_database_is_upgraded_in_place(db: Path) -> None:
         best = rec.best(kid, mid, TARGET)
         assert best is not None and best["time_s"] == 1e-3 and best["source"] == "int main;"
         assert [r["status"] for r in rec.runs(kid)] == ["finished"]
+        assert [e["slowdown"] for e in evals] == [None] * 3  # not probed back then
         # And it goes on recording.
         run = rec.start_run(kid, mid, TARGET, "random")
         rec.add_evaluation(run, evaluation(3))
         rec.finish_run(run, "budget")
         assert len(rec.evaluations(kid)) == 4
+        assert rec.evaluations(kid)[-1]["slowdown"] == 2.5
 
     conn = sqlite3.connect(db)
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
@@ -259,14 +261,14 @@ def test_failed_upgrade_changes_nothing(db: Path) -> None:
 
     def broken(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE TABLE half_done (x INTEGER)")
-        raise RuntimeError("step 3 fails")
+        raise RuntimeError("the last step fails")
 
     steps = (*MIGRATIONS, Migration(len(MIGRATIONS) + 1, "broken", broken))
     conn = sqlite3.connect(db, isolation_level=None)
-    with pytest.raises(RuntimeError, match="step 3 fails"):
+    with pytest.raises(RuntimeError, match="the last step fails"):
         migrate(conn, db, target=len(steps), migrations=steps)
     assert not conn.in_transaction
-    # Neither step 2 nor the broken step 3 is left half applied.
+    # Neither the real steps nor the broken last one is left half applied.
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
     columns = {r[1] for r in conn.execute("PRAGMA table_info(evaluations)")}
     assert "decisions_hash" not in columns

@@ -183,3 +183,16 @@ def test_kernels_outside_the_library(evaluator: Evaluator, monkeypatch: pytest.M
     monkeypatch.setattr(evaluator, "seed", 99)  # a new case, not the unchecked one
     (m,) = evaluator.evaluate([renamed], time_it=False)
     assert m.status == "wrong" and "of 64 elements wrong" in m.reason
+
+
+def test_timings_say_how_slowed_the_machine_was(evaluator: Evaluator) -> None:
+    (m,) = evaluator.evaluate([P.axpy()])
+    _assert_ok(m)
+    assert m.slowdown is not None and m.slowdown >= 1.0
+    assert 0 <= m.retimed <= evaluator.timing.retime_slowed
+    assert m.slowed == (m.slowdown > evaluator.timing.slow_limit)
+    reference = evaluator.probe_reference_s
+    assert reference is not None and reference > 0.0
+    evaluator.evaluate([P.axpy()])
+    assert evaluator.probe_reference_s <= reference
+    assert json.loads(json.dumps(m.to_json()))["slowdown"] == m.slowdown

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import numpy as np
 import pytest
 
-from partita.runtime import Compiler, TimingOptions, measure, summarize
+from partita.runtime import Compiler, TimingOptions, harness, measure, summarize
 from partita.runtime.buffers import pack_args
 from partita.runtime.harness import pool_thread_ids
 from tests.runtime import programs as P
@@ -123,3 +124,120 @@ def test_summary_statistics() -> None:
     s = summarize(times)
     assert s["median_s"] == 5.5 and s["min_s"] == 1.0
     assert s["spread"] == pytest.approx((9.1 - 1.9) / 5.5)
+
+
+# -- the speed probe ------------------------------------------------------------------------
+
+
+def test_the_probe_runs_on_every_thread_of_the_pool(counter) -> None:
+    lib, packed, args, _ = counter
+    t = measure(lib, packed, args, TimingOptions(warmups=1, warmup_s=0.0, max_reps=3))
+    runs = harness.probe(lib, 1 << 12, repeats=2)
+    assert len(runs) == t.threads == len(pool_thread_ids(lib))
+    assert all(0.0 < s < 1.0 for s in runs)
+
+
+def test_the_probe_runs_before_every_timed_call(counter) -> None:
+    lib, packed, args, _ = counter
+    options = TimingOptions(warmups=1, warmup_s=0.0, min_reps=4, max_reps=4, probe_iters=64)
+    t = measure(lib, packed, args, options)
+    assert len(t.probe_s) == len(t.times) == 4 and all(p > 0.0 for p in t.probe_s)
+    t = measure(lib, packed, args, dataclasses.replace(options, probe_iters=0))
+    assert t.probe_s == []
+
+
+PROBED = TimingOptions(retime_slowed=2, retime_pause_s=0.25, slow_limit=1.5)
+
+
+class _Script:
+    """Stands in for the timing protocol: each timing's probes come from a script; counts the
+    timings taken and the pauses between them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, probes: list[list[float]],
+                 waits: list[float] = ()) -> None:
+        self.probes = iter(probes)
+        self.waits = iter(waits)
+        self.timings = 0
+        self.now = 0.0
+        self.waited = 0
+        self.pauses: list[float] = []
+        monkeypatch.setattr(harness, "measure", self._measure)
+        # pool thread 2 waits for a CPU ``waits[i]`` of the i-th timing's 1 s
+        monkeypatch.setattr(harness, "run_delays", lambda: {1: 0, 2: self.waited, 3: 10**9})
+        monkeypatch.setattr(harness, "pool_thread_ids", lambda lib: [1, 2])
+
+    def clock(self) -> float:
+        return self.now
+
+    def _measure(self, *args, **kwargs) -> harness.Timing:
+        self.timings += 1
+        self.now += 1.0
+        self.waited += int(next(self.waits, 0.0) * 1e9)
+        probes = next(self.probes, [])
+        stop = "abandoned" if len(probes) == 1 else "stable"
+        return harness.Timing([float(self.timings)] * max(1, len(probes)), 1, 2, stop, 0, 0,
+                              {}, probes)
+
+    def run(self, options: TimingOptions = PROBED,
+            reference_s: float | None = None) -> harness.Timing:
+        return harness.measure_probed(None, None, None, options, reference_s=reference_s,
+                                      sleep=self.pauses.append, clock=self.clock)
+
+
+
+def test_a_slowed_timing_is_taken_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a core at half speed through most of the first timing, then at full speed
+    script = _Script(monkeypatch, [[1.0, 2.0, 2.1, 1.9, 2.0], [1.1, 1.0, 1.2, 1.1, 1.0]])
+    t = script.run()
+    assert script.timings == 2 and script.pauses == [0.25]
+    assert t.times[0] == 2.0 and t.retimed == 1
+    assert t.slowdown == pytest.approx(1.1)
+
+
+def test_time_spent_waiting_for_a_cpu_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # probes at full speed (a probe fits in a time slice), but a pool thread spent 60% of the
+    # first timing waiting for a CPU: 2.5x
+    script = _Script(monkeypatch, [[1.0] * 5] * 2, waits=[0.6, 0.05])
+    t = script.run()
+    assert script.timings == 2 and t.times[0] == 2.0
+    assert t.slowdown == pytest.approx(1 / 0.95)
+
+
+def test_short_slowdowns_do_not_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _Script(monkeypatch, [[1.0, 1.1, 2.5, 1.2, 3.0]])
+    t = script.run()
+    assert script.timings == 1 and t.retimed == 0 and t.slowdown == pytest.approx(1.2)
+
+
+def test_a_timing_that_stays_slowed_keeps_the_least_slowed_attempt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _Script(monkeypatch, [[1.0, 2.2, 2.2, 2.2, 2.2], [1.8, 1.7, 1.6, 1.7, 1.7],
+                                   [2.0] * 5])
+    t = script.run()
+    assert script.timings == 3 and script.pauses == [0.25, 0.25]
+    assert t.times[0] == 2.0 and t.retimed == 2
+    assert t.slowdown == pytest.approx(1.7)
+
+
+def test_the_callers_reference_finds_a_machine_slowed_from_the_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # every probe equally slow: only the fastest probe seen earlier tells
+    script = _Script(monkeypatch, [[2.0] * 5] * 3)
+    t = script.run(reference_s=1.0)
+    assert script.timings == 3 and t.slowdown == pytest.approx(2.0)
+    quiet = _Script(monkeypatch, [[1.0] * 5])
+    t = quiet.run(reference_s=1.0)
+    assert quiet.timings == 1 and t.slowdown == 1.0 and t.retimed == 0
+
+
+def test_abandoned_timings_get_no_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one call, one probe (3.5x: the first probe after the threads slept is often that slow)
+    script = _Script(monkeypatch, [[3.5]])
+    t = script.run(reference_s=1.0)
+    assert script.timings == 1 and t.slowdown is None and t.retimed == 0
+
+
+def test_no_probe_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _Script(monkeypatch, [])
+    t = script.run(TimingOptions(probe_iters=0))
+    assert script.timings == 1 and t.slowdown is None and t.probe_s == []

@@ -352,3 +352,24 @@ def test_accuracy_counts_the_measured_implementations_only() -> None:
     assert result.accuracy() == {"within_2x": 0.25, "within_10x": 0.5, "within_100x": 0.75}
     assert TuneResult("mcts").accuracy() == {"within_2x": 0.0, "within_10x": 0.0,
                                              "within_100x": 0.0}
+
+
+def test_timings_on_a_slowed_machine_are_recorded_as_such() -> None:
+    space = small_space()
+    model = Model(RATES)
+    calls = [0]
+
+    def evaluate(progs: list[Program]) -> list[FakeMeasurement]:
+        out = []
+        for _ in progs:
+            m = FakeMeasurement(1e-3)
+            calls[0] += 1
+            m.slowdown = 2.0 if calls[0] % 3 == 0 else 1.1
+            m.slowed = m.slowdown > 1.5
+            out.append(m)
+        return out
+
+    result = tune_space(space, model, evaluate, Evaluations(9), strategy="random", seed=1)
+    assert [e.slowdown for e in result.evaluations] == [1.1, 1.1, 2.0] * 3
+    assert result.slowed == [e for e in result.evaluations if e.slowdown == 2.0]
+    assert all(e.to_json()["slowdown"] == e.slowdown for e in result.evaluations)

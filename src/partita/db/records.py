@@ -227,7 +227,7 @@ def _evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
 _EVALUATION_FIELDS = (
     "id", "run_id", "kernel_id", "machine_id", "idx", "decisions", "decisions_hash", "bound_s",
     "status", "reason", "median_s", "min_s", "spread", "reps", "elapsed_s", "source_digest",
-    "flags", "created_at")
+    "flags", "created_at", "slowdown")
 _EVALUATION_COLUMNS = ", ".join(_EVALUATION_FIELDS)
 
 
@@ -582,7 +582,8 @@ class Records:
             _float(evaluation.get("min_s"), "min_s"),
             _float(evaluation.get("spread"), "spread"), int(evaluation.get("reps") or 0),
             _float(evaluation.get("elapsed_s"), "elapsed_s") or 0.0,
-            str(evaluation.get("source_digest") or ""), flags)
+            str(evaluation.get("source_digest") or ""), flags,
+            _float(evaluation.get("slowdown"), "slowdown"))
 
         def insert(conn: sqlite3.Connection) -> int:
             run = conn.execute("SELECT kernel_id, machine_id FROM runs WHERE id = ?",
@@ -597,8 +598,8 @@ class Records:
             cur = conn.execute(
                 "INSERT INTO evaluations(run_id, kernel_id, machine_id, idx, decisions, "
                 "decisions_hash, bound_s, status, reason, median_s, min_s, spread, reps, "
-                "elapsed_s, source_digest, flags, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "elapsed_s, source_digest, flags, slowdown, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, run[0], run[1], int(idx), *values, now))
             if run_id in self._open_runs:
                 # Alive after all (a sweep elsewhere judged it stale): it is running again.

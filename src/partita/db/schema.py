@@ -132,9 +132,16 @@ def _v2(conn: sqlite3.Connection) -> None:
                  "ON evaluations(kernel_id, machine_id, decisions_hash)")
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    # How slowed the machine was around each timing (a core shared unseen with another process
+    # or guest): a time taken on a slowed machine is high, and analyses should know which.
+    conn.execute("ALTER TABLE evaluations ADD COLUMN slowdown REAL")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "kernels, machines, runs, evaluations and best implementations", _v1),
     Migration(2, "evaluations.decisions_hash, backfilled and indexed for resume look-ups", _v2),
+    Migration(3, "evaluations.slowdown, the speed probe's verdict on each timing", _v3),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

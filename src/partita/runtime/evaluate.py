@@ -21,6 +21,10 @@ Failures map to statuses:
 ==================  ===============================================================
 
 After a crash, timeout or out-of-memory kill the next evaluation starts a fresh worker.
+
+A timing taken while some core ran slowed (another process, or the host, sharing it unseen) is
+taken again; a :class:`Measurement` says how slowed its kept timing still was (``slowdown``,
+``slowed``), from the harness's speed probe.
 """
 
 from __future__ import annotations
@@ -95,6 +99,14 @@ class Measurement:
     """Why timing stopped: ``stable`` median, ``max_reps`` reached, ``budget`` spent, or
     ``abandoned`` (slower than the caller's threshold)."""
     detail: str = ""
+    slowdown: float | None = None
+    """How much slower than the fastest seen the harness's speed probe ran on the slowest
+    thread around these timed calls (1.0: not slowed; None: not probed). Above the timing
+    options' ``slow_limit``, every retime was slowed too and the times are likely high."""
+    retimed: int = 0
+    """Timings taken again because the probe found the machine slowed."""
+    slowed: bool = False
+    """The kept timing was slowed beyond the timing options' ``slow_limit``."""
 
     @property
     def ok(self) -> bool:
@@ -250,6 +262,9 @@ class Evaluator:
         self.env = self._worker_env(env)
         self.restarts = 0
         """Workers started after the first (each crash, timeout or OOM kill costs one)."""
+        self.probe_reference_s: float | None = None
+        """The fastest run of the harness's speed probe so far (see
+        :func:`~partita.runtime.harness.measure_probed`)."""
         self._started = 0
         self._worker: WorkerProcess | None = None
         self._cases: dict[Any, Case] = {}
@@ -389,6 +404,7 @@ class Evaluator:
             "timing": (dataclasses.replace(self.timing, abandon_s=abandon_s)
                        if abandon_s else self.timing), "time": time_it,
             "canary_bytes": self.canary_bytes, "alignment": self.alignment,
+            "probe_reference_s": self.probe_reference_s,
         }
         m = self._run(request, timeout_s)
         m.flags, m.compiler, m.entry = built.flags, built.compiler, program.entry
@@ -398,7 +414,9 @@ class Evaluator:
 
     def _timing_limit(self, timeout_s: float) -> float:
         t = self.timing
-        return (t.warmups + 2) * timeout_s + t.warmup_s + t.budget_s + 30.0
+        attempts = 1 + (max(0, t.retime_slowed) if t.probe_iters > 0 else 0)
+        once = (t.warmups + 2) * timeout_s + t.warmup_s + t.budget_s
+        return attempts * once + (attempts - 1) * t.retime_pause_s + 30.0
 
     def _run(self, request: dict[str, Any], timeout_s: float) -> Measurement:
         try:
@@ -460,13 +478,19 @@ class Evaluator:
         return Measurement("crash", f"worker exited with status {code}{where}"
                                     + (f": {last}" if last else ""), detail=tail)
 
-    @staticmethod
-    def _result(msg: dict[str, Any]) -> Measurement:
+    def _result(self, msg: dict[str, Any]) -> Measurement:
         times = list(msg.get("times") or [])
         m = Measurement(msg["status"], msg.get("reason", ""), max_error=msg.get("max_error"),
                         times=times, reps=len(times), warmups=int(msg.get("warmups", 0)),
-                        threads=int(msg.get("threads", 0)), stop=msg.get("stop", ""))
+                        threads=int(msg.get("threads", 0)), stop=msg.get("stop", ""),
+                        slowdown=msg.get("slowdown"), retimed=int(msg.get("retimed", 0)))
         if times:
             stats = summarize(times)
             m.median_s, m.min_s, m.spread = stats["median_s"], stats["min_s"], stats["spread"]
+        probes = [p for p in msg.get("probe_s") or [] if p > 0.0]
+        if probes:
+            # The fastest probe seen by any worker of this evaluator: a worker started while
+            # the machine was slowed still recognises it.
+            self.probe_reference_s = min([*probes, self.probe_reference_s or math.inf])
+        m.slowed = m.slowdown is not None and m.slowdown > self.timing.slow_limit
         return m

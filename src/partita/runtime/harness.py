@@ -16,6 +16,12 @@ conversion, the garbage collector) ends up inside a timed interval. The protocol
    against its best time learns all it needs from one slow call (a warm-up call after the
    first counts as that repetition, so a hopeless candidate costs three calls in all).
 
+Before every timed call (outside its interval) every pool thread runs a short *speed probe*, a
+loop bound by FMA throughput, and the slowest thread's time is kept. The median probe over the
+repetitions, against the fastest probe seen, says whether some core ran slowed while the
+candidate was timed (:func:`measure_probed` then times it again): a core shared unseen with
+another process or guest would otherwise pass its slowdown on to the candidate's time.
+
 Before every call (warm-up or timed) the harness can write a buffer larger than the last-level
 cache from every thread (so timed calls start from cold caches) and copy saved contents back
 into ``inout`` arrays (so repeated calls see the same data); neither is inside the timed
@@ -30,7 +36,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,11 +192,75 @@ static void partita_restore(int64_t n, void *const *dst, void *const *src,
     for (int64_t i = 0; i < n; i++) memcpy(dst[i], src[i], (size_t)bytes[i]);
 }
 
+/* ---- the speed probe --------------------------------------------------------------------- */
+
+typedef float partita_probe_v8 __attribute__((vector_size(32)));
+volatile float partita_probe_sink;
+
+/* Eight independent chains of 256-bit multiply-adds: bound by the core's FMA throughput, not
+   by latency, so a core that another hardware thread or the host shares runs it slower. */
+static double partita_probe_once(int64_t iters) {
+    partita_probe_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    partita_probe_v8 a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+    a1 += 1.0f; a2 += 2.0f; a3 += 3.0f; a4 += 4.0f; a5 += 5.0f; a6 += 6.0f; a7 += 7.0f;
+    const float m = 0.999999f, c = 1e-7f;
+    int64_t t0 = partita_ns();
+    for (int64_t i = 0; i < iters; i++) {
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+    }
+    int64_t t1 = partita_ns();
+    partita_probe_v8 s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    partita_probe_sink = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+    return (double)(t1 - t0) * 1e-9;
+}
+
+/* The slowest pool thread's time for one simultaneous run of the probe on every thread. */
+static double partita_probe_slowest(int64_t iters) {
+    double slowest = 0.0;
+#ifdef _OPENMP
+#pragma omp parallel reduction(max : slowest)
+    slowest = partita_probe_once(iters);
+#else
+    slowest = partita_probe_once(iters);
+#endif
+    return slowest;
+}
+
+/* Every pool thread runs the probe ``repeats`` times at once (a barrier between runs) and
+   keeps its fastest run in thread_s[thread]. Returns the number of threads. */
+int64_t partita_probe(int64_t iters, int64_t repeats, double *thread_s) {
+    int64_t threads = 1;
+#ifdef _OPENMP
+#pragma omp parallel
+    {
+        int t = omp_get_thread_num();
+        double best = -1.0;
+        for (int64_t r = 0; r < repeats; r++) {
+#pragma omp barrier
+            double s = partita_probe_once(iters);
+            if (best < 0.0 || s < best) best = s;
+        }
+        if (t < PARTITA_MAX_POOL) thread_s[t] = best;
+        if (t == 0) threads = omp_get_num_threads();
+    }
+#else
+    double best = -1.0;
+    for (int64_t r = 0; r < repeats; r++) {
+        double s = partita_probe_once(iters);
+        if (best < 0.0 || s < best) best = s;
+    }
+    thread_s[0] = best;
+#endif
+    return threads < PARTITA_MAX_POOL ? threads : PARTITA_MAX_POOL;
+}
 /* ---- the protocol ------------------------------------------------------------------------ */
 
 enum { PARTITA_STABLE = 0, PARTITA_MAX_REPS = 1, PARTITA_BUDGET = 2, PARTITA_ABANDONED = 3 };
 
-/* info[0] warm-up calls made, info[1] timed repetitions, info[2] pool threads,
+/* Before every timed call (outside its interval), when probe_iters > 0, the speed probe runs
+   once on every thread and probe_times[rep] gets the slowest thread's time.
+   info[0] warm-up calls made, info[1] timed repetitions, info[2] pool threads,
    info[3] why timing stopped (PARTITA_*), info[4] CLOCK_MONOTONIC ns at the start of the
    first timed call, info[5] CLOCK_MONOTONIC ns when the pool had been created.
    Returns 0, or -1 when a buffer of the harness could not be allocated. */
@@ -197,7 +268,8 @@ int partita_measure(partita_packed_fn fn, void **args, int64_t warmups, double w
                     int64_t min_reps, int64_t max_reps, double budget_s, double rel_tol,
                     double abandon_s, int64_t flush_bytes, int64_t n_restore,
                     void *const *restore_dst, void *const *restore_src,
-                    const int64_t *restore_bytes, double *times, int64_t *info) {
+                    const int64_t *restore_bytes, int64_t probe_iters, double *probe_times,
+                    double *times, int64_t *info) {
     if (max_reps < 1) max_reps = 1;
     if (min_reps < 1) min_reps = 1;
     double *scratch = malloc((size_t)max_reps * sizeof *scratch);
@@ -226,6 +298,7 @@ int partita_measure(partita_packed_fn fn, void **args, int64_t warmups, double w
             info[3] = PARTITA_ABANDONED;
             info[4] = (int64_t)t0.tv_sec * 1000000000 + (int64_t)t0.tv_nsec;
             times[0] = s;
+            if (probe_iters > 0) probe_times[0] = partita_probe_slowest(probe_iters);
             free(scratch);
             return 0;
         }
@@ -237,6 +310,7 @@ int partita_measure(partita_packed_fn fn, void **args, int64_t warmups, double w
     int64_t reps = 0, next_check = min_reps, reason = PARTITA_MAX_REPS;
     double previous = -1.0, fastest = -1.0;
     while (reps < max_reps) {
+        if (probe_iters > 0) probe_times[reps] = partita_probe_slowest(probe_iters);
         if (partita_flush(flush_bytes, round++)) { free(scratch); return -1; }
         partita_restore(n_restore, restore_dst, restore_src, restore_bytes);
         struct timespec t0, t1;
@@ -268,6 +342,7 @@ int partita_measure(partita_packed_fn fn, void **args, int64_t warmups, double w
     free(scratch);
     return 0;
 }
+
 """
 
 STOP_REASONS = ("stable", "max_reps", "budget", "abandoned")
@@ -311,6 +386,18 @@ class TimingOptions:
     flush_cache: bool = False
     flush_bytes: int | None = None
     restore_inout: bool = False
+    probe_iters: int = 1 << 13
+    """Iterations of the speed probe (about 12 us on a 3.5 GHz core) run on every pool thread
+    before every timed call; 0 runs no probe."""
+    slow_limit: float = 1.5
+    """Timed calls whose median probe is this much slower than the fastest probe seen are
+    timed again: some core ran slowed. A core whose hardware thread another vCPU or process
+    shares runs about 2x slower; on a quiet virtual machine, the median probe of a timing
+    stays within about 1.3x of the fastest."""
+    retime_slowed: int = 2
+    """How many times a slowed timing is taken again (the least slowed attempt is kept)."""
+    retime_pause_s: float = 0.5
+    """Wait before timing again after a slowed timing."""
 
     def resolved_flush_bytes(self) -> int:
         if not self.flush_cache:
@@ -335,6 +422,13 @@ class Timing:
     first_timed_ns: int
     pool_ready_ns: int
     stats: dict[str, float] = field(default_factory=dict)
+    probe_s: list[float] = field(default_factory=list)
+    """The speed probe's time before each timed call, on the slowest thread (empty when no
+    probe ran)."""
+    slowdown: float | None = None
+    """The median probe over the fastest probe seen (see :func:`measure_probed`)."""
+    retimed: int = 0
+    """Timings taken again because an earlier one was slowed."""
 
 
 def summarize(times: Sequence[float]) -> dict[str, float]:
@@ -356,7 +450,8 @@ def bind(lib: ctypes.CDLL) -> Any:
     """The typed ``partita_measure`` function of a loaded shared object."""
     f = lib.partita_measure
     i64, dbl, vp = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
-    f.argtypes = [vp, vp, i64, dbl, i64, i64, dbl, dbl, dbl, i64, i64, vp, vp, vp, vp, vp]
+    f.argtypes = [vp, vp, i64, dbl, i64, i64, dbl, dbl, dbl, i64, i64, vp, vp, vp, i64, vp,
+                  vp, vp]
     f.restype = ctypes.c_int
     return f
 
@@ -374,6 +469,7 @@ def measure(lib: ctypes.CDLL, packed: Any, args: ctypes.Array,
     f = bind(lib)
     max_reps = max(1, options.max_reps)
     times = (ctypes.c_double * max_reps)()
+    probes = (ctypes.c_double * max_reps)()
     info = (ctypes.c_int64 * 6)()
     copies = list(restore) if options.restore_inout else []
     n = len(copies)
@@ -386,13 +482,120 @@ def measure(lib: ctypes.CDLL, packed: Any, args: ctypes.Array,
            float(options.abandon_s), options.resolved_flush_bytes(), n,
            ctypes.cast(dst, ctypes.c_void_p),
            ctypes.cast(src, ctypes.c_void_p), ctypes.cast(size, ctypes.c_void_p),
+           max(0, int(options.probe_iters)), ctypes.cast(probes, ctypes.c_void_p),
            ctypes.cast(times, ctypes.c_void_p), ctypes.cast(info, ctypes.c_void_p))
     if rc != 0:
         raise MemoryError("the timing harness could not allocate its buffers")
     reps = int(info[1])
     out = [float(times[i]) for i in range(reps)]
+    probe_s = [float(probes[i]) for i in range(reps)] if options.probe_iters > 0 else []
     return Timing(out, int(info[0]), int(info[2]), STOP_REASONS[int(info[3])], int(info[4]),
-                  int(info[5]), summarize(out))
+                  int(info[5]), summarize(out), probe_s)
+
+
+def probe(lib: ctypes.CDLL, iters: int, repeats: int = 3) -> list[float]:
+    """Seconds the speed probe (``iters`` iterations of eight chains of 256-bit multiply-adds,
+    bound by FMA throughput) took on every pool thread of ``lib``'s OpenMP runtime, the fastest
+    of ``repeats`` simultaneous runs on each."""
+    f = lib.partita_probe
+    f.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    f.restype = ctypes.c_int64
+    out = (ctypes.c_double * MAX_POOL)()
+    n = int(f(int(iters), max(1, int(repeats)), ctypes.cast(out, ctypes.c_void_p)))
+    return [float(out[i]) for i in range(n)]
+
+
+def run_delays() -> dict[int, int]:
+    """Nanoseconds each thread of this process has spent runnable but waiting for a CPU, from
+    ``/proc/self/task/*/schedstat`` (empty where Linux does not provide it)."""
+    out = {}
+    try:
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            fields = (task / "schedstat").read_text().split()
+            out[int(task.name)] = int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+MAX_WAIT_SLOWDOWN = 10.0
+"""The largest slowdown the time spent waiting for a CPU is taken to mean."""
+
+MIN_PROBES = 5
+"""Timings with fewer probes (abandoned ones: a call or two) get no verdict. A single probe
+says little: the first after the threads slept often runs 1.5-3.5x slow, the core not yet
+awake, on a quiet machine."""
+
+MIN_WAIT_WINDOW_S = 0.02
+"""The time spent waiting for a CPU counts only over timings at least this long: over a
+shorter one, the latency of waking the pool's threads alone makes a large fraction."""
+
+
+def _slowdown(timing: Timing, reference: float, waited: float, wall: float) -> float | None:
+    """The larger of the median probe over the reference and of what the pool thread that
+    waited longest for a CPU lost (``waited`` seconds of the ``wall`` seconds the timing
+    took); None when the timing has too few probes to say."""
+    probes = [p for p in timing.probe_s if p > 0.0]
+    if len(probes) < MIN_PROBES or reference <= 0.0 or timing.stop == "abandoned":
+        return None
+    slowdown = float(np.median(probes)) / reference
+    if wall >= MIN_WAIT_WINDOW_S:
+        slowdown = max(slowdown, 1.0 / max(1.0 - waited / wall, 1.0 / MAX_WAIT_SLOWDOWN))
+    return slowdown
+
+
+def measure_probed(lib: ctypes.CDLL, packed: Any, args: ctypes.Array,
+                   options: TimingOptions = TimingOptions(),
+                   restore: Sequence[tuple[int, int, int]] = (),
+                   reference_s: float | None = None,
+                   sleep: Callable[[float], None] = time.sleep,
+                   clock: Callable[[], float] = time.monotonic) -> Timing:
+    """:func:`measure`, taken again while the machine ran slowed.
+
+    On a machine whose cores are shared unseen (a vCPU whose hardware thread the host gives to
+    another guest, a process competing for a core), a core can run at half speed for minutes,
+    and every timing taken meanwhile is too slow. A timing's *slowdown* is the larger of:
+
+    - its median speed probe over the *reference*, the fastest probe seen (``reference_s``,
+      what the caller saw earlier, or any probe of this call): a core whose throughput is
+      shared. The median, not the worst, probe counts: this machine's cores slow down for a
+      fraction of a millisecond all the time, which a timing's median call does not see;
+    - ``1 / (1 - w)``, where ``w`` is the fraction of the timing's wall time that the pool
+      thread that waited longest spent runnable but without a CPU (Linux's ``schedstat``):
+      another process taking turns on a core, which a probe shorter than a time slice misses.
+
+    A timing slowed beyond ``options.slow_limit`` is taken again, at most
+    ``options.retime_slowed`` times after a pause, and the least slowed attempt is kept.
+    An abandoned timing (a call or two, see :class:`TimingOptions`) gets no verdict
+    (``slowdown`` None): too few probes to tell.
+    """
+    if options.probe_iters <= 0:
+        return measure(lib, packed, args, options, restore)
+    attempts: list[tuple[Timing, float]] = []
+    while True:
+        delays, start = run_delays(), clock()
+        timing = measure(lib, packed, args, options, restore)
+        wall = clock() - start
+        after = run_delays()
+        pool = pool_thread_ids(lib) if delays else []
+        waited = max((after.get(t, 0) - delays.get(t, 0) for t in pool if t in after),
+                     default=0)
+        attempts.append((timing, waited * 1e-9, wall))
+        seen = [p for t, _, _ in attempts for p in t.probe_s if p > 0.0]
+        reference = min([*seen, *([reference_s] if reference_s else [])], default=0.0)
+        for t, w, span in attempts:
+            t.slowdown = _slowdown(t, reference, w, span)
+        if (timing.slowdown or 1.0) <= options.slow_limit \
+                or len(attempts) > options.retime_slowed:
+            break
+        sleep(options.retime_pause_s)
+    best = min((t for t, _, _ in attempts), key=lambda t: t.slowdown or 1.0)
+    best.retimed = len(attempts) - 1
+    return best
 
 
 def pool_thread_ids(lib: ctypes.CDLL) -> list[int]:

@@ -9,8 +9,9 @@ descriptor 1 at stderr, so a kernel that prints cannot corrupt the protocol.
 For each ``evaluate`` request the worker loads the shared object, copies the inputs into fresh
 guarded buffers (see :mod:`partita.runtime.buffers`), sends ``calling``, calls the kernel once,
 sends ``called``, checks the outputs, and, when they are right, sends ``timing`` and times the
-kernel with the C harness. The final ``result`` message carries the status. The events let the
-parent apply the kernel-call timeout to the call alone, not to loading inputs or checking them.
+kernel with the C harness (again when its speed probe finds the machine slowed). The final
+``result`` message carries the status. The events let the parent apply the kernel-call timeout
+to the call alone, not to loading inputs or checking them.
 
 Options: ``--memory BYTES`` sets ``RLIMIT_AS`` so that a kernel exhausting memory fails in this
 process rather than dragging the machine into the kernel's out-of-memory killer.
@@ -39,7 +40,7 @@ from partita.runtime.buffers import (
     gap_mask,
     pack_args,
 )
-from partita.runtime.harness import measure
+from partita.runtime.harness import measure_probed
 from partita.runtime.protocol import Reader, write_message
 
 LOADED_LIBRARIES = 32
@@ -136,10 +137,12 @@ class Worker:
                 saved.append(copy)
                 restore.append((buffers[spec.name].address, copy.ctypes.data, copy.nbytes))
         self.send({"event": "timing"})
-        timing = measure(lib, packed, args, req["timing"], restore)
+        timing = measure_probed(lib, packed, args, req["timing"], restore,
+                                req.get("probe_reference_s"))
         del keep, saved
         return {**verdict, "times": timing.times, "warmups": timing.warmups,
-                "threads": timing.threads, "stop": timing.stop}
+                "threads": timing.threads, "stop": timing.stop, "probe_s": timing.probe_s,
+                "slowdown": timing.slowdown, "retimed": timing.retimed}
 
     @staticmethod
     def check(arrays: list[ArraySpec], buffers: dict[str, GuardedBuffer],

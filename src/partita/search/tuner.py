@@ -51,6 +51,10 @@ class Evaluation:
     reps: int = 0
     elapsed_s: float = 0.0
     source_digest: str = ""
+    slowdown: float | None = None
+    """How slowed the machine was around the timing (:class:`~partita.runtime.Measurement`)."""
+    slowed: bool = False
+    """Slowed beyond the timing options' limit even after retiming: the time is likely high."""
 
     @property
     def ok(self) -> bool:
@@ -63,7 +67,7 @@ class Evaluation:
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "index", "decisions", "bound_s", "status", "reason", "median_s", "min_s", "spread",
-            "reps", "elapsed_s", "source_digest")}
+            "reps", "elapsed_s", "source_digest", "slowdown")}
 
 
 @dataclass
@@ -86,6 +90,11 @@ class TuneResult:
     @property
     def violations(self) -> list[Evaluation]:
         return [e for e in self.evaluations if e.bound_violated]
+
+    @property
+    def slowed(self) -> list[Evaluation]:
+        """Implementations timed while the machine ran slowed, even after retiming."""
+        return [e for e in self.evaluations if e.ok and e.slowed]
 
     def accuracy_counts(self) -> tuple[int, dict[int, int]]:
         """(implementations measured with a bound, how many of them have their bound within
@@ -246,6 +255,9 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                             source_digest=prog.digest if prog else "")
             if m is not None and m.status == "ok":
                 ev.median_s, ev.min_s, ev.spread, ev.reps = m.median_s, m.min_s, m.spread, m.reps
+                # An evaluator without a speed probe (a caller's own) leaves them unset.
+                ev.slowdown = getattr(m, "slowdown", None)
+                ev.slowed = bool(getattr(m, "slowed", False))
             result.evaluations.append(ev)
             progress.evaluations += 1
             if ev.ok and (ev.median_s or math.inf) < state.best_time:
