@@ -98,6 +98,7 @@ def retime(tuned: Tuned, seed: int, probe: TriadProbe | None
     from cold caches (:data:`COLD`)."""
     prog = Program(tuned.kernel, tuned.entry, tuned.source, tuned.params)
     times, numpy_times, triads = [], [], []
+    slowdowns: list[str] = []
     flush = COLD.resolved_flush_bytes() if probe is not None else 0
     with Evaluator(seed=seed, timing=COLD if probe is not None else None) as ev:
         for _ in range(ROUNDS):
@@ -107,8 +108,13 @@ def retime(tuned: Tuned, seed: int, probe: TriadProbe | None
             if not m.ok or m.median_s is None:
                 raise RuntimeError(f"timing the best again failed: {m.status} {m.reason}")
             times.append(m.median_s)
+            slowdowns.append("-" if m.slowdown is None else f"{m.slowdown:.2f}"
+                             + (f" (retimed {m.retimed})" if m.retimed else ""))
             numpy_times.append(numpy_time(tuned.kernel, seed, reps=3, min_s=0.3,
                                           flush_bytes=flush) or math.nan)
+    # A round still slowed after its retimes is kept (numpy beside it saw the same machine),
+    # but the log says so.
+    print(f"  rounds' slowdowns: {', '.join(slowdowns)}", flush=True)
     return (statistics.median(times), statistics.median(numpy_times),
             statistics.median(triads) if triads else math.nan)
 
