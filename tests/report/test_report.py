@@ -261,6 +261,8 @@ def synthetic_evaluations() -> list[dict[str, Any]]:
                       "status": "ok", "reason": "", "median_s": t, "min_s": 0.98 * t,
                       "spread": 0.02, "reps": 9, "elapsed_s": 0.5 * i})
     evals[25]["bound_s"] = 3 * evals[25]["median_s"]  # the model claims it cannot be that fast
+    for i, slowdown in ((3, 1.1), (7, 2.4), (9, 1.2)):  # three timings judged by the probe
+        evals[i]["slowdown"] = slowdown
     failures = [("compile_error", "p0_mm.c:3: error: expected ';' before '}' token"),
                 ("compile_error", "p1_mm.c:9: error: 'x' undeclared"),
                 ("wrong", "C[3, 4] = 7 <script>alert(1)</script>, expected 8 & more"),
@@ -315,6 +317,8 @@ def test_report_from_synthetic_evaluations(tmp_path: Path) -> None:
     assert "<td>Failures: compile_error</td><td class=\"num\">2</td>" in text
     assert "<td>Failures: wrong</td><td class=\"num\">1</td>" in text
     assert "<td>Model violations</td><td class=\"num\">1</td>" in text
+    assert ("<td>Timed while a core ran slowed (&gt; 1.5x, of 3 probed)</td>"
+            "<td class=\"num\">1</td>") in text
     violation = next(i for i, e in enumerate(evals, start=1) if is_violation(e))
     assert f'<tr><td class="num">{violation}</td><td class="num">' in text
     assert '<td class="num">3.06</td></tr>' in text  # bound / min time: 3 / 0.98

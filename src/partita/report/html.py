@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 # The tuner's tolerance, so that the report and the tuner agree on what a model bug is.
+from partita.runtime.harness import TimingOptions
 from partita.search.tuner import NOISE, exceeds_measurement
+
+SLOW_LIMIT = TimingOptions().slow_limit
+"""Timings whose recorded slowdown exceeds this were taken while a core ran slowed (the
+default limit: a database does not keep the options a run timed with)."""
 
 MAX_FAILURES = 50
 """Failures listed in the table; a run with thousands of them would make the page useless."""
@@ -269,6 +274,12 @@ def _summary(evals: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None,
     if peak:
         rows.append(("Peak", peak))
     rows.append(("Model violations", str(violations)))
+    judged = [d for ev in evals if ev.get("status") == "ok"
+              and (d := _number(ev.get("slowdown"))) is not None]
+    if judged:
+        slowed = sum(1 for d in judged if d > SLOW_LIMIT)
+        rows.append((f"Timed while a core ran slowed (> {SLOW_LIMIT:g}x, of {len(judged)} "
+                     "probed)", str(slowed)))
     parts = ['<h2 id="summary">Summary</h2>', _table(None, rows, numeric=(1,))]
     if violations:
         parts.append(f'<p class="warn">{violations} implementation(s) ran faster than their '
