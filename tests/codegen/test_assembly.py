@@ -21,20 +21,27 @@ from partita.space.candidate import Candidate
 from partita.targets.cpu.machine import host
 
 REGISTER = {512: "zmm", 256: "ymm", 128: "xmm"}
-ROWS, VECTORS = 8, 2
-"""The micro-kernel's accumulator tile: ROWS x VECTORS full vector registers."""
+VECTORS = 2
+"""The micro-kernel's accumulator tile is rows() x VECTORS full vector registers."""
+
+
+def rows() -> int:
+    """Rows of the accumulator tile: 8 with 32 vector registers (AVX-512), 6 with 16 (AVX2:
+    12 accumulators, the 2 vectors of B and a broadcast of A fill 15 of them)."""
+    return min(8, (host().vector_registers - VECTORS - 1) // VECTORS)
 
 
 def micro_kernel() -> Candidate:
-    """A matmul whose accumulator tile (8 rows by 2 vectors) lives in registers while the
-    reduction runs, fed by vector loads of B and broadcasts of A."""
+    """A matmul whose accumulator tile (rows() rows by 2 vectors) lives in registers while
+    the reduction runs, fed by vector loads of B and broadcasts of A."""
     cpu = host()
     lanes = cpu.lanes(4)
-    if not cpu.has_fma or lanes < 4 or cpu.vector_bits not in REGISTER:
+    if not cpu.has_fma or lanes < 4 or cpu.vector_bits not in REGISTER or rows() < 2:
         pytest.skip(f"the host has no FMA on vectors ({cpu.vector_bits}-bit registers)")
-    cand = partita.space(partita.kernel("matmul", m=64, n=VECTORS * lanes * 2, k=64)).root()
+    cand = partita.space(partita.kernel("matmul", m=8 * rows(), n=VECTORS * lanes * 2,
+                                        k=64)).root()
     decisions = [
-        ("size", "i.2", ROWS), ("size", "j.2", lanes), ("size", "j.1", VECTORS),
+        ("size", "i.2", rows()), ("size", "j.2", lanes), ("size", "j.1", VECTORS),
         ("size", "r.1", 64),
         ("dim_kind", "i.2", "UNROLL"), ("dim_kind", "j.1", "UNROLL"),
         ("dim_kind", "j.2", "VECTOR"),
@@ -84,7 +91,7 @@ def test_the_micro_kernel_is_full_width_fmas_on_registers(tmp_path) -> None:
     inner = min(with_fma, key=len)
     fmas = [ins for ins in inner if "vfmadd" in ins]
     reg = REGISTER[host().vector_bits]
-    assert len(fmas) == ROWS * VECTORS, inner
+    assert len(fmas) == rows() * VECTORS, inner
     assert all(f"%{reg}" in ins and not re.search(r"%[xyz]mm", ins.replace(f"%{reg}", ""))
                for ins in fmas), fmas
     # Accumulators stay in registers: nothing in the loop touches the stack.

@@ -527,8 +527,8 @@ MAX_WAIT_SLOWDOWN = 10.0
 
 MIN_PROBES = 5
 """Timings with fewer probes (abandoned ones: a call or two) get no verdict. A single probe
-says little: the first after the threads slept often runs 1.5-3.5x slow, the core not yet
-awake, on a quiet machine."""
+says little: in a 20 s tune on a quiet machine, the lone probes of abandoned timings ran
+1.1-4.7x the fastest, most of them over 1.5x (the threads had just been woken)."""
 
 MIN_WAIT_WINDOW_S = 0.02
 """The time spent waiting for a CPU counts only over timings at least this long: over a
@@ -575,7 +575,7 @@ def measure_probed(lib: ctypes.CDLL, packed: Any, args: ctypes.Array,
     """
     if options.probe_iters <= 0:
         return measure(lib, packed, args, options, restore)
-    attempts: list[tuple[Timing, float]] = []
+    attempts: list[tuple[Timing, float, float]] = []  # (timing, seconds waited, wall)
     while True:
         delays, start = run_delays(), clock()
         timing = measure(lib, packed, args, options, restore)
