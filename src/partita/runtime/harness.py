@@ -215,19 +215,7 @@ static double partita_probe_once(int64_t iters) {
     return (double)(t1 - t0) * 1e-9;
 }
 
-/* The slowest pool thread's time for one simultaneous run of the probe on every thread. */
-static double partita_probe_slowest(int64_t iters) {
-    double slowest = 0.0;
-#ifdef _OPENMP
-#pragma omp parallel reduction(max : slowest)
-    slowest = partita_probe_once(iters);
-#else
-    slowest = partita_probe_once(iters);
-#endif
-    return slowest;
-}
-
-/* Every pool thread runs the probe ``repeats`` times at once (a barrier between runs) and
+/* Every pool thread runs the probe ``repeats`` times at once (a barrier before each run) and
    keeps its fastest run in thread_s[thread]. Returns the number of threads. */
 int64_t partita_probe(int64_t iters, int64_t repeats, double *thread_s) {
     int64_t threads = 1;
@@ -254,6 +242,17 @@ int64_t partita_probe(int64_t iters, int64_t repeats, double *thread_s) {
 #endif
     return threads < PARTITA_MAX_POOL ? threads : PARTITA_MAX_POOL;
 }
+
+/* The slowest pool thread's time for one simultaneous run of the probe on every thread. */
+static double partita_probe_slowest(int64_t iters) {
+    double thread_s[PARTITA_MAX_POOL];
+    int64_t threads = partita_probe(iters, 1, thread_s);
+    double slowest = 0.0;
+    for (int64_t t = 0; t < threads; t++)
+        if (thread_s[t] > slowest) slowest = thread_s[t];
+    return slowest;
+}
+
 /* ---- the protocol ------------------------------------------------------------------------ */
 
 enum { PARTITA_STABLE = 0, PARTITA_MAX_REPS = 1, PARTITA_BUDGET = 2, PARTITA_ABANDONED = 3 };
