@@ -24,8 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-# The tuner's tolerance, so that the report and the tuner agree on what a model bug is.
 from partita.runtime.harness import TimingOptions
+
+# The tuner's tolerance, so that the report and the tuner agree on what a model bug is.
 from partita.search.tuner import NOISE, exceeds_measurement
 
 SLOW_LIMIT = TimingOptions().slow_limit

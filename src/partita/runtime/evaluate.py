@@ -100,9 +100,10 @@ class Measurement:
     ``abandoned`` (slower than the caller's threshold)."""
     detail: str = ""
     slowdown: float | None = None
-    """How much slower than the fastest seen the harness's speed probe ran on the slowest
-    thread around these timed calls (1.0: not slowed; None: not probed). Above the timing
-    options' ``slow_limit``, every retime was slowed too and the times are likely high."""
+    """How slowed the machine was while the kept timing ran: the speed probe against the
+    fastest seen, or the time a thread waited for a CPU (1.0: not slowed; None: no verdict,
+    see :func:`~partita.runtime.harness.measure_probed`). Above the timing options'
+    ``slow_limit``, every retime was slowed too and the times are likely high."""
     retimed: int = 0
     """Timings taken again because the probe found the machine slowed."""
     slowed: bool = False

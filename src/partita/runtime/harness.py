@@ -389,10 +389,9 @@ class TimingOptions:
     """Iterations of the speed probe (about 12 us on a 3.5 GHz core) run on every pool thread
     before every timed call; 0 runs no probe."""
     slow_limit: float = 1.5
-    """Timed calls whose median probe is this much slower than the fastest probe seen are
-    timed again: some core ran slowed. A core whose hardware thread another vCPU or process
-    shares runs about 2x slower; on a quiet virtual machine, the median probe of a timing
-    stays within about 1.3x of the fastest."""
+    """Timed calls slowed beyond this (see :func:`measure_probed`) are timed again: some core
+    ran slowed. A core whose hardware thread another vCPU or process shares runs about 2x
+    slower; on a quiet virtual machine, timings stay within about 1.3x."""
     retime_slowed: int = 2
     """How many times a slowed timing is taken again (the least slowed attempt is kept)."""
     retime_pause_s: float = 0.5
@@ -425,7 +424,7 @@ class Timing:
     """The speed probe's time before each timed call, on the slowest thread (empty when no
     probe ran)."""
     slowdown: float | None = None
-    """The median probe over the fastest probe seen (see :func:`measure_probed`)."""
+    """How slowed the machine was while these calls were timed (:func:`measure_probed`)."""
     retimed: int = 0
     """Timings taken again because an earlier one was slowed."""
 
