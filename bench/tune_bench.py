@@ -219,7 +219,8 @@ Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_be
 {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation is timed
 again, alternating with numpy on the same inputs over {rounds} rounds (and, for the memory-bound
 cases, with the STREAM triad on both cores), each at least {settle:g} s after numpy's last call
-(the evaluator waits for OpenBLAS's spinning threads); each column is the median over the
+(the evaluator waits for OpenBLAS's spinning threads, and times again a timing taken while a
+core ran slowed; the log prints each round's slowdown); each column is the median over the
 rounds. The search's own figure for its best (the least of many noisy medians, so biased low) is in
 brackets. Only timings taken side by side are compared: what this machine gives one process
 changes from one minute to the next (a dot product streamed at 23, then 16 GB/s a minute
