@@ -20,7 +20,10 @@ from partita.targets import AVX512_REFERENCE
 
 RATES = Rates(cores=2, ghz=3.5, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
               stores_per_cycle=1, fma_latency_cycles=4,
-              bandwidth_gbs=((48 << 10, 400.0), (2 << 20, 200.0), (1 << 62, 30.0)))
+              bandwidth_gbs=((48 << 10, 400.0), (2 << 20, 200.0), (1 << 62, 30.0)),
+              # every heap temporary is charged its pages (a tiny charge), so that the
+              # property tests below see the allocation term too
+              fresh_page_s=1e-9, fresh_min_bytes=0)
 
 KERNELS = [("axpy", {"n": 4096}), ("matmul", {"m": 32, "n": 16, "k": 8}),
            ("dot", {"n": 1000}), ("batched_matmul", {"b": 2, "m": 8, "n": 8, "k": 4}),
@@ -439,3 +442,91 @@ def test_sets_in_the_shared_cache_get_its_fastest_measured_stream() -> None:
     # An unmeasured rung leaves the nominal table.
     missing = replace(d, samples=tuple(samples), ladder_bytes=(*rungs, 64 * mib))
     assert cpu_rates(missing).bandwidth_gbs == plain.bandwidth_gbs
+
+
+def _through_a_temporary(n: int) -> Candidate:
+    """dot with x's loads not fused with the accumulation: their values cross a temporary."""
+    root = _root("dot", {"n": n})
+    k = root.kernel
+    cand = root.restrict("order", (k.iteration_dims("ld_x")[0], k.iteration_dims("acc")[0]),
+                         ["BEFORE"])
+    assert isinstance(cand, Candidate)
+    assert cand.domain("mem_space", "tmp_ld_x_acc") == ("LOCAL", "GLOBAL")
+    return cand
+
+
+def test_a_heap_temporary_too_large_to_reuse_is_charged_its_pages() -> None:
+    """A temporary in global memory is allocated, whole, at every call; above the size the C
+    library reuses between calls, each of its pages faults in anew. The bound charges those
+    pages once the temporary is certainly on the heap, and only then."""
+    from dataclasses import replace
+
+    model = Model(replace(RATES, fresh_page_s=1e-6, fresh_min_bytes=32 << 20))
+    n = 1 << 24  # 64 MiB of fp32
+    cand = _through_a_temporary(n)
+    assert "allocation" not in model.bound(cand).terms
+    heap = cand.restrict("mem_space", ("tmp_ld_x_acc",), ["GLOBAL"])
+    local = cand.restrict("mem_space", ("tmp_ld_x_acc",), ["LOCAL"])
+    assert isinstance(heap, Candidate) and isinstance(local, Candidate)
+    b = model.bound(heap)
+    assert b.terms["allocation"] == pytest.approx(n * 4 / 4096 * 1e-6)
+    assert b.time_s >= b.terms["allocation"]
+    assert "allocation" not in model.bound(local).terms
+    # Below the size a heap reuses: nothing charged.
+    small = _through_a_temporary(1 << 23).restrict("mem_space", ("tmp_ld_x_acc",), ["GLOBAL"])
+    assert isinstance(small, Candidate)
+    assert "allocation" not in model.bound(small).terms
+    # No fresh-page rate measured: nothing charged.
+    assert "allocation" not in Model(replace(RATES, fresh_page_s=0.0)).bound(heap).terms
+
+
+def test_cpu_rates_charge_fresh_pages_at_the_measured_rate_with_a_margin() -> None:
+    from dataclasses import replace
+
+    from partita.model.cpu import FRESH_MARGIN, cpu_rates
+    from partita.targets.cpu.description import FRESH_MIN_BYTES, CpuDescription
+
+    d = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
+    assert cpu_rates(d).fresh_page_s == 0.0  # not measured: not charged
+    r = cpu_rates(replace(d, fresh_pages_per_s=5e5))
+    assert r.fresh_page_s == pytest.approx(1 / (5e5 * FRESH_MARGIN))
+    assert r.fresh_min_bytes == FRESH_MIN_BYTES == 32 << 20
+
+
+def test_a_heap_temporary_runs_no_faster_than_its_pages_are_charged() -> None:
+    """Compiled and timed on this machine: implementations that carry x through a 64 MiB
+    heap temporary take at least the time the bound charges for faulting its pages in (the
+    rate measured by the micro-benchmark, with its margin)."""
+    import shutil
+
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    from partita.codegen.c import print_c
+    from partita.model.cpu import cpu_rates
+    from partita.runtime import Evaluator, TimingOptions
+    from partita.targets.cpu.measure import measure
+
+    model = Model(cpu_rates(measure(quick=True)))
+    assert model.rates.fresh_page_s > 0
+    root = partita.space(partita.kernel("dot", n=1 << 24), "cpu").root()
+    assert isinstance(root, Candidate)
+    k = root.kernel
+    cand = root.restrict("order", (k.iteration_dims("ld_x")[0], k.iteration_dims("acc")[0]),
+                         ["BEFORE"])
+    assert isinstance(cand, Candidate)
+    heap = cand.restrict("mem_space", ("tmp_ld_x_acc",), ["GLOBAL"])
+    assert isinstance(heap, Candidate)
+    # The two least bounded of 40 random completions: most repeat the copy in loops around
+    # it and would run for minutes.
+    rng = random.Random(3)
+    drawn = sorted((random_implementation(heap, rng) for _ in range(40)),
+                   key=lambda impl: model.bound(impl).time_s)
+    impls = drawn[:2]
+    assert all(model.bound(impl).time_s < 1.0 for impl in impls)
+    timing = TimingOptions(min_reps=3, max_reps=3, budget_s=2.0)
+    with Evaluator(seed=0, timeout_s=30.0, timing=timing) as ev:
+        measured = ev.evaluate([print_c(impl) for impl in impls])
+    for impl, m in zip(impls, measured, strict=True):
+        charged = model.bound(impl).terms["allocation"]
+        assert m.ok, m.reason
+        assert m.min_s >= 0.95 * charged, (m.min_s, charged)

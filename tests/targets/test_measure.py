@@ -21,6 +21,7 @@ from partita.targets.cpu.description import (
     SCHEMA,
     CpuDescription,
     dtype_name,
+    fresh_specs,
     ladder_specs,
     machine_key,
 )
@@ -258,6 +259,11 @@ def test_measured_numbers_are_sane(measured):
             assert set(ladder_specs(total, threads)) <= ran
     assert min(d.fma_per_cycle(), d.loads_per_cycle, d.stores_per_cycle) > 0
     assert "measured" in d.summary()
+    # Fresh memory: faulted in on one thread and on all, the faster counts.
+    assert set(fresh_specs(d.cores)) <= ran
+    assert d.fresh_pages_per_s == max(s.best for s in d.samples if s.spec.startswith("fresh:"))
+    assert d.fresh_pages_per_s > 0
+    assert "fresh memory" in d.summary()
 
 
 def test_triad_probe_times_the_description_benchmark(measured):

@@ -26,6 +26,9 @@ every implementation the candidate still allows, and it can only grow as decisio
 Temporaries cost their loads and stores unless they can still live in registers; a vector
 access to a temporary that no remaining layout makes contiguous moves its lanes one element at
 a time (the printer builds the vector from element loads, or stores it element by element).
+A temporary certainly in global memory is allocated on the heap at every call, whole; where
+it is larger than the C library reuses from call to call, every page of it is faulted in
+anew (the *allocation* term).
 Targets supply
 the rates (:class:`Rates`); everything else here is shared.
 """
@@ -46,6 +49,9 @@ PEELED = 16
 """Loops of at most this many iterations may be fully unrolled by gcc at -O3 (its
 ``max-completely-peel-times``), after which invariant copies can be hoisted."""
 SEQUENTIAL = frozenset({"LOOP", "PARALLEL"})
+PAGE = 4096
+HEAP_SPACE = "GLOBAL"
+"""The memory space of temporaries allocated on the heap at every call, whole."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,11 @@ class Rates:
     reorder_window: int = 512
     """Instructions an out-of-order core holds in flight at most (an upper bound: current x86
     reorder buffers hold 224 to 512)."""
+    fresh_page_s: float = 0.0
+    """Seconds the cores together need at least to fault in one 4 KiB page of a heap block
+    allocated at every call (0: not charged)."""
+    fresh_min_bytes: int = 0
+    """Only blocks larger than this are certainly fresh at every call."""
 
     def issue_rates(self, lanes: int, widest: int) -> tuple[float, float, float]:
         """Arithmetic, load and store instructions per cycle and core on ``lanes`` elements:
@@ -169,6 +180,11 @@ class Model:
             temps = [a for a in k.arrays if a.carries is not None]
             temp_elements = {a.name: math.prod(_size_of(k, x, self.sizes) for x in a.shape)
                              for a in temps}
+            # Pages of each temporary fresh at every call if it is on the heap (its producer
+            # writes every element, so every whole page is touched).
+            fresh_pages = {a.name: temp_elements[a.name] * a.dtype.itemsize // PAGE
+                           for a in temps if temp_elements[a.name] * a.dtype.itemsize
+                           > r.fresh_min_bytes}
             temp_axes = {a.name: _temp_axes(k, a.carries) for a in temps}
             temp_sides = {a.name: tuple(_split(own[inst], {pair[side] for pairs in
                                                            temp_axes[a.name] for pair in pairs})
@@ -182,8 +198,8 @@ class Model:
             chain = max((self.reduction_length(k, i) for i in k.reducing_insts), default=0)
             itemsize = min((a.dtype.itemsize for a in k.arrays), default=4)
             self._static[key] = _KernelTerms(
-                volumes, own, foreign, inner, tuple(issued), temp_elements, temp_axes,
-                temp_sides, chain_dims,
+                volumes, own, foreign, inner, tuple(issued), temp_elements, fresh_pages,
+                temp_axes, temp_sides, chain_dims,
                 max(1, r.vector_bytes // itemsize),
                 moved / r.bandwidth(footprint), moved, footprint,
                 chain * r.fma_latency_cycles / (r.ghz * 1e9))
@@ -508,6 +524,11 @@ class Model:
                 chains = max(chains, self.chain_time(cand, inst, parallel))
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": self.memory_time(cand, parallel),
                  "latency": max(t.latency_s, chains)}
+        if r.fresh_page_s:
+            pages = sum(n for temp, n in t.fresh_pages.items()
+                        if cand.domain("mem_space", temp) == (HEAP_SPACE,))
+            if pages:
+                terms["allocation"] = pages * r.fresh_page_s
         return Bound(max(terms.values()), terms)
 
 
@@ -520,6 +541,8 @@ class _KernelTerms:
     issued: tuple[tuple[str, str, tuple[str, ...]], ...]
     """(load, store or arith; instruction; dims that may carry its vector) per instruction."""
     temp_elements: dict[str, int]
+    fresh_pages: dict[str, int]
+    """Whole pages of the temporaries too large for the C library to reuse between calls."""
     temp_axes: dict[str, tuple[tuple[tuple[str, str], ...], ...]]
     """Per axis of a temporary (in the consumer's order, layout 0), its (producer tile,
     consumer tile) pairs from the outermost tile to the innermost."""

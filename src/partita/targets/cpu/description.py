@@ -26,9 +26,15 @@ import numpy as np
 
 from partita.targets.cpu.machine import CpuCapabilities
 
-SCHEMA = 4
-"""Version of the JSON layout and of the way it is measured; part of the machine key, so a
-new layout or method never reads an old file."""
+SCHEMA = 5
+"""Version of the JSON layout and of the way it is measured: a description of another
+version is not read (it is measured again, into the same file)."""
+
+KEY_VERSION = 4
+"""Part of the machine key, which also identifies the machine in the tuning records: raised
+only when what makes timings interchangeable changes, so that a new description layout does
+not orphan the records of the same machine (the key had the layout's version, 4, until the
+layout moved on)."""
 
 WIDTHS = (0, 128, 256, 512)
 """Vector widths in bits that are measured; 0 stands for scalar code."""
@@ -36,6 +42,21 @@ WIDTHS = (0, 128, 256, 512)
 LEVELS = ("L1", "L2", "L3", "DRAM")
 
 PAGE = 4096
+
+FRESH_MIN_BYTES = 32 << 20
+"""Heap blocks larger than this are mapped anew at every allocation and unmapped when freed
+(glibc's largest threshold for serving a block from its heap: the threshold grows with freed
+mapped blocks, up to this), so a buffer allocated at every call of a kernel faults each of its
+pages in again. Smaller blocks may be reused from one call to the next."""
+
+FRESH_BYTES = 40 << 20
+"""The buffer the fresh-memory benchmark allocates and touches (``fresh:BYTES:T`` per
+thread): above :data:`FRESH_MIN_BYTES`."""
+
+
+def fresh_specs(threads: int) -> tuple[str, ...]:
+    """The fresh-memory benchmark on one thread and on ``threads``."""
+    return tuple(dict.fromkeys((f"fresh:{FRESH_BYTES}:1", f"fresh:{FRESH_BYTES}:{threads}")))
 
 
 def whole_pages(nbytes: float, up: bool = False) -> int:
@@ -95,7 +116,7 @@ def machine_key(cpu: CpuCapabilities, compiler: str) -> str:
     the key too. The compiler matters because it chooses the instructions that are timed.
     """
     ident = {
-        "schema": SCHEMA, "model": cpu.model, "flags": sorted(cpu.flags), "cores": cpu.cores,
+        "schema": KEY_VERSION, "model": cpu.model, "flags": sorted(cpu.flags), "cores": cpu.cores,
         "vector_bits": cpu.vector_bits, "caches": [cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes],
         "compiler": compiler,
     }
@@ -189,6 +210,10 @@ class CpuDescription:
     The share of a shared cache one process gets can be far below its size (a virtual
     machine's slice of a server's L3), so the rate of sets that nominally fit is measured
     rather than assumed."""
+    fresh_pages_per_s: float = 0.0
+    """4 KiB pages of freshly allocated memory (blocks above :data:`FRESH_MIN_BYTES`) that
+    the cores together fault in per second, the faster of one thread and all (0: not
+    measured). A generated kernel allocates its heap temporaries at every call."""
     schema: int = SCHEMA
 
     # ------------------------------------------------------------------ model helpers
@@ -326,6 +351,9 @@ class CpuDescription:
         if ladder:
             lines.append("shared  " + ", ".join(ladder) + " GB/s (the fastest stream)")
         lines.append(f"STREAM triad {self.stream_triad_gbs:.1f} GB/s")
+        if self.fresh_pages_per_s:
+            lines.append(f"fresh memory {1e6 / self.fresh_pages_per_s:.2f} us per 4 KiB page "
+                         f"first touched (blocks over {FRESH_MIN_BYTES >> 20} MiB, all cores)")
         if self.unscaled:
             lines.append("all-core rates below the cores' combined one-core rates, measure "
                          "again when quieter (partita machine --measure): "

@@ -52,6 +52,7 @@ from partita.targets.cpu.description import (
     FmaThroughput,
     MemoryLevel,
     Sample,
+    fresh_specs,
     ladder_specs,
     machine_key,
     scaling_ratios,
@@ -231,7 +232,7 @@ def summarize(rates: Sequence[float], shares: Sequence[float],
 def _unit(spec: str) -> str:
     kind = spec.split(":")[0]
     return {"iadd": "add/s", "fma": "flop/s", "fmalat": "fma/s", "addlat": "add/s",
-            "chase": "load/s"}.get(kind, "B/s")
+            "chase": "load/s", "fresh": "page/s"}.get(kind, "B/s")
 
 
 def run_specs(exe: Path, specs: Sequence[str], settings: Settings, reps: int | None = None,
@@ -312,6 +313,9 @@ def _specs(threads: int, wide: int, ws: WorkingSets) -> tuple[list[str], list[st
     multi += [s for total in ws.ladder for s in ladder_specs(total, threads)]
     if threads == 1:
         multi = [s for s in multi if not s.startswith(("fma:", "read:", "triad:"))]
+    fresh = fresh_specs(threads)
+    single.append(fresh[0])
+    multi += fresh[1:]
     return single, multi
 
 
@@ -407,6 +411,8 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
         scalar_loads_per_cycle=peak(f"sload:{ws.l1}") / 4 / hz,
         scalar_stores_per_cycle=peak(f"sstore:{ws.l1}") / 4 / hz,
         ladder_bytes=ws.ladder,
+        fresh_pages_per_s=max((samples[s].best for s in fresh_specs(n) if s in samples),
+                              default=0.0),
         seconds=time.monotonic() - started, quick=quick, load_average=load_average,
         samples=tuple(samples.values()),
     )

@@ -320,10 +320,29 @@ static __attribute__((noinline)) double k_update(long n, char *x, char *y, size_
     return 3.0 * (double)n * (double)(nv * sizeof(vwided));
 }
 
+/* Memory allocated anew: what a generated kernel does with a temporary on the heap at
+   every call. The buffer is allocated as the generated code allocates it, one byte per 4 KiB
+   written (the first write of a fresh page faults, and the kernel zeroes the page), then
+   freed; the work is the pages touched. Buffers above the C library's largest threshold
+   for serving blocks from its heap (32 MiB in glibc) are mapped on allocation and unmapped
+   on free, so every repetition touches fresh pages; a library that reuses them makes this
+   fast, and the model's charge small. */
+static __attribute__((noinline)) double k_fresh(long n, size_t bytes) {
+    size_t size = (bytes + 63) / 64 * 64;
+    for (long r = 0; r < n; r++) {
+        char *p = aligned_alloc(64, size);
+        if (!p) return -1.0;
+        for (size_t i = 0; i < size; i += 4096) p[i] = (char)r;
+        __asm__ volatile("" :: "r"(p) : "memory");
+        free(p);
+    }
+    return (double)n * (double)(size / 4096);
+}
+
 /* ---------- specs ---------- */
 
 enum { IADD, FMA_TP, FMA_LAT, ADD_LAT, CHASE, LOAD, STORE, READ, TRIAD, SLOAD, SSTORE,
-       UPDATE };
+       UPDATE, FRESH };
 
 typedef struct {
     int kind, dbl, bits, threads;
@@ -346,7 +365,7 @@ static char *alloc_touch(size_t bytes) {
 }
 
 static int setup(spec_t *s, int tid) {
-    int arrays = s->kind == TRIAD ? 3 : s->kind == UPDATE ? 2
+    int arrays = s->kind == TRIAD ? 3 : s->kind == UPDATE ? 2 : s->kind == FRESH ? 0
                : (s->kind == CHASE || s->kind >= LOAD) ? 1 : 0;
     for (int k = 0; k < arrays; k++) {
         s->buf[tid][k] = alloc_touch(s->bytes);
@@ -397,13 +416,14 @@ static double run_kernel(spec_t *s, int tid, long n) {
     case READ: return k_read(n, b[0], s->bytes, &s->cursor[tid]);
     case TRIAD: return k_triad(n, b[0], b[1], b[2], s->bytes, &s->cursor[tid]);
     case UPDATE: return k_update(n, b[0], b[1], s->bytes, &s->cursor[tid]);
+    case FRESH: return k_fresh(n, s->bytes);
     }
     return 0;
 }
 
 /* spec syntax:  iadd | fma:f32:512:T | fmalat:f64:0 | addlat:f32:256 | chase:BYTES
                  | load:BYTES | store:BYTES | sload:BYTES | sstore:BYTES
-                 | read:BYTES:T | triad:BYTES:T | update:BYTES:T                      */
+                 | read:BYTES:T | triad:BYTES:T | update:BYTES:T | fresh:BYTES:T      */
 static int parse(const char *text, spec_t *s) {
     char kind[16] = {0}, dt[8] = {0};
     unsigned long long bytes = 0;
@@ -439,9 +459,11 @@ static int parse(const char *text, spec_t *s) {
         if (s->bytes < (s->kind == CHASE ? 2 * LINE : 512)) return -1;
         return s->kind != CHASE && WIDE_BITS == 0 ? 1 : 0;
     }
-    if (!strcmp(kind, "read") || !strcmp(kind, "triad") || !strcmp(kind, "update")) {
+    if (!strcmp(kind, "read") || !strcmp(kind, "triad") || !strcmp(kind, "update")
+        || !strcmp(kind, "fresh")) {
         if (sscanf(text + strlen(kind), ":%llu:%d", &bytes, &threads) != 2) return -1;
-        s->kind = !strcmp(kind, "read") ? READ : !strcmp(kind, "triad") ? TRIAD : UPDATE;
+        s->kind = !strcmp(kind, "read") ? READ : !strcmp(kind, "triad") ? TRIAD
+                : !strcmp(kind, "update") ? UPDATE : FRESH;
         s->bytes = (size_t)bytes;
         if (s->bytes < 512) return -1;
         s->threads = threads;
@@ -473,6 +495,10 @@ static int bench(spec_t *s, double target, int reps, double *times, double *shar
             if (tid == 0) t0 = now();
             double w0 = now(), c0 = thread_cpu();
             work[tid] = run_kernel(s, tid, my_n);
+            if (work[tid] < 0) {   /* an allocation failed */
+#pragma omp atomic write
+                failed = 1;
+            }
             cpu[tid] = thread_cpu() - c0;
             wall[tid] = now() - w0;
 #pragma omp barrier
