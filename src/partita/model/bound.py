@@ -26,8 +26,9 @@ every implementation the candidate still allows, and it can only grow as decisio
 Temporaries cost their loads and stores unless they can still live in registers; a vector
 access to a temporary that no remaining layout makes contiguous moves its lanes one element at
 a time (the printer builds the vector from element loads, or stores it element by element).
-A temporary certainly in global memory is allocated on the heap at every call, whole; where
-it is larger than the C library reuses from call to call, every page of it is faulted in
+A temporary certainly out of registers is allocated at every call: whole in global memory,
+a slice per iteration of the loops fused around both its ends in a local buffer. Where that
+block is larger than the C library reuses from call to call, every page of it is faulted in
 anew (the *allocation* term).
 Targets supply
 the rates (:class:`Rates`); everything else here is shared.
@@ -180,11 +181,12 @@ class Model:
             temps = [a for a in k.arrays if a.carries is not None]
             temp_elements = {a.name: math.prod(_size_of(k, x, self.sizes) for x in a.shape)
                              for a in temps}
-            # Pages of each temporary fresh at every call if it is on the heap (its producer
-            # writes every element, so every whole page is touched).
-            fresh_pages = {a.name: temp_elements[a.name] * a.dtype.itemsize // PAGE
-                           for a in temps if temp_elements[a.name] * a.dtype.itemsize
-                           > r.fresh_min_bytes}
+            # The temporaries that could be on the heap in a block too large to be reused
+            # from call to call: (bytes per element, elements along each axis).
+            large = {a.name: (a.dtype.itemsize,
+                              tuple(_size_of(k, x, self.sizes) for x in a.shape))
+                     for a in temps
+                     if temp_elements[a.name] * a.dtype.itemsize > r.fresh_min_bytes}
             temp_axes = {a.name: _temp_axes(k, a.carries) for a in temps}
             temp_sides = {a.name: tuple(_split(own[inst], {pair[side] for pairs in
                                                            temp_axes[a.name] for pair in pairs})
@@ -198,7 +200,7 @@ class Model:
             chain = max((self.reduction_length(k, i) for i in k.reducing_insts), default=0)
             itemsize = min((a.dtype.itemsize for a in k.arrays), default=4)
             self._static[key] = _KernelTerms(
-                volumes, own, foreign, inner, tuple(issued), temp_elements, fresh_pages,
+                volumes, own, foreign, inner, tuple(issued), temp_elements, large,
                 temp_axes, temp_sides, chain_dims,
                 max(1, r.vector_bytes // itemsize),
                 moved / r.bandwidth(footprint), moved, footprint,
@@ -525,11 +527,38 @@ class Model:
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": self.memory_time(cand, parallel),
                  "latency": max(t.latency_s, chains)}
         if r.fresh_page_s:
-            pages = sum(n for temp, n in t.fresh_pages.items()
-                        if cand.domain("mem_space", temp) == (HEAP_SPACE,))
+            pages = sum(self.fresh_pages(cand, temp) for temp in t.large_temps)
             if pages:
                 terms["allocation"] = pages * r.fresh_page_s
         return Bound(max(terms.values()), terms)
+
+    def fresh_pages(self, cand: Candidate, temp: str) -> int:
+        """The 4 KiB pages of ``temp`` faulted in at every call, at least: 0 while it may
+        live in registers or its block may be small enough to be reused.
+
+        In global memory a temporary is allocated whole; a local buffer holds one slice per
+        iteration of the loops fused around both its ends (the sizes of its producer tiles
+        not fused with their consumer tiles, at most the axis), on the heap when large. The
+        producer writes every element of the block, or of the slice, and distinct elements
+        fill at least their bytes over a page's size of pages.
+        """
+        r = self.rates
+        spaces = cand.domain("mem_space", temp)
+        if r.register_space in spaces:
+            return 0
+        t = self._terms(cand.kernel)
+        itemsize, axes = t.large_temps[temp]
+        elements = t.temp_elements[temp]
+        if spaces != (HEAP_SPACE,):
+            elements = 1
+            for size, pairs in zip(axes, t.temp_axes[temp], strict=True):
+                along = 1
+                for producer, consumer in pairs:
+                    if "MERGED" not in cand.domain("order", producer, consumer):
+                        along *= self.dim_size_range(cand, producer)[0]
+                elements *= min(along, size)
+        nbytes = elements * itemsize
+        return nbytes // PAGE if nbytes > r.fresh_min_bytes else 0
 
 
 @dataclass(frozen=True)
@@ -541,8 +570,9 @@ class _KernelTerms:
     issued: tuple[tuple[str, str, tuple[str, ...]], ...]
     """(load, store or arith; instruction; dims that may carry its vector) per instruction."""
     temp_elements: dict[str, int]
-    fresh_pages: dict[str, int]
-    """Whole pages of the temporaries too large for the C library to reuse between calls."""
+    large_temps: dict[str, tuple[int, tuple[int, ...]]]
+    """(bytes per element, elements per axis) of the temporaries larger than the C library
+    reuses between calls."""
     temp_axes: dict[str, tuple[tuple[tuple[str, str], ...], ...]]
     """Per axis of a temporary (in the consumer's order, layout 0), its (producer tile,
     consumer tile) pairs from the outermost tile to the innermost."""
