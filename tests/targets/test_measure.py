@@ -125,6 +125,16 @@ def test_describe_remeasures_unreadable_cache(cache, fake_measure):
     assert CpuDescription.load(path) == desc
 
 
+def test_describe_remeasures_a_description_in_another_layout(cache, fake_measure, nominal):
+    path = cache_path(machine_key(AVX512_REFERENCE, "gcc test"))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**nominal.to_json(), "schema": SCHEMA - 1}))
+    with pytest.warns(UserWarning, match="another layout .* measuring this machine again"):
+        desc = describe(cpu=AVX512_REFERENCE)
+    assert desc.source == "measured" and len(fake_measure) == 1
+    assert CpuDescription.load(path) == desc
+
+
 def test_describe_falls_back_when_measuring_fails(cache, fake_measure, monkeypatch):
     def broken(cpu=None, **kwargs):
         raise MeasureError("no luck")

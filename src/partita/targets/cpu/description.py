@@ -59,6 +59,14 @@ def fresh_specs(threads: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys((f"fresh:{FRESH_BYTES}:1", f"fresh:{FRESH_BYTES}:{threads}")))
 
 
+class LayoutError(ValueError):
+    """A CPU description written in another layout version (an older partita's, usually)."""
+
+    def __init__(self, found: Any) -> None:
+        super().__init__(f"CPU description layout {found!r}, expected {SCHEMA}")
+        self.found = found
+
+
 def whole_pages(nbytes: float, up: bool = False) -> int:
     """Whole 4 KiB pages (at least one): down for sets that must fit a level, up for sets
     that must spill."""
@@ -373,7 +381,7 @@ class CpuDescription:
     def from_json(cls, data: dict[str, Any]) -> CpuDescription:
         """Inverse of :meth:`to_json`; raises ``ValueError`` on another layout version."""
         if data.get("schema") != SCHEMA:
-            raise ValueError(f"CPU description layout {data.get('schema')!r}, expected {SCHEMA}")
+            raise LayoutError(data.get("schema"))
         try:
             d = dict(data)
             d["fma"] = tuple(FmaThroughput(**f) for f in d.get("fma", ()))

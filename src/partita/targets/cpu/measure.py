@@ -47,9 +47,11 @@ from pathlib import Path
 from partita.paths import cache_root
 from partita.targets.cpu.description import (
     MIN_SCALING,
+    SCHEMA,
     WIDTHS,
     CpuDescription,
     FmaThroughput,
+    LayoutError,
     MemoryLevel,
     Sample,
     fresh_specs,
@@ -520,6 +522,10 @@ def describe(measure_if_missing: bool = True, force: bool = False, *,
                               "the cores (its all-core rates do not scale); measure again "
                               "when quieter: partita machine --measure", stacklevel=2)
             return cached
+        except LayoutError as e:
+            warnings.warn(f"the CPU description {path} is in another layout ({e.found}, "
+                          f"this version reads {SCHEMA}): measuring this machine again",
+                          stacklevel=2)
         except (OSError, ValueError) as e:
             warnings.warn(f"ignoring unreadable CPU description {path}: {e}", stacklevel=2)
     if not (measure_if_missing or force):
