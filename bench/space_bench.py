@@ -152,9 +152,11 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s): 199-218 on the AMD EPYC machine of
-  this table (3.7 GHz) over its runs, 62-84 on the Intel machine of earlier runs, where the same
-  build ran about 2.8x slower throughout (root propagation 0.19 s there, 0.07-0.15 s here). There
+- **Speed** (matmul 1024^3, target 100 descents/s): 111 on the AMD EPYC machine of this
+  table (3.2 GHz, no AVX-512), 199-218 on the AMD EPYC machine of earlier tables (3.7 GHz),
+  which ran the same build about 1.7x faster throughout (axpy 20,047 descents/s there, 12,271
+  here; root propagation 0.07-0.15 s there, 0.17 s here), 62-84 on an Intel machine, about 2.8x
+  slower than that (root propagation 0.19 s). There
   the C engine ran a decision's propagation in about 0.2 ms, against 6 ms in Python (30x);
   a descent takes about 48 of them plus a few lowerings, and 85% of its time is in the
   engine. What remains is the number of clause
@@ -169,7 +171,8 @@ NOTES = """What limits these figures:
   outer tile), 28% before the clauses `loops around an accumulation's neighbours ...` (a
   store's loop drawn around the init or a load placed before the accumulation's loop: the
   loop would hold the accumulation, so fuse with its loop, which does not hold the init), 12%
-  now. Of 300 descents, 35 end in one: 27 by the limit on collapsed parallel loops (an order
+  now (12.4% before the rows could take tiles that leave a remainder, 12.8% since). Of 300
+  descents (before that change), 35 end in one: 27 by the limit on collapsed parallel loops (an order
   drawn IN or OUT between the two packing nests' reduction loops, which puts one packing
   inside the other's parallel loop), 8 by the register limit on unrolled copies. Another
   value of the same choice always propagates (no live child: 0%), so the search's rollouts,
