@@ -172,9 +172,9 @@ NOTES = """What limits these figures:
   store's loop drawn around the init or a load placed before the accumulation's loop: the
   loop would hold the accumulation, so fuse with its loop, which does not hold the init), 12%
   now (12.4% before the rows could take tiles that leave a remainder, 12.8% since). Of 300
-  descents (before that change), 35 end in one: 27 by the limit on collapsed parallel loops (an order
-  drawn IN or OUT between the two packing nests' reduction loops, which puts one packing
-  inside the other's parallel loop), 8 by the register limit on unrolled copies. Another
+  descents (before that change), 35 end in one: 27 by the limit on collapsed parallel loops
+  (an order drawn IN or OUT between the two packing nests' reduction loops, which puts one
+  packing inside the other's parallel loop), 8 by the register limit on unrolled copies. Another
   value of the same choice always propagates (no live child: 0%), so the search's rollouts,
   which draw again, never backtrack further. Every redundant clause is tested to lose no
   implementation (implementations of the space without them replay in the full space).
