@@ -17,6 +17,7 @@ from partita.model.bound import PEELED
 from partita.search.sampling import random_implementation
 from partita.space.candidate import Candidate
 from partita.targets import AVX512_REFERENCE
+from partita.targets.cpu.machine import CpuCapabilities
 
 RATES = Rates(cores=2, ghz=3.5, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
               stores_per_cycle=1, fma_latency_cycles=4,
@@ -444,9 +445,12 @@ def test_sets_in_the_shared_cache_get_its_fastest_measured_stream() -> None:
     assert cpu_rates(missing).bandwidth_gbs == plain.bandwidth_gbs
 
 
-def _through_a_temporary(n: int) -> Candidate:
-    """dot with x's loads not fused with the accumulation: their values cross a temporary."""
-    root = _root("dot", {"n": n})
+def _through_a_temporary(n: int, cpu: CpuCapabilities | None = AVX512_REFERENCE
+                         ) -> Candidate:
+    """dot with x's loads not fused with the accumulation: their values cross a temporary
+    (in the space of ``cpu``, the host's with None)."""
+    root = partita.space(partita.kernel("dot", n=n), "cpu", cpu=cpu).root()
+    assert isinstance(root, Candidate)
     k = root.kernel
     cand = root.restrict("order", (k.iteration_dims("ld_x")[0], k.iteration_dims("acc")[0]),
                          ["BEFORE"])
@@ -522,12 +526,7 @@ def test_a_heap_temporary_runs_no_faster_than_its_pages_are_charged() -> None:
 
     model = Model(cpu_rates(measure(quick=True)))
     assert model.rates.fresh_page_s > 0
-    root = partita.space(partita.kernel("dot", n=1 << 24), "cpu").root()
-    assert isinstance(root, Candidate)
-    k = root.kernel
-    cand = root.restrict("order", (k.iteration_dims("ld_x")[0], k.iteration_dims("acc")[0]),
-                         ["BEFORE"])
-    assert isinstance(cand, Candidate)
+    cand = _through_a_temporary(1 << 24, cpu=None)
     heap = cand.restrict("mem_space", ("tmp_ld_x_acc",), ["GLOBAL"])
     local = cand.restrict("mem_space", ("tmp_ld_x_acc",), ["LOCAL"])
     assert isinstance(heap, Candidate) and isinstance(local, Candidate)

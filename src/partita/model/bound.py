@@ -51,8 +51,6 @@ PEELED = 16
 ``max-completely-peel-times``), after which invariant copies can be hoisted."""
 SEQUENTIAL = frozenset({"LOOP", "PARALLEL"})
 PAGE = 4096
-HEAP_SPACE = "GLOBAL"
-"""The memory space of temporaries allocated on the heap at every call, whole."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +86,8 @@ class Rates:
     """The same table for what one core moves alone (empty: unknown, then only the all-core
     table bounds): a loop nest that runs on one core streams at this rate."""
     register_space: str = "REGISTER"
+    heap_space: str = "GLOBAL"
+    """The memory space of temporaries allocated whole, on the heap, at every call."""
     reorder_window: int = 512
     """Instructions an out-of-order core holds in flight at most (an upper bound: current x86
     reorder buffers hold 224 to 512)."""
@@ -527,12 +527,12 @@ class Model:
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": self.memory_time(cand, parallel),
                  "latency": max(t.latency_s, chains)}
         if r.fresh_page_s:
-            pages = sum(self.fresh_pages(cand, temp) for temp in t.large_temps)
+            pages = sum(self.fresh_pages(cand, t, temp) for temp in t.large_temps)
             if pages:
                 terms["allocation"] = pages * r.fresh_page_s
         return Bound(max(terms.values()), terms)
 
-    def fresh_pages(self, cand: Candidate, temp: str) -> int:
+    def fresh_pages(self, cand: Candidate, t: _KernelTerms, temp: str) -> int:
         """The 4 KiB pages of ``temp`` faulted in at every call, at least: 0 while it may
         live in registers or its block may be small enough to be reused.
 
@@ -546,10 +546,9 @@ class Model:
         spaces = cand.domain("mem_space", temp)
         if r.register_space in spaces:
             return 0
-        t = self._terms(cand.kernel)
         itemsize, axes = t.large_temps[temp]
         elements = t.temp_elements[temp]
-        if spaces != (HEAP_SPACE,):
+        if spaces != (r.heap_space,):
             elements = 1
             for size, pairs in zip(axes, t.temp_axes[temp], strict=True):
                 along = 1

@@ -7,7 +7,8 @@ benchmark (a *spec*), and for each the program prints one line::
     <spec> <work per repetition> <seconds>:<share> ... (one pair per repetition)
 
 or ``<spec> unsupported`` when the compiled target lacks what the spec needs (e.g. 512-bit
-vectors). Work is counted in flops, bytes or dependent operations depending on the benchmark.
+vectors). Work is counted in flops, bytes, dependent operations or pages faulted in,
+depending on the benchmark.
 ``share`` is how much of the repetition every thread actually ran (its CPU time over its wall
 time, times its kernel time over the whole timed region): below 1 when a thread was
 descheduled, which on a shared machine is the main source of outliers. Turning times into
