@@ -195,6 +195,25 @@ def test_speculated_rows_never_reach_a_sum_along_them() -> None:
     assert any(": 18)" in source for source in sources)
 
 
+def test_panel_layouts_put_the_reduction_steps_of_a_register_tile_side_by_side(
+        evaluator: Evaluator) -> None:
+    """A transposed A packed per block of rows as panels (layout 3: i fastest, its outer
+    tiles outermost): the 4 rows of the register tile at consecutive addresses and the next
+    reduction step right after them (stride 4), on 13 rows (a last tile of 1) and 9 steps;
+    the results are unchanged."""
+    cand = _pinned({"m": 13, "n": 16, "k": 9, "transpose_a": 1}, [
+        ("size", ["i.2"], [4]), ("dim_kind", ["i.2"], ["UNROLL"]),
+        ("order", ["i_a.0", "i.0"], ["MERGED"]), ("order", ["r_a.0", "r.0"], ["BEFORE"]),
+        ("mem_space", ["tmp_ld_a_acc"], ["LOCAL"]), ("layout", ["tmp_ld_a_acc"], [3]),
+    ])
+    sources, report = _sources_and_report(evaluator, cand, 6, 23, "panel")
+    for source in sources:
+        indices = re.findall(r"tmp_ld_a_acc\[([^\]]*)\]", source)
+        assert any(re.search(r"(^| )4 \* r_", ix) for ix in indices), indices
+        assert not any(re.search(r"(^| )(1|2|3) \* r_", ix) for ix in indices), indices
+    assert report.verified == 6, report.failed[:3]
+
+
 @pytest.mark.parametrize("params", [{"m": 16, "n": 32, "k": 32, "stride_a": 32},
                                     {"m": 13, "n": 37, "k": 19, "stride_a": 3}],
                          ids=["strided", "strided-odd"])

@@ -227,8 +227,9 @@ def test_accumulation_chains_match_the_loop_tree(seed: int) -> None:
 
 
 def test_a_packed_panel_read_across_its_layout_costs_an_access_per_lane() -> None:
-    """B packed for an 8x32 register tile: stored with j fastest (layout 0), the micro-kernel
-    reads 16 lanes at once; transposed (layout 1), the printer builds each vector from 16
+    """B packed for an 8x32 register tile: stored with j fastest (layout 0, or its panels of
+    16 columns, layout 2), the micro-kernel reads 16 lanes at once; transposed (layout 1, or
+    its panels of 64 reduction steps, layout 3), the printer builds each vector from 16
     element loads, and the bound charges them."""
     from partita.codegen.c import print_c
 
@@ -247,14 +248,16 @@ def test_a_packed_panel_read_across_its_layout_costs_an_access_per_lane() -> Non
     cand = cand.restrict("mem_space", ("tmp_ld_b_acc",), ["LOCAL"])
     assert isinstance(cand, Candidate)
     bounds, gathers = [], []
-    for layout in (0, 1):
+    for layout in (0, 1, 2, 3):
         chosen = cand.restrict("layout", ("tmp_ld_b_acc",), [layout])
         assert isinstance(chosen, Candidate)
         bounds.append(model.bound(chosen).terms["issue"])
         source = print_c(random_implementation(chosen, random.Random(0))).source
         gathers.append("{tmp_ld_b_acc[" in source)
-    assert gathers == [False, True]
+    assert gathers == [False, True, False, True]
     assert bounds[1] > 1.5 * bounds[0]
+    assert bounds[3] > 1.5 * bounds[2]
+    assert bounds[2] == bounds[0]
 
 
 def test_accumulation_chain_bounds_a_dot_product() -> None:

@@ -13,8 +13,9 @@ Where values live
     both ends, so one slice per iteration of them is enough) or by all of them (``GLOBAL``,
     on the heap: distinct iterations never share an element, so threads need no copies).
     Slots are ordered by the decided layout (a permutation of the logical axes, fastest last)
-    then by tile level. An accumulation keeps its running value where its init put it: the
-    init's variable, or the temporary between them.
+    then by tile level; a panel layout moves the outer tiles of the fastest axis first. An
+    accumulation keeps its running value where its init put it: the init's variable, or the
+    temporary between them.
 
 How dimensions are printed
     ``LOOP`` is a ``for`` loop; ``UNROLL`` repeats its body with the index as a constant;
@@ -42,7 +43,7 @@ from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Const, Index, Instruction, Operand, Reduce, Scalar, Value
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
-from partita.space.temporaries import permutation, temporary_name
+from partita.space.temporaries import layout_order, temporary_name
 
 LOCAL_STACK_BYTES = 64 * 1024
 """LOCAL buffers up to this size live on the stack; larger ones are allocated once per thread."""
@@ -245,13 +246,20 @@ class CPrinter:
 
     def _temp_storage(self, temp: Array, op: Value | Reduce) -> Storage:
         space = self.cand.domain("mem_space", temp.name)[0]
-        perm = permutation(len(op.mapping), self.cand.domain("layout", temp.name)[0])
-        slots = []
+        perm, panels = layout_order(len(op.mapping), self.cand.domain("layout", temp.name)[0])
+        slots: list[Slot] = []
+        fastest: list[Slot] = []
         for axis in perm:
             src, dst = op.mapping[axis]
-            for a, b in zip(self.k.dims_of(src), self.k.dims_of(dst), strict=True):
-                if space == "GLOBAL" or not self._merged(a, b):
-                    slots.append(Slot(a, b, self.sizes[a]))
+            fastest = [Slot(a, b, self.sizes[a])
+                       for a, b in zip(self.k.dims_of(src), self.k.dims_of(dst), strict=True)
+                       if space == "GLOBAL" or not self._merged(a, b)]
+            slots += fastest
+        if panels and len(fastest) > 1:
+            # The outer tiles of the fastest axis go outermost: each of its inner tiles is
+            # then one contiguous panel.
+            outer = fastest[:-1]
+            slots = [*outer, *(sl for sl in slots if all(sl is not o for o in outer))]
         lanes = 1
         if space == "REGISTER":
             # Registers have no layout: the (widest) vectorised pair goes last, so the

@@ -43,7 +43,7 @@ from typing import Any
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.candidate import Candidate
-from partita.space.temporaries import permutation
+from partita.space.temporaries import layout_order
 
 CACHE_LINE = 64
 PEELED = 16
@@ -412,15 +412,24 @@ class Model:
         if self.rates.lane_group:
             return None
         where = {pair[side]: ax for ax, pairs in enumerate(axes) for pair in pairs}
-        kept: dict[int, bool] = {}
+        kept: dict[tuple[int, bool], bool] = {}
 
-        def blocks(ax: int) -> bool:
-            # Some pair of this axis certainly holds more than one element in the buffer.
-            if ax not in kept:
+        def blocks(ax: int, inner: bool = False) -> bool:
+            # Some pair of this axis (its innermost, with ``inner``) certainly holds more than
+            # one element in the buffer.
+            if (ax, inner) not in kept:
                 local = "LOCAL" in cand.domain("mem_space", temp)
-                kept[ax] = any(self.dim_size_range(cand, a)[0] > 1 and not (
-                    local and cand.allows("order", (a, b), "MERGED")) for a, b in axes[ax])
-            return kept[ax]
+                kept[ax, inner] = any(self.dim_size_range(cand, a)[0] > 1 and not (
+                    local and cand.allows("order", (a, b), "MERGED"))
+                    for a, b in (axes[ax][-1:] if inner else axes[ax]))
+            return kept[ax, inner]
+
+        def strided(ax: int, index: int) -> bool:
+            # Something certainly stored after the axis in this layout: a panel layout
+            # stores only the innermost tile of its fastest axis after the other axes.
+            perm, panels = layout_order(len(axes), index)
+            after = perm[perm.index(ax) + 1:]
+            return any(blocks(b, panels and b == perm[-1]) for b in after)
 
         best = 1
         for d in dims:
@@ -429,9 +438,7 @@ class Model:
             n = min(widest, self.dim_size_range(cand, d)[1])
             ax = where.get(d)
             if ax is not None and n > 1 and all(
-                    any(blocks(b) for b in perm[perm.index(ax) + 1:])
-                    for perm in (permutation(len(axes), i)
-                                 for i in cand.domain("layout", temp))):
+                    strided(ax, i) for i in cand.domain("layout", temp)):
                 n = 1
             best = max(best, n)
         return best

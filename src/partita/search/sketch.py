@@ -246,10 +246,12 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
             chain = sorted(free, key=lambda d: (-strides[d], k.dim(d).level))
             out += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
             # The micro-kernel reads a vector of B, and the register tile's rows of A, at
-            # consecutive addresses.
+            # consecutive addresses; A in panels of the register tile's rows, so that the
+            # steps of the reduction follow one another too (in one block of rows, the step
+            # after is a whole block further: 22.3 against 17.9 ms on A transposed 1024^3).
             layout = (_layout_with_last(k, p, acc, shape.vector)
                       if _counterpart(k, p, shape.vector) is not None
-                      else _layout_with_last(k, p, acc, shape.unrolled))
+                      else _layout_with_last(k, p, acc, shape.unrolled, panels=True))
             if layout is not None:
                 out.append(Decision("layout", (temporary_name(p, acc),), (layout,)))
         along = _counterpart(k, p, shape.vector)
@@ -326,9 +328,12 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     return out
 
 
-def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str) -> int | None:
+def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str,
+                      panels: bool = False) -> int | None:
     """The layout of the temporary from ``producer`` to ``consumer`` whose fastest axis is
-    ``logical`` (a consumer dim), the other axes in their order; None if it carries none."""
+    ``logical`` (a consumer dim), the other axes in their order, stored as panels of its
+    inner tile with ``panels`` (see :func:`~partita.space.temporaries.layout_order`); None
+    if it carries none."""
     for op in k.inst(consumer).values():
         if isinstance(op, Value) and op.inst == producer:
             axes = [dst for _, dst in op.mapping]
@@ -336,7 +341,8 @@ def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str) -> 
                 return None
             last = axes.index(logical)
             perms = itertools.permutations(range(len(axes)))
-            return next(i for i, perm in enumerate(perms) if perm[-1] == last)
+            index = next(i for i, perm in enumerate(perms) if perm[-1] == last)
+            return index + math.factorial(len(axes)) if panels and len(axes) > 1 else index
     return None
 
 

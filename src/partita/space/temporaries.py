@@ -57,9 +57,26 @@ def temporary_dims(k: Kernel, t: str) -> list[str]:
     return out
 
 
-def layouts(k: Kernel, t: str) -> list[int]:
-    """Index of each permutation of the temporary's axes (0 is the consumer's order)."""
-    return list(range(math.factorial(len(k.array(t).shape))))
+def layouts(k: Kernel, t: str, panels: bool = False) -> list[int]:
+    """Index of each layout of the temporary: the permutations of its axes (0 is the
+    consumer's order), then, with ``panels`` and at least two axes, the same permutations
+    stored as panels (see :func:`layout_order`)."""
+    count = math.factorial(len(k.array(t).shape))
+    return list(range(2 * count if panels and count > 1 else count))
+
+
+def layout_order(rank: int, index: int) -> tuple[tuple[int, ...], bool]:
+    """(the permutation of the axes, fastest last; whether it is stored as panels) of the
+    ``index``-th layout of a temporary of ``rank`` axes.
+
+    Indices below ``rank!`` are the permutations in lexicographic order. The next ``rank!``
+    store the same orders as *panels*: the outer tiles of the fastest axis go outermost, so
+    that each inner tile of that axis is a contiguous panel through all the other axes. That
+    is the order in which a register-blocked micro-kernel reads a packed operand (the rows of
+    its register tile at consecutive addresses, one reduction step after the other), where
+    the plain order puts successive steps a whole block of rows apart."""
+    count = math.factorial(rank)
+    return permutation(rank, index % count), index >= count
 
 
 def permutation(rank: int, index: int) -> tuple[int, ...]:
@@ -67,8 +84,9 @@ def permutation(rank: int, index: int) -> tuple[int, ...]:
     return next(itertools.islice(itertools.permutations(range(rank)), index, None))
 
 
-def declare_temporaries(S: SpaceDef, places: tuple[str, ...]) -> None:
-    """The trigger, the ``Temporaries`` sets and ``mem_space`` / ``layout`` of temporaries."""
+def declare_temporaries(S: SpaceDef, places: tuple[str, ...], panels: bool = False) -> None:
+    """The trigger, the ``Temporaries`` sets and ``mem_space`` / ``layout`` of temporaries
+    (with ``panels``, the panel layouts of :func:`layout_order` too)."""
     S.set("Temporaries", lambda k: [a.name for a in k.arrays if a.carries is not None])
     S.set("TempDims", temporary_dims, param="Temporaries")
     S.trigger("carry through a temporary", [Var("a", "Dims"), Var("b", "Dims")],
@@ -78,5 +96,6 @@ def declare_temporaries(S: SpaceDef, places: tuple[str, ...]) -> None:
               doc="Mapped dims that are not fused communicate through a temporary array.")
     S.enum("mem_space", ["Temporaries"], places,
            doc="Where a temporary lives.")
-    S.integer("layout", ["Temporaries"], layouts,
-              doc="Which permutation of its axes a temporary is stored in (fastest last).")
+    S.integer("layout", ["Temporaries"], lambda k, t: layouts(k, t, panels),
+              doc="Which permutation of its axes a temporary is stored in (fastest last), "
+                  "and whether as panels (see layout_order).")

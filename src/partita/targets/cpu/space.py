@@ -124,7 +124,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
         "PARALLEL": lambda k, d: d not in k.reduction_dims and k.dim(d).level == 0,
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
-    declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"))
+    declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"), panels=True)
     S.quotient("merged", "Dims", "order", "MERGED",
                doc="Fused dimensions count once around an instruction.")
     _declare_vectors(S, vec_sizes)
