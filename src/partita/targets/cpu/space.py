@@ -25,6 +25,8 @@ waiting for memory after it.
 
 from __future__ import annotations
 
+import math
+
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
@@ -156,6 +158,11 @@ def _packs_kernel_array(k: Kernel, t: str) -> bool:
             and all(k.static_size(k.logical(ld).size) is not None for ld in producer.dims))
 
 
+def _plain_layouts(k: Kernel, t: str) -> int:
+    """The number of layouts of a temporary that are not panels (see ``layout_order``)."""
+    return math.factorial(len(k.array(t).shape))
+
+
 def _declare_prefetch(S: SpaceDef) -> None:
     S.enum("prefetch", ["Temporaries"], PREFETCH,
            requires={"NEXT": _packs_kernel_array},
@@ -166,6 +173,13 @@ def _declare_prefetch(S: SpaceDef) -> None:
                "(measured on matmul 1024^3 with A of element stride 32: 12.6 ms without, "
                "10.9 ms with, 10.0 ms for the same code on a contiguous A).")
     t = Var("t", "Temporaries")
+    S.require("panels are buffers", [t],
+              Compare("layout", ("t",), "<", _plain_layouts, ("t",)),
+              Is("mem_space", ("t",), values("LOCAL", "GLOBAL")),
+              doc="Registers have no layout (the printer orders a register tile by its "
+                  "vectors): a temporary in registers stored as panels would print the same "
+                  "code as in its plain order, one implementation counted and searched "
+                  "twice.")
     S.require("prefetched copies are buffers", [t],
               Is("prefetch", ("t",), values("NONE")),
               Is("mem_space", ("t",), values("LOCAL", "GLOBAL")),
