@@ -152,11 +152,17 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s): 111 on the AMD EPYC machine of this
-  table (3.2 GHz, no AVX-512), 199-218 on the AMD EPYC machine of earlier tables (3.7 GHz),
-  which ran the same build about 1.7x faster throughout (axpy 20,047 descents/s there, 12,271
-  here; root propagation 0.07-0.15 s there, 0.17 s here), 62-84 on an Intel machine, about 2.8x
-  slower than that (root propagation 0.19 s). There
+- **Speed** (matmul 1024^3, target 100 descents/s): 86 in this run on the AMD EPYC machine
+  of this table (3.2 GHz, no AVX-512), 111 two hours before it, before temporaries could be
+  stored as panels (twice the layouts of each copy of an operand; a temporary in registers
+  keeps two). The change is not what slowed it: axpy, whose space did not change, went from
+  12,271 to 8,376 descents/s between the two runs, and `partita space matmul m=1024 n=1024
+  k=1024 --samples 600`, run twice on each build one after the other, gave 64-69 descents/s
+  before panels, 67-71 with them and 75 with panels kept out of registers (this table's
+  build). 199-218 on the AMD EPYC machine of earlier tables (3.7 GHz), which ran the same
+  build about 1.7x faster throughout (axpy 20,047 descents/s there; root propagation
+  0.07-0.15 s there, 0.11-0.17 s here), 62-84 on an Intel machine, about 2.8x slower than
+  that (root propagation 0.19 s). There
   the C engine ran a decision's propagation in about 0.2 ms, against 6 ms in Python (30x);
   a descent takes about 48 of them plus a few lowerings, and 85% of its time is in the
   engine. What remains is the number of clause
@@ -171,7 +177,8 @@ NOTES = """What limits these figures:
   outer tile), 28% before the clauses `loops around an accumulation's neighbours ...` (a
   store's loop drawn around the init or a load placed before the accumulation's loop: the
   loop would hold the accumulation, so fuse with its loop, which does not hold the init), 12%
-  now (12.4% before the rows could take tiles that leave a remainder, 12.8% since). Of 300
+  now (12.4% before the rows could take tiles that leave a remainder, 12.8% since, 12.3% with
+  panels; on 1024^3 12.3% before panels, 13.4% with them). Of 300
   descents (before that change), 35 end in one: 27 by the limit on collapsed parallel loops
   (an order drawn IN or OUT between the two packing nests' reduction loops, which puts one
   packing inside the other's parallel loop), 8 by the register limit on unrolled copies. Another
@@ -219,7 +226,9 @@ NOTES = """What limits these figures:
   estimates; 100 samples of the size strata gave 1.6e24 ±124% (ESS 2.5) and 6.9e24 ±110%
   (ESS 3.1), no narrower than 50. Along the heaviest of 1,500 descents the weight comes from
   the order decisions (16 IN decisions against 8 on average): a prefix's count of order
-  completions is what the estimate must get right.
+  completions is what the estimate must get right. The size strata came closest in the
+  last runs: ±51% on matmul 256x256x32 (ESS 11 of 50) in one, ±85% and ±66% on 256x256x32
+  and 1024^3 in this one, where the other two gave ±102-182%.
 """
 
 REPORT = """## Decision spaces

@@ -248,7 +248,8 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
             # The micro-kernel reads a vector of B, and the register tile's rows of A, at
             # consecutive addresses; A in panels of the register tile's rows, so that the
             # steps of the reduction follow one another too (in one block of rows, the step
-            # after is a whole block further: 22.3 against 17.9 ms on A transposed 1024^3).
+            # after is a whole block further: 22.3 against 16.2-18.4 ms on A transposed
+            # 1024^3).
             layout = (_layout_with_last(k, p, acc, shape.vector)
                       if _counterpart(k, p, shape.vector) is not None
                       else _layout_with_last(k, p, acc, shape.unrolled, panels=True))
