@@ -258,8 +258,7 @@ class CPrinter:
         if panels and len(fastest) > 1:
             # The outer tiles of the fastest axis go outermost: each of its inner tiles is
             # then one contiguous panel.
-            outer = fastest[:-1]
-            slots = [*outer, *(sl for sl in slots if all(sl is not o for o in outer))]
+            slots = [*fastest[:-1], *slots[:-len(fastest)], fastest[-1]]
         lanes = 1
         if space == "REGISTER":
             # Registers have no layout: the (widest) vectorised pair goes last, so the

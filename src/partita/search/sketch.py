@@ -38,7 +38,7 @@ from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.candidate import Candidate, Decision, Space
 from partita.space.decl import SpaceError
-from partita.space.temporaries import temporary_name
+from partita.space.temporaries import layout_index, temporary_name
 
 
 @dataclass(frozen=True)
@@ -341,9 +341,8 @@ def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str,
             if logical not in axes:
                 return None
             last = axes.index(logical)
-            perms = itertools.permutations(range(len(axes)))
-            index = next(i for i, perm in enumerate(perms) if perm[-1] == last)
-            return index + math.factorial(len(axes)) if panels and len(axes) > 1 else index
+            others = tuple(a for a in range(len(axes)) if a != last)
+            return layout_index((*others, last), panels)
     return None
 
 

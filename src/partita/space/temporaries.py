@@ -14,7 +14,7 @@ import math
 
 from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Reduce, Value
-from partita.space.decl import Is, SpaceDef, Static, Var, values
+from partita.space.decl import Compare, Is, SpaceDef, Static, Var, values
 from partita.space.nest import produces_into
 
 
@@ -57,11 +57,17 @@ def temporary_dims(k: Kernel, t: str) -> list[str]:
     return out
 
 
+def plain_layouts(k: Kernel, t: str) -> int:
+    """The number of the temporary's layouts that are not panels: the permutations of its
+    axes."""
+    return math.factorial(len(k.array(t).shape))
+
+
 def layouts(k: Kernel, t: str, panels: bool = False) -> list[int]:
     """Index of each layout of the temporary: the permutations of its axes (0 is the
     consumer's order), then, with ``panels`` and at least two axes, the same permutations
     stored as panels (see :func:`layout_order`)."""
-    count = math.factorial(len(k.array(t).shape))
+    count = plain_layouts(k, t)
     return list(range(2 * count if panels and count > 1 else count))
 
 
@@ -79,14 +85,24 @@ def layout_order(rank: int, index: int) -> tuple[tuple[int, ...], bool]:
     return permutation(rank, index % count), index >= count
 
 
+def layout_index(perm: tuple[int, ...], panels: bool = False) -> int:
+    """The index of the layout storing the axes in ``perm`` (fastest last), as panels with
+    ``panels`` (the inverse of :func:`layout_order`; a single axis has no panels)."""
+    rank = len(perm)
+    index = next(i for i, p in enumerate(itertools.permutations(range(rank))) if p == perm)
+    return index + math.factorial(rank) if panels and rank > 1 else index
+
+
 def permutation(rank: int, index: int) -> tuple[int, ...]:
     """The ``index``-th permutation of ``range(rank)`` in lexicographic order."""
     return next(itertools.islice(itertools.permutations(range(rank)), index, None))
 
 
-def declare_temporaries(S: SpaceDef, places: tuple[str, ...], panels: bool = False) -> None:
-    """The trigger, the ``Temporaries`` sets and ``mem_space`` / ``layout`` of temporaries
-    (with ``panels``, the panel layouts of :func:`layout_order` too)."""
+def declare_temporaries(S: SpaceDef, places: tuple[str, ...],
+                        panel_spaces: tuple[str, ...] = ()) -> None:
+    """The trigger, the ``Temporaries`` sets and ``mem_space`` / ``layout`` of temporaries;
+    with ``panel_spaces``, the panel layouts of :func:`layout_order` too, for temporaries
+    stored in those places."""
     S.set("Temporaries", lambda k: [a.name for a in k.arrays if a.carries is not None])
     S.set("TempDims", temporary_dims, param="Temporaries")
     S.trigger("carry through a temporary", [Var("a", "Dims"), Var("b", "Dims")],
@@ -96,6 +112,16 @@ def declare_temporaries(S: SpaceDef, places: tuple[str, ...], panels: bool = Fal
               doc="Mapped dims that are not fused communicate through a temporary array.")
     S.enum("mem_space", ["Temporaries"], places,
            doc="Where a temporary lives.")
+    panels = bool(panel_spaces)
     S.integer("layout", ["Temporaries"], lambda k, t: layouts(k, t, panels),
               doc="Which permutation of its axes a temporary is stored in (fastest last), "
                   "and whether as panels (see layout_order).")
+    if panels:
+        t = Var("t", "Temporaries")
+        S.require("panels are buffers", [t],
+                  Compare("layout", ("t",), "<", plain_layouts, ("t",)),
+                  Is("mem_space", ("t",), values(*panel_spaces)),
+                  doc="Only memory has a layout to store panels in: registers hold a tile "
+                      "in whatever order the printer gives its vectors, so a temporary in "
+                      "registers stored as panels would print the same code as in its plain "
+                      "order, one implementation counted and searched twice.")

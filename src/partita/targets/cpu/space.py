@@ -25,8 +25,6 @@ waiting for memory after it.
 
 from __future__ import annotations
 
-import math
-
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
@@ -126,7 +124,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
         "PARALLEL": lambda k, d: d not in k.reduction_dims and k.dim(d).level == 0,
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
-    declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"), panels=True)
+    declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"), panel_spaces=("LOCAL", "GLOBAL"))
     S.quotient("merged", "Dims", "order", "MERGED",
                doc="Fused dimensions count once around an instruction.")
     _declare_vectors(S, vec_sizes)
@@ -158,11 +156,6 @@ def _packs_kernel_array(k: Kernel, t: str) -> bool:
             and all(k.static_size(k.logical(ld).size) is not None for ld in producer.dims))
 
 
-def _plain_layouts(k: Kernel, t: str) -> int:
-    """The number of layouts of a temporary that are not panels (see ``layout_order``)."""
-    return math.factorial(len(k.array(t).shape))
-
-
 def _declare_prefetch(S: SpaceDef) -> None:
     S.enum("prefetch", ["Temporaries"], PREFETCH,
            requires={"NEXT": _packs_kernel_array},
@@ -173,13 +166,6 @@ def _declare_prefetch(S: SpaceDef) -> None:
                "(measured on matmul 1024^3 with A of element stride 32: 12.6 ms without, "
                "10.9 ms with, 10.0 ms for the same code on a contiguous A).")
     t = Var("t", "Temporaries")
-    S.require("panels are buffers", [t],
-              Compare("layout", ("t",), "<", _plain_layouts, ("t",)),
-              Is("mem_space", ("t",), values("LOCAL", "GLOBAL")),
-              doc="Registers have no layout (the printer orders a register tile by its "
-                  "vectors): a temporary in registers stored as panels would print the same "
-                  "code as in its plain order, one implementation counted and searched "
-                  "twice.")
     S.require("prefetched copies are buffers", [t],
               Is("prefetch", ("t",), values("NONE")),
               Is("mem_space", ("t",), values("LOCAL", "GLOBAL")),
