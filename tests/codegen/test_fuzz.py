@@ -301,3 +301,25 @@ def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
         assert fetched_a and fetched_a <= view, sorted(fetched_a - view)[:5]
         assert blocks >= 2
         assert len(fetched_a) >= len(view) * (blocks - 1) // blocks, (len(fetched_a), len(view))
+
+
+def test_a_global_copy_that_a_parallel_loop_does_not_index_is_one_per_thread(
+        evaluator: Evaluator) -> None:
+    """Copies of A and B in global memory inside the parallel loop over row blocks: the
+    copy of A, fused with that loop, is written a block per iteration and allocated once for
+    both threads; every iteration writes the whole copy of B, so each thread has its own
+    (one shared buffer would be written by both threads at once: a data race). The results
+    are unchanged."""
+    cand = _pinned({"m": 16, "n": 16, "k": 8}, [
+        ("size", ["i.1"], [2]), ("size", ["i.2"], [2]),
+        ("dim_kind", ["i.0"], ["PARALLEL"]), ("dim_kind", ["j.0"], ["LOOP"]),
+        ("order", ["i_a.0", "i.0"], ["MERGED"]), ("order", ["r_a.0", "r.0"], ["BEFORE"]),
+        ("order", ["r_b.0", "r.0"], ["BEFORE"]),
+        ("mem_space", ["tmp_ld_a_acc"], ["GLOBAL"]), ("mem_space", ["tmp_ld_b_acc"], ["GLOBAL"]),
+    ])
+    sources, report = _sources_and_report(evaluator, cand, 6, 29, "private")
+    for source in sources:
+        region = source.index("#pragma omp parallel")
+        assert source.index("*restrict tmp_ld_a_acc = (") < region
+        assert source.index("*restrict tmp_ld_b_acc = (") > region
+    assert report.verified == 6, report.failed[:3]

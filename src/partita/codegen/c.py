@@ -11,7 +11,8 @@ Where values live
     ``tmp_P_C``: ``P`` writes it, ``C`` reads it. A temporary is indexed by the tile
     dimensions of its unfused pairs (a ``REGISTER`` or ``LOCAL`` buffer: fused loops enclose
     both ends, so one slice per iteration of them is enough) or by all of them (``GLOBAL``,
-    on the heap: distinct iterations never share an element, so threads need no copies).
+    on the heap, once; one copy per thread where a parallel loop around its writer does not
+    index it, since two threads would otherwise write the same elements at once).
     Slots are ordered by the decided layout (a permutation of the logical axes, fastest last)
     then by tile level; a panel layout moves the outer tiles of the fastest axis first. An
     accumulation keeps its running value where its init put it: the init's variable, or the
@@ -602,9 +603,15 @@ class CPrinter:
                 and st.space == "GLOBAL"]
         big = self._big_locals()
         nest = next((c for c in self.tree.children if c.kind == "PARALLEL"), None)
-        # Big buffers of the parallel nest are per thread; the others exist once.
-        per_thread = [st for st in big if nest is not None
-                      and self._within(self._lca(st.accessors), nest)]
+        # Big buffers of the parallel nest are per thread, and so is a global temporary
+        # written there that some parallel loop does not index: its iterations would write
+        # the same elements on two threads at once (the same values, but a data race).
+        loops = self._parallel_loops(nest) if nest is not None else []
+        per_thread = [st for st in [*heap, *big] if nest is not None
+                      and self._within(self._lca(st.accessors), nest)
+                      and (st.space != "GLOBAL" or not all(
+                          any(sl.producer_dim in p.dims for sl in st.slots) for p in loops))]
+        heap = [st for st in heap if st not in per_thread]
         shared = heap + [st for st in big if st not in per_thread]
         for st in shared:
             self._emit_heap(1, st)
@@ -623,14 +630,12 @@ class CPrinter:
     def _print_parallel(self, top: Node, per_thread: list[Storage]) -> None:
         """The nest of the parallel loops: one OpenMP parallel region (threads start once
         per call), the parallel loops collapsed into one work-shared loop."""
-        parallel = [top]
-        while len(parallel[-1].children) == 1 and parallel[-1].children[0].kind == "PARALLEL":
-            parallel.append(parallel[-1].children[0])
+        parallel = self._parallel_chain(top)
         env: dict[str, str] = {}
         for p in parallel:
             env |= dict.fromkeys(p.dims, c_name(p.dims[0]) if self.sizes[p.dims[0]] != 1
                                  else "0")
-        loops = [p for p in parallel if self.sizes[p.dims[0]] != 1]
+        loops = self._parallel_loops(top)
         depth = 1
         if loops:
             self.emit(1, "#pragma omp parallel")
@@ -653,6 +658,19 @@ class CPrinter:
             self.emit(depth, f"free({st.name});")
         if loops:
             self.emit(1, "}")
+
+    @staticmethod
+    def _parallel_chain(top: Node) -> list[Node]:
+        """The parallel loops nested directly in one another from ``top`` (one collapsed
+        nest)."""
+        chain = [top]
+        while len(chain[-1].children) == 1 and chain[-1].children[0].kind == "PARALLEL":
+            chain.append(chain[-1].children[0])
+        return chain
+
+    def _parallel_loops(self, top: Node) -> list[Node]:
+        """The loops of the collapsed parallel nest from ``top`` that iterate (size > 1)."""
+        return [p for p in self._parallel_chain(top) if self.sizes[p.dims[0]] != 1]
 
     def _within(self, node: Node, top: Node) -> bool:
         """Whether ``node`` is ``top`` or inside it."""
