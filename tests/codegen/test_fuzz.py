@@ -20,6 +20,7 @@ import pytest
 import partita
 from partita import KernelBuilder
 from partita.codegen.c import CPrinter, print_c
+from partita.codegen.looptree import loop_tree
 from partita.kernels import list_kernels
 from partita.runtime import Evaluator, TimingOptions
 from partita.runtime.compile import DEFAULT_CC, DEFAULT_FLAGS, Compiler
@@ -199,10 +200,11 @@ def test_panel_layouts_put_the_reduction_steps_of_a_register_tile_side_by_side(
         evaluator: Evaluator) -> None:
     """A transposed A packed per block of rows as panels (layout 3: i fastest, its outer
     tiles outermost): the 4 rows of the register tile at consecutive addresses and the next
-    reduction step right after them (stride 4), on 13 rows (a last tile of 1) and 9 steps;
-    the results are unchanged."""
+    reduction step right after them (stride 4; the reduction unsplit, so that one index
+    walks its steps), on 13 rows (a last tile of 1) and 9 steps; the results are
+    unchanged."""
     cand = _pinned({"m": 13, "n": 16, "k": 9, "transpose_a": 1}, [
-        ("size", ["i.2"], [4]), ("dim_kind", ["i.2"], ["UNROLL"]),
+        ("size", ["i.2"], [4]), ("dim_kind", ["i.2"], ["UNROLL"]), ("size", ["r.1"], [1]),
         ("order", ["i_a.0", "i.0"], ["MERGED"]), ("order", ["r_a.0", "r.0"], ["BEFORE"]),
         ("mem_space", ["tmp_ld_a_acc"], ["LOCAL"]), ("layout", ["tmp_ld_a_acc"], [3]),
     ])
@@ -323,3 +325,27 @@ def test_a_global_copy_that_a_parallel_loop_does_not_index_is_one_per_thread(
         assert source.index("*restrict tmp_ld_a_acc = (") < region
         assert source.index("*restrict tmp_ld_b_acc = (") > region
     assert report.verified == 6, report.failed[:3]
+
+
+@pytest.mark.parametrize("name,params", [("matmul", {"m": 64, "n": 64, "k": 16}),
+                                         ("batched_matmul", {"b": 4, "m": 16, "n": 16, "k": 8})])
+def test_every_parallel_loop_is_in_the_collapsed_nest(name: str, params: dict) -> None:
+    """OpenMP shares one work-shared nest: each parallel loop is the only statement of the
+    parallel loop around it, so the printer runs every loop decided PARALLEL in parallel
+    (none is printed as the sequential loop of its LOOP twin)."""
+    root = partita.space(partita.kernel(name, **params)).root()
+    seen = 0
+    for cand in sample_implementations(root, 60, random.Random(11)):
+        tree = loop_tree(cand)
+        nodes, stack = [], [tree]
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack += node.children
+        parallel = [n for n in nodes if n.kind == "PARALLEL"]
+        seen += bool(parallel)
+        for node in parallel:
+            assert any(c is node for c in tree.children) or any(
+                p.kind == "PARALLEL" and len(p.children) == 1 and p.children[0] is node
+                for p in nodes), cand.decisions
+    assert seen > 30
