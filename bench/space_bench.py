@@ -152,36 +152,43 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s): 86 in this run on the AMD EPYC machine
-  of this table (3.2 GHz, no AVX-512), 111 two hours before it, before temporaries could be
-  stored as panels (twice the layouts of each copy of an operand; a temporary in registers
-  keeps two). The change is not what slowed it: axpy, whose space did not change, went from
-  12,271 to 8,376 descents/s between the two runs, and `partita space matmul m=1024 n=1024
-  k=1024 --samples 600`, run twice on each build one after the other, gave 64-69 descents/s
-  before panels, 67-71 with them and 75 with panels kept out of registers (this table's
-  build). 199-218 on the AMD EPYC machine of earlier tables (3.7 GHz), which ran the same
+- **Speed** (matmul 1024^3, target 100 descents/s): 98 in this run on the AMD EPYC machine
+  of this table (3.2 GHz, no AVX-512; axpy 9,887 descents/s), 86 in the run before (axpy
+  8,376) and 111 two hours before that (axpy 12,271): this machine's speed varies by a
+  third from one hour to the next, the space's by a few percent between builds. The clause
+  that keeps parallel loops in one chain (below) costs about 5%: 97.5 against 100-105
+  descents/s after a warm-up of 300, and `partita space matmul m=1024 n=1024 k=1024
+  --samples 600` (its own layouts compiled within) 68-71 against 71-80, each build run twice
+  in turn. 199-218 on the AMD EPYC machine of earlier tables (3.7 GHz), which ran the same
   build about 1.7x faster throughout (axpy 20,047 descents/s there; root propagation
   0.07-0.15 s there, 0.11-0.17 s here), 62-84 on an Intel machine, about 2.8x slower than
-  that (root propagation 0.19 s). There
-  the C engine ran a decision's propagation in about 0.2 ms, against 6 ms in Python (30x);
-  a descent takes about 48 of them plus a few lowerings, and 85% of its time is in the
-  engine. What remains is the number of clause
-  groundings: about 18 million per 100 descents (27 million before the fusion clauses
-  quantified over a dim's partners only), at about 50 ns each (dependent loads through the
-  program's tables); half of them are `loops form a tree`, which relates a statement inside a
-  loop to every other statement, a third the transitivity of nesting and sequence. A new
-  layout (a set of temporaries first reached) costs about 0.1 s to compile and program; over
-  2,000 descents a few dozen more appear after the warm-up.
+  that (root propagation 0.19 s). The C engine runs a decision's propagation in about
+  0.16 ms here, against 6 ms in Python; a descent takes about 49 of them plus a few
+  lowerings, and 70% of its time is in the engine, the rest in Python (the candidates and
+  their decision lists). What remains is the number of clause groundings: about 25
+  million per 100 descents (measured on this build by counting in the interpreter), 41% of
+  them `loops form a tree`, which relates a statement inside a loop to every other
+  statement, 27% the transitivity of nesting and sequence, 20% `merged dims have the same
+  order`; 60% of all of them end at their first condition (the clause holds). Skipping
+  those with a bitset per statement would save at most about 12% of a descent (their share
+  of the interpreter's time), and compiling the interpreter for the host's instruction set
+  (`-march=native`) gained 7%: neither was taken. A new layout (a set of temporaries first
+  reached) costs about 0.1 s to compile and program; over 2,000 descents a few dozen more
+  appear after the warm-up.
 - **Dead ends of uniform draws** (target 15% on matmul 256x256x32): 45% before the clause
   `an unrolled tile and its unrolled inner tiles fit the registers` (drawing UNROLL for an
   outer tile), 28% before the clauses `loops around an accumulation's neighbours ...` (a
   store's loop drawn around the init or a load placed before the accumulation's loop: the
-  loop would hold the accumulation, so fuse with its loop, which does not hold the init), 12%
-  now (12.4% before the rows could take tiles that leave a remainder, 12.8% since, 12.3% with
-  panels; on 1024^3 12.3% before panels, 13.4% with them). Of 300
-  descents (before that change), 35 end in one: 27 by the limit on collapsed parallel loops
-  (an order drawn IN or OUT between the two packing nests' reduction loops, which puts one
-  packing inside the other's parallel loop), 8 by the register limit on unrolled copies. Another
+  loop would hold the accumulation, so fuse with its loop, which does not hold the init),
+  12.3% before the clause `a parallel loop inside another holds all it holds` (13.4% on
+  1024^3), 5.0% now (5.9% on 1024^3). That clause removes implementations that printed the
+  same code as others: OpenMP shares one collapsed nest of loops, so a parallel loop beside
+  another statement inside the parallel nest (a copy nest's outer tile drawn PARALLEL next to
+  the micro-kernel's loops, in 29% of random implementations of matmul 256x256x32) ran as
+  the sequential loop of its LOOP twin; where both packing nests' reduction loops were drawn
+  so, they also filled the limit on collapsed loops, 27 of the 35 dead ends of 300 descents
+  before. Of 600 descents now, 31 end in one, every one by the register limit on unrolled
+  copies. Another
   value of the same choice always propagates (no live child: 0%), so the search's rollouts,
   which draw again, never backtrack further. Every redundant clause is tested to lose no
   implementation (implementations of the space without them replay in the full space).
@@ -223,12 +230,19 @@ NOTES = """What limits these figures:
   order in which children were visited. Neither did further samplers help on matmul
   256x256x32: importance sampling by the product of open domains tempered by an exponent of
   0.05-0.2, or favouring LOOP kinds 4 or 16 times, gave ESS of 1-7 of 300 and lower
-  estimates; 100 samples of the size strata gave 1.6e24 ±124% (ESS 2.5) and 6.9e24 ±110%
+  estimates; Knuth's estimator in the reverse choice order, or with the order and kind
+  choices first, gave weights spanning 12-28 orders of magnitude as in the default order
+  (ESS 1.2-6.3 of 500, three seeds each); drawing each value with a probability set by one
+  random descent below each child (unbiased, a weight of one over the probability) gave
+  1e18-1e19, ESS 1.5-2.8 of 20, the probes themselves heavy-tailed; Chen's strata with the
+  order domains' size apart from the others' gave 1.4e24-1.9e26 over four runs of 10 (7 s a
+  sample); 100 samples of the size strata gave 1.6e24 ±124% (ESS 2.5) and 6.9e24 ±110%
   (ESS 3.1), no narrower than 50. Along the heaviest of 1,500 descents the weight comes from
   the order decisions (16 IN decisions against 8 on average): a prefix's count of order
   completions is what the estimate must get right. The size strata came closest in the
   last runs: ±51% on matmul 256x256x32 (ESS 11 of 50) in one, ±85% and ±66% on 256x256x32
-  and 1024^3 in this one, where the other two gave ±102-182%.
+  and 1024^3 in the next, ±117% and ±71% in this one, where the other two gave
+  ±133-196%.
 """
 
 REPORT = """## Decision spaces
