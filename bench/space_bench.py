@@ -172,9 +172,10 @@ NOTES = """What limits these figures:
   order`; 60% of all of them end at their first condition (the clause holds). Skipping
   those with a bitset per statement would save at most about 12% of a descent (their share
   of the interpreter's time), and compiling the interpreter for the host's instruction set
-  (`-march=native`) gained 7%: neither was taken. A new layout (a set of temporaries first
-  reached) costs about 0.1 s to compile and program; over 2,000 descents a few dozen more
-  appear after the warm-up.
+  (`-march=native`) gained 3% over three alternating runs (105-118 against 105-114
+  descents/s), within this machine's noise: neither was taken. A new layout (a set of
+  temporaries first reached) costs about 0.1 s to compile and program; over 2,000 descents a
+  few dozen more appear after the warm-up.
 - **Dead ends of uniform draws** (target 15% on matmul 256x256x32): 45% before the clause
   `an unrolled tile and its unrolled inner tiles fit the registers` (drawing UNROLL for an
   outer tile), 28% before the clauses `loops around an accumulation's neighbours ...` (a
