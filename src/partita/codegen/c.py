@@ -603,16 +603,19 @@ class CPrinter:
                 and st.space == "GLOBAL"]
         big = self._big_locals()
         nest = next((c for c in self.tree.children if c.kind == "PARALLEL"), None)
-        # Big buffers of the parallel nest are per thread, and so is a global temporary
-        # written there that some parallel loop does not index: its iterations would write
-        # the same elements on two threads at once (the same values, but a data race).
         loops = self._parallel_loops(nest) if nest is not None else []
-        per_thread = [st for st in [*heap, *big] if nest is not None
-                      and self._within(self._lca(st.accessors), nest)
-                      and (st.space != "GLOBAL" or not all(
-                          any(sl.producer_dim in p.dims for sl in st.slots) for p in loops))]
-        heap = [st for st in heap if st not in per_thread]
-        shared = heap + [st for st in big if st not in per_thread]
+
+        def private(st: Storage) -> bool:
+            # Big buffers of the parallel nest are per thread, and so is a global temporary
+            # written there that some parallel loop does not index: its iterations would
+            # write the same elements on two threads at once (the same values, but a race).
+            if nest is None or not self._within(self._lca(st.accessors), nest):
+                return False
+            return st.space != "GLOBAL" or not all(
+                any(sl.producer_dim in p.dims for sl in st.slots) for p in loops)
+
+        per_thread = [st for st in [*heap, *big] if private(st)]
+        shared = [st for st in [*heap, *big] if not private(st)]
         for st in shared:
             self._emit_heap(1, st)
         self._declare(self.tree, 1)
