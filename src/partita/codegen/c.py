@@ -30,11 +30,22 @@ How dimensions are printed
     vector computes on whole vectors whose loads from the kernel's arrays fill the lanes past
     the end with zeros and whose stores leave them out (masked on AVX-512). Values past the
     end are computed but never stored.
+
+Temporaries in memory kept in variables across a loop
+    An accumulator in a local buffer or global memory (its reduction split around other
+    tiles, as in a kc-blocked matmul) is read and written at the same elements at every
+    step of the reduction loop around its register tile. Those elements are loaded into C
+    variables before that loop, used there, and stored back after it
+    (:meth:`CPrinter._print_promoted`), as a BLIS micro-kernel does with its tile of C;
+    a copy of such an accumulator for its consumer goes with it. This is what the lower
+    bound assumes (a temporary's loads and stores leave the reduction loop), and gcc's own
+    store motion does it only sometimes.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -48,6 +59,11 @@ from partita.space.temporaries import layout_order, temporary_name
 
 LOCAL_STACK_BYTES = 64 * 1024
 """LOCAL buffers up to this size live on the stack; larger ones are allocated once per thread."""
+
+PROMOTED_VALUES_MAX = 32
+"""At most this many elements (vectors or scalars) of memory temporaries are kept in variables
+across one loop (:meth:`CPrinter._print_promoted`): about two register files; beyond that gcc
+would spill them to the stack, memory again."""
 
 
 class CodegenError(ValueError):
@@ -156,6 +172,10 @@ class CPrinter:
     idx_t = "int64_t"
     """The C type of loop indices."""
 
+    promotes = True
+    """Whether memory temporaries updated at fixed elements in a loop are kept in variables
+    across it (:meth:`_print_promoted`)."""
+
     def __init__(self, cand: Candidate, entry: str) -> None:
         self.cand = cand
         self.k: Kernel = cand.kernel
@@ -174,6 +194,18 @@ class CPrinter:
         for d in self.k.dims:
             size = dim_size(cand, d.name)
             self.sizes[d.name] = size if size is not None else self._derived_size(d.name)
+        self.promoted: dict[str, dict[tuple[str, int, int], str]] | None = None
+        """While a loop is printed with memory temporaries promoted: per temporary, the C
+        variable kept for each access (address of its first element, lanes, distance
+        between lanes) read or written."""
+        self.promotion_inner: set[str] = set()
+        """The loop indices bound inside the promoted loop (itself included)."""
+        self.promotion_failed = False
+        self.promotion_read: set[str] = set()
+        """The promoted temporaries read inside the loop."""
+        self.promotion_computed: set[str] = set()
+        """The promoted temporaries written inside the loop with a value other than a promoted
+        variable."""
         self.parent: dict[int, Node | None] = {}
         self.node_of: dict[str, Node] = {}
         self._index_tree(self.tree, None)
@@ -758,18 +790,157 @@ class CPrinter:
         elif node.kind == "VECTOR":
             self._print_vector(node, env, indent)
         else:
-            var = c_name(d)
-            inner = {**env, **dict.fromkeys(node.dims, var)}
-            stop, clamped = self._loop_stop(node, env)
-            self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {stop}; ++{var}) {{")
-            outside = self.full_tiles
-            self.full_tiles = outside | clamped
-            try:
-                self._print_versioned([node], inner, indent + 1,
-                                      lambda at: self._print_body(node, inner, at))
-            finally:
-                self.full_tiles = outside
-            self.emit(indent, "}")
+            promoted = self._promotable(node) if self.promoted is None else []
+            if promoted:
+                self._print_promoted(node, env, indent, promoted)
+            else:
+                self._print_loop(node, env, indent)
+
+    def _print_loop(self, node: Node, env: dict[str, str], indent: int) -> None:
+        """A sequential loop as a C ``for``."""
+        var = c_name(node.dims[0])
+        inner = {**env, **dict.fromkeys(node.dims, var)}
+        stop, clamped = self._loop_stop(node, env)
+        self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {stop}; ++{var}) {{")
+        outside = self.full_tiles
+        self.full_tiles = outside | clamped
+        try:
+            self._print_versioned([node], inner, indent + 1,
+                                  lambda at: self._print_body(node, inner, at))
+        finally:
+            self.full_tiles = outside
+        self.emit(indent, "}")
+
+    # -- memory temporaries kept in variables across a loop -------------------------------
+
+    def _subtree(self, node: Node) -> list[Node]:
+        return [node, *(n for child in node.children for n in self._subtree(child))]
+
+    def _writes(self, inst: str, st: Storage) -> bool:
+        """Whether printing ``inst`` writes ``st``: its own value, or a copy for a consumer."""
+        return self.storage.get(inst) is st or any(
+            t is st for (producer, _), t in self.temps.items() if producer == inst)
+
+    def _promotable(self, node: Node) -> list[Storage]:
+        """The memory temporaries to keep in variables across the sequential loop ``node``.
+
+        An accumulator in memory (a tile of C accumulated over a block of the reduction, the
+        reduction's outer tile being outside the tile loops) is read and written at every
+        step of the reduction loop at the same elements, those of the register tile around
+        it. gcc moves such loads and stores out of the loop only sometimes (a kc-blocked
+        sgemm 2048^3 ran 647 ms with them in the loop, 157 ms once they were taken out by
+        hand), so the printer does it: the elements are loaded into variables before the
+        loop, read and written there inside it, and stored back after it. That is what a
+        BLIS micro-kernel does with its tile of C. It takes a temporary that is written
+        inside the loop, allocated outside it, and whose elements accessed inside the loop
+        do not depend on any loop index bound there: between the loop and each access only
+        unrolled and vector dims, or loops along dims that do not index it."""
+        if not self.promotes or self.cand.domain("dim_kind", node.dims[0]) == ("PARALLEL",):
+            return []
+        inside = {n.inst for n in self._subtree(node) if n.inst is not None}
+        out = []
+        for st in self._all_storage():
+            if st.temp is None or st.space not in ("LOCAL", "GLOBAL", "HEAP") or st.lanes > 1:
+                continue
+            here = [i for i in st.accessors if i in inside]
+            if not any(self._writes(i, st) for i in here):
+                continue
+            if self._within(self._lca(st.accessors), node):
+                continue  # declared inside the loop: it lives one iteration
+            dims = {d for sl in st.slots for d in (sl.producer_dim, sl.consumer_dim)}
+            if any(self._binds_in_loop(a, dims) for i in here
+                   for a in self._ancestors(self.node_of[i])[:self._depth_below(i, node)]):
+                continue
+            out.append(st)
+        return out
+
+    def _depth_below(self, inst: str, node: Node) -> int:
+        """How many loops enclose ``inst`` from its innermost one up to ``node``, included."""
+        chain = self._ancestors(self.node_of[inst])
+        return next(k for k, a in enumerate(chain) if a is node) + 1
+
+    def _binds_in_loop(self, node: Node, dims: set[str]) -> bool:
+        """Whether ``node`` binds one of ``dims`` to a loop index (not to constants)."""
+        if node.kind in ("UNROLL", "VECTOR") or self.sizes[node.dims[0]] == 1:
+            return False
+        return any(d in dims for d in node.dims)
+
+    def _print_promoted(self, node: Node, env: dict[str, str], indent: int,
+                        stores: list[Storage]) -> None:
+        """The loop ``node`` with the elements of ``stores`` it accesses kept in variables:
+        loaded before the loop, stored back after it, in a scope of their own. Where the
+        printed accesses do not allow it after all (an element read as a vector and as a
+        scalar, overlapping vectors, an address that moves inside the loop, too many
+        elements), the loop is printed again as it was."""
+        start = len(self.lines)
+        self.promoted = {st.name: {} for st in stores}
+        self.promotion_inner = {c_name(n.dims[0]) for n in self._subtree(node)
+                                if n.inst is None}
+        self.promotion_failed = False
+        self.promotion_read, self.promotion_computed = set(), set()
+        try:
+            self._print_loop(node, env, indent + 1)
+        finally:
+            promoted, self.promoted = self.promoted, None
+        count = sum(len(v) for v in promoted.values())
+        if (self.promotion_failed or count > PROMOTED_VALUES_MAX
+                or not all(_disjoint(v) for v in promoted.values())):
+            del self.lines[start:]
+            self._print_loop(node, env, indent)
+            return
+        # A copy only written in the loop costs nothing in variables when it copies a
+        # promoted accumulator (the same value); one computed from registers would keep
+        # values live across the loop that its stores had let go (a copy of a register tile
+        # through its lanes took 16 more vector registers, spilt: 2.4x slower).
+        costly = self.promotion_computed - self.promotion_read
+        if costly:
+            del self.lines[start:]
+            kept = [st for st in stores if st.name not in costly]
+            if kept:
+                self._print_promoted(node, env, indent, kept)
+            else:
+                self._print_loop(node, env, indent)
+            return
+        loop = self.lines[start:]
+        del self.lines[start:]
+        self.emit(indent, f"{{ /* {', '.join(promoted)} kept in variables across {node.dims[0]} */")
+        by_name = {st.name: st for st in stores}
+        for name, accesses in promoted.items():
+            st = by_name[name]
+            for (base, width, step), var in accesses.items():
+                if width == 1:
+                    self.emit(indent + 1, f"{st.dtype.c_type} {var} = {name}[{base}];")
+                    continue
+                value = self._load(name, base, step, st.dtype, width)
+                self.emit(indent + 1, f"{self.vtype(st.dtype, width)} {var} = {value};")
+        self.lines += loop
+        for name, accesses in promoted.items():
+            st = by_name[name]
+            for (base, width, step), var in accesses.items():
+                self._emit_store(indent + 1, name, base, step, var, st.dtype, width)
+        self.emit(indent, "}")
+
+    def _promoted_var(self, st: Storage, base: str, width: int, step: int | str,
+                      value: str | None = None) -> str | None:
+        """The variable that holds the ``width`` elements of ``st`` from ``base``, ``step``
+        apart, while a loop is printed with ``st`` promoted (None: not promoted, or the
+        access does not allow it, which fails the promotion); a write of ``value``, or a
+        read."""
+        if self.promoted is None or st.name not in self.promoted:
+            return None
+        if value is None:
+            self.promotion_read.add(st.name)
+        elif not any(value in acc.values() for acc in self.promoted.values()):
+            self.promotion_computed.add(st.name)
+        if not isinstance(step, int) or any(
+                tok in self.promotion_inner for tok in _IDENTIFIER.findall(base)):
+            self.promotion_failed = True
+            return None
+        key = (base, width, step if width > 1 else 1)
+        accesses = self.promoted[st.name]
+        if key not in accesses:
+            accesses[key] = f"reg_{st.name}_{len(accesses)}"
+        return accesses[key]
 
     def _loop_stop(self, node: Node, env: dict[str, str]) -> tuple[str, frozenset[str]]:
         """The bound of a ``for`` loop, and the logical dims it keeps in range. The innermost
@@ -1077,7 +1248,16 @@ class CPrinter:
         base, step = self.temp_address(st, env, side, lane_dims)
         if st.lanes > 1:
             return self._vector_temp_load(st, base, step, lanes if lane_dims else 1)
-        return self._load(st.name, base, step, st.dtype, lanes if lane_dims else 1)
+        n = lanes if lane_dims else 1
+        if n == 1 or step == 0:
+            var = self._promoted_var(st, base, 1, 1)
+            if var is not None:
+                return var if n == 1 else self._broadcast(self.vtype(st.dtype, n), var)
+        else:
+            var = self._promoted_var(st, base, n, step)
+            if var is not None:
+                return var
+        return self._load(st.name, base, step, st.dtype, n)
 
     def _vector_element(self, st: Storage, index: str) -> str:
         """One element of an array-of-vectors register temporary."""
@@ -1162,7 +1342,32 @@ class CPrinter:
                     self.emit(indent + 1, f"{target} = s_[{i}];")
                 self.emit(indent, "}")
             return
+        if n == 1 or step != 0:
+            var = self._promoted_var(st, base, n, step, expr)
+            if var is not None:
+                self.emit(indent, f"{var} = {expr};")
+                return
         self._emit_store(indent, st.name, base, step if lane_dims else 0, expr, st.dtype, n)
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+def _disjoint(accesses: dict[tuple[str, int, int], str]) -> bool:
+    """Whether the promoted accesses of one temporary ((address, lanes, distance between
+    lanes): variable) cover disjoint elements: addresses that differ only in their constant
+    term, no element in two accesses. Addresses that differ otherwise might overlap."""
+    symbolic: set[str] = set()
+    seen: set[int] = set()
+    for base, width, step in accesses:
+        terms = base.split(" + ")
+        const = int(terms.pop()) if terms[-1].isdigit() else 0
+        symbolic.add(" + ".join(terms))
+        elements = {const + lane * step for lane in range(width)}
+        if len(elements) < width or elements & seen:
+            return False
+        seen |= elements
+    return len(symbolic) <= 1
 
 
 def _masked_access(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:

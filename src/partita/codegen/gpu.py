@@ -196,6 +196,9 @@ class GpuPrinter(CPrinter):
 
     language = ""
     barrier_stmt = ""
+    promotes = False
+    """A shared temporary is read by other threads of the block between barriers: kept in a
+    thread's variables it would not be."""
 
     def __init__(self, cand: Candidate, entry: str) -> None:
         self.hw_of: dict[int, int] = {}
