@@ -155,12 +155,17 @@ class Prefetch:
     """The reading nest's sequential loops, outermost first; prefetches go in the last."""
     step: int
     """Iterations of the copy's innermost non-vector loop that share a cache line."""
+    own: frozenset[str] = frozenset()
+    """The tile dims the copy's load iterates (its address moves along them alone)."""
 
     @property
     def lines(self) -> list[Node]:
         """The copy's loops that move to other cache lines: all but its vector loops (a
-        vector's lanes are contiguous, one prefetch covers them)."""
-        return [n for n in self.copy if n.kind != "VECTOR"]
+        vector's lanes are contiguous, one prefetch covers them) and the loops foreign to
+        the load, which repeat its addresses (a copy nested in the loops of another
+        statement: 256 prefetches at each reduction step, where 2 cover every line)."""
+        return [n for n in self.copy if n.kind != "VECTOR" and any(d in self.own
+                                                                   for d in n.dims)]
 
 
 CACHE_LINE_BYTES = 64
@@ -404,21 +409,16 @@ class CPrinter:
             return None
         if outer.children.index(copy[0]) > outer.children.index(reader[0]):
             return None
-        plan = Prefetch(temp, load, around, copy, reader, 1)
+        plan = Prefetch(temp, load, around, copy, reader, 1, frozenset(own))
         if plan.lines:
             last = plan.lines[-1]
             size = int(self.sizes[last.dims[0]])
-            inner = next((d for d in last.dims if d in own), None)
-            # A loop foreign to the load repeats one address: one prefetch covers it.
-            stride: int | None = 0
-            if inner is not None:
-                logical = self.k.dim(inner).logical
-                stride = self.k.element_stride(producer, logical)
-                tiles = self.k.dims_of(logical)
-                if stride is not None:
-                    stride *= math.prod(int(self.sizes[d])
-                                        for d in tiles[tiles.index(inner) + 1:])
+            inner = next(d for d in last.dims if d in own)
+            logical = self.k.dim(inner).logical
+            stride = self.k.element_stride(producer, logical)
+            tiles = self.k.dims_of(logical)
             if stride is not None:
+                stride *= math.prod(int(self.sizes[d]) for d in tiles[tiles.index(inner) + 1:])
                 nbytes = abs(stride) * load.dtype.itemsize
                 plan.step = size if nbytes == 0 else max(1, min(size,
                                                                 CACHE_LINE_BYTES // nbytes))
