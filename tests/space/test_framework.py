@@ -652,6 +652,20 @@ def test_decisions_commute(orders):
     assert state(apply_all(first)) == state(apply_all(second))
 
 
+def test_a_cap_sees_the_least_value_of_a_term_rise():
+    """after(s0) <= 6 with s2 and s3 after s0 (5 of it at least): whether s1 may follow s0
+    too depends on s1's least size. Fixing that size to 2 leaves the counter's interval as it
+    was, yet forbids s1 after s0; the cap must run again (it did not, and these decisions
+    gave other domains in the other order)."""
+    decided = [("size", ("s0",), [1]), ("size", ("s3",), [4]),
+               ("order", ("s0", "s3"), ["BEFORE"])]
+    last = ("size", ("s1",), [2])
+    one = apply_all([*decided[:1], last, *decided[1:]])
+    other = apply_all([*decided, last])
+    assert one.domain("order", "s0", "s1") == ("AFTER",)
+    assert state(one) == state(other)
+
+
 @PROPS
 @given(st.lists(restriction(), max_size=8))
 def test_propagation_only_removes_values(steps):

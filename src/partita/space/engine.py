@@ -2,8 +2,9 @@
 
 A worklist holds the slots whose domain shrank. Popping a slot runs the generated occurrence
 functions of the choice stored there (both orientations for a pair) whose condition may have
-turned true or false, recomputes the counters that depend on it, and runs the occurrences of a
-counter whose interval moved. ``R`` restricts
+turned true or false, recomputes the counters that depend on it, and runs the occurrences of
+each of those counters (a comparison reads each term's status and values, which may change
+where the interval does not). ``R`` restricts
 a slot to a mask and queues it when it shrank; an empty domain raises :class:`DeadEndSignal`,
 which the candidate layer turns into a :class:`~partita.space.candidate.DeadEnd` value.
 """
@@ -90,11 +91,14 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
                 if masks is not None and before != -1 and not any(
                         bool(before & m) != bool(now & m) for m in masks):
                     continue  # no term's status can have changed
-                if recompute(sp, vec, ci):
-                    lo = counters[ci].lo_slot
-                    if lo not in pending:
-                        pending[lo] = -1
-                        queue.append(lo)
+                # The counter's comparisons run again even where its interval stays: what
+                # they enforce reads each term's status and values, not the interval alone
+                # (a term's least value rising past a cap forbids its condition).
+                recompute(sp, vec, ci)
+                lo = counters[ci].lo_slot
+                if lo not in pending:
+                    pending[lo] = -1
+                    queue.append(lo)
         elif slot >= base:
             c = counters[(slot - base) // 2]
             for fn in cocc.get(c.name, ()):

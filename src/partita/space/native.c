@@ -780,13 +780,14 @@ static int process(Ctx *c) {
                         if (((before & ms[q]) != 0) != ((now & ms[q]) != 0)) { moved = 1; break; }
                     if (!moved) continue;
                 }
-                if (recompute(c, ci)) {
-                    i64 lo = counter_rec(P, ci)[2];
-                    if (!c->pending[lo]) {
-                        c->pending[lo] = 1;
-                        c->pending_old[lo] = -1;
-                        c->queue[c->qlen++] = lo;
-                    }
+                /* Its comparisons run again even where the interval stays: what they
+                 * enforce reads each term's status and values, not the interval alone. */
+                recompute(c, ci);
+                i64 lo = counter_rec(P, ci)[2];
+                if (!c->pending[lo]) {
+                    c->pending[lo] = 1;
+                    c->pending_old[lo] = -1;
+                    c->queue[c->qlen++] = lo;
                 }
             }
         } else if (slot >= base) {
