@@ -42,23 +42,14 @@ def counter_compare_state(lo: int, hi: int, op: str, bound: Any) -> int:
     raise ValueError(f"unknown comparison {op!r}")
 
 
-def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> bool:
-    """Recompute the interval of counter ``ci``; True when it changed."""
+def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> None:
+    """Store the interval of counter ``ci`` in its two slots. Stored values saturate at INF
+    (the C engine keeps them in 64 bits): every bound a counter is compared with is far
+    below it."""
     c = sp.counters[ci]
-    return _store(vec, c, *_interval(sp, vec, c, False)[:2])
-
-
-def _store(vec: list[int], c: CounterInstance, lo: int, hi: int) -> bool:
-    # Stored values saturate at INF (the C engine keeps them in 64 bits): every bound a
-    # counter is compared with is far below it.
-    lo = min(lo, INF)
-    hi = INF if c.half else min(hi, INF)
-    s = c.lo_slot
-    if vec[s] == lo and vec[s + 1] == hi:
-        return False
-    vec[s] = lo
-    vec[s + 1] = hi
-    return True
+    lo, hi = _interval(sp, vec, c, False)[:2]
+    vec[c.lo_slot] = min(lo, INF)
+    vec[c.lo_slot + 1] = INF if c.half else min(hi, INF)
 
 
 def _interval(sp: CompiledSpace, vec: list[int], c: CounterInstance, statuses: bool = True

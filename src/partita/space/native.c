@@ -167,17 +167,13 @@ static void interval(Ctx *c, const i64 *cr, i64 *plo, i64 *phi, Status *st) {
 
 static const i64 *counter_rec(const i64 *P, i64 ci) { return P + P[P[H_COUNTERS] + ci]; }
 
-static int recompute(Ctx *c, i64 ci) {
+static void recompute(Ctx *c, i64 ci) {
     const i64 *cr = counter_rec(c->P, ci);
     Status st[MAX_TERMS];
     i64 lo, hi;
     interval(c, cr, &lo, &hi, st);
-    if (cr[1]) hi = INF;
-    i64 s = cr[2];
-    if (c->vec[s] == lo && c->vec[s + 1] == hi) return 0;
-    c->vec[s] = lo;
-    c->vec[s + 1] = hi;
-    return 1;
+    c->vec[cr[2]] = lo;
+    c->vec[cr[2] + 1] = cr[1] ? INF : hi;
 }
 
 /* A bound record: [0, value] or [1, n, values*]. */
