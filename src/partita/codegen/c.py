@@ -155,7 +155,7 @@ class Prefetch:
     """The reading nest's sequential loops, outermost first; prefetches go in the last."""
     step: int
     """Iterations of the copy's innermost non-vector loop that share a cache line."""
-    own: frozenset[str] = frozenset()
+    own: frozenset[str]
     """The tile dims the copy's load iterates (its address moves along them alone)."""
 
     @property
@@ -409,7 +409,7 @@ class CPrinter:
             return None
         if outer.children.index(copy[0]) > outer.children.index(reader[0]):
             return None
-        plan = Prefetch(temp, load, around, copy, reader, 1, frozenset(own))
+        plan = Prefetch(temp, load, around, copy, reader, step=1, own=frozenset(own))
         if plan.lines:
             last = plan.lines[-1]
             size = int(self.sizes[last.dims[0]])
@@ -837,7 +837,7 @@ class CPrinter:
         unrolled and vector dims, or loops along dims that do not index it."""
         if not self.promotes or self.cand.domain("dim_kind", node.dims[0]) == ("PARALLEL",):
             return []
-        inside = {n.inst for n in self._subtree(node) if n.inst is not None}
+        inside = set(self._insts_under(node))
         out = []
         for st in self._all_storage():
             if st.temp is None or st.space not in ("LOCAL", "GLOBAL", "HEAP") or st.lanes > 1:
@@ -848,16 +848,15 @@ class CPrinter:
             if self._within(self._lca(st.accessors), node):
                 continue  # declared inside the loop: it lives one iteration
             dims = {d for sl in st.slots for d in (sl.producer_dim, sl.consumer_dim)}
-            if any(self._binds_in_loop(a, dims) for i in here
-                   for a in self._ancestors(self.node_of[i])[:self._depth_below(i, node)]):
+            if any(self._binds_in_loop(a, dims) for i in here for a in self._loops_to(i, node)):
                 continue
             out.append(st)
         return out
 
-    def _depth_below(self, inst: str, node: Node) -> int:
-        """How many loops enclose ``inst`` from its innermost one up to ``node``, included."""
+    def _loops_to(self, inst: str, node: Node) -> list[Node]:
+        """The loops enclosing ``inst``, from its innermost one up to ``node``, included."""
         chain = self._ancestors(self.node_of[inst])
-        return next(k for k, a in enumerate(chain) if a is node) + 1
+        return chain[:next(k for k, a in enumerate(chain) if a is node) + 1]
 
     def _binds_in_loop(self, node: Node, dims: set[str]) -> bool:
         """Whether ``node`` binds one of ``dims`` to a loop index (not to constants)."""
