@@ -159,7 +159,11 @@ NOTES = """What limits these figures:
   that keeps parallel loops in one chain (below) costs about 5%: 97.5 against 100-105
   descents/s after a warm-up of 300, and `partita space matmul m=1024 n=1024 k=1024
   --samples 600` (its own layouts compiled within) 68-71 against 71-80, each build run twice
-  in turn. 199-218 on the AMD EPYC machine of earlier tables (3.7 GHz), which ran the same
+  in turn. Running a counter's comparisons again on every move of a slot it watches
+  (they had run only when its interval moved, which missed a cap on a term's least
+  value) costs about 12% more, measured after this table: 98-113 against 116-126
+  descents/s, three alternating runs of 800 after a warm-up of 300. 199-218 on the AMD
+  EPYC machine of earlier tables (3.7 GHz), which ran the same
   build about 1.7x faster throughout (axpy 20,047 descents/s there; root propagation
   0.07-0.15 s there, 0.11-0.17 s here), 62-84 on an Intel machine, about 2.8x slower than
   that (root propagation 0.19 s). The C engine runs a decision's propagation in about
