@@ -239,6 +239,13 @@ static int enforce_range(Ctx *c, i64 ci, int has_low, i64 low, int has_high, i64
     i64 flo, fhi;
     interval(c, cr, &flo, &fhi, st);
     char skip[MAX_TERMS];
+    /* Where no end saturates and no value can cancel another (a sum's values are at least
+     * 0, a product's at least 1), the other terms' share is the interval less the term's
+     * own (and its skipped partners'): exact, and linear in the terms where recombining
+     * them is quadratic. */
+    int exact_total = flo < INF && fhi < INF;
+    for (int j = 0; j < nt && exact_total; j++)
+        if (st[j].possible && (is_mul ? st[j].vmin < 1 : st[j].vmin < 0)) exact_total = 0;
     for (int idx = 0; idx < nt; idx++) {
         if (!st[idx].possible) continue;
         const i64 *t = P + cr[11 + idx];
@@ -247,20 +254,39 @@ static int enforce_range(Ctx *c, i64 ci, int has_low, i64 low, int has_high, i64
         int nq = (int)q[0];
         const i64 *pt = q + 1 + (nq > 0 ? nq : 0);
         int np = (int)pt[0];
-        memset(skip, 0, (size_t)nt);
-        skip[idx] = 1;
-        if (!st[idx].certain && np > 0) {
-            for (int k = 0; k < np; k++) {
-                i64 s = pt[1 + 2 * k], j = pt[2 + 2 * k];
-                if (st[j].certain && (c->vec[s] & mbit)) skip[j] = 1;
+        i64 olo, ohi;
+        if (exact_total) {
+            olo = flo;
+            if (st[idx].certain) olo = is_mul ? olo / st[idx].vmin : olo - st[idx].vmin;
+            if (!st[idx].certain && np > 0) {
+                /* a partner listed twice is taken out once */
+                for (int k = 0; k < np; k++) skip[pt[2 + 2 * k]] = 0;
+                for (int k = 0; k < np; k++) {
+                    i64 s = pt[1 + 2 * k], j = pt[2 + 2 * k];
+                    if (j != idx && !skip[j] && st[j].certain && (c->vec[s] & mbit)) {
+                        skip[j] = 1;
+                        olo = is_mul ? olo / st[j].vmin : olo - st[j].vmin;
+                    }
+                }
             }
-        }
-        i64 olo = is_mul ? 1 : 0, ohi = olo;
-        for (int j = 0; j < nt; j++) {
-            if (st[j].certain && !skip[j])
-                olo = is_mul ? sat_mul(olo, st[j].vmin) : sat_add(olo, st[j].vmin);
-            if (st[j].possible && j != idx)
-                ohi = is_mul ? sat_mul(ohi, st[j].vmax) : sat_add(ohi, st[j].vmax);
+            ohi = is_mul ? fhi / st[idx].vmax : fhi - st[idx].vmax;
+        } else {
+            memset(skip, 0, (size_t)nt);
+            skip[idx] = 1;
+            if (!st[idx].certain && np > 0) {
+                for (int k = 0; k < np; k++) {
+                    i64 s = pt[1 + 2 * k], j = pt[2 + 2 * k];
+                    if (st[j].certain && (c->vec[s] & mbit)) skip[j] = 1;
+                }
+            }
+            olo = is_mul ? 1 : 0;
+            ohi = olo;
+            for (int j = 0; j < nt; j++) {
+                if (st[j].certain && !skip[j])
+                    olo = is_mul ? sat_mul(olo, st[j].vmin) : sat_add(olo, st[j].vmin);
+                if (st[j].possible && j != idx)
+                    ohi = is_mul ? sat_mul(ohi, st[j].vmax) : sat_add(ohi, st[j].vmax);
+            }
         }
         if (half) ohi = INF;
         int certain = st[idx].certain;
