@@ -405,6 +405,41 @@ def test_cpu_rates_for_one_core_come_from_the_single_thread_streams() -> None:
         pytest.approx(40e9)
 
 
+def test_dram_gets_its_fastest_measured_stream_with_a_margin() -> None:
+    """Where the in-place update was timed on the DRAM set, DRAM-sized sets are charged the
+    fastest of read, triad (its true traffic) and update there, with a margin, never more
+    than the level before; a description without it keeps the older rule (the level
+    before's rate, for every core count)."""
+    from dataclasses import replace
+
+    from partita.model.cpu import DRAM_MARGIN, cpu_rates
+    from partita.targets.cpu.description import CpuDescription, Sample
+
+    d = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
+    d = replace(d, stream_triad_gbs=9.0,
+                levels=tuple(replace(lv, bandwidth_gbs=gbs) for lv, gbs in
+                             zip(d.levels, (300.0, 120.0, 40.0, 10.0), strict=True)))
+    dram = d.levels[-1].working_set_bytes // d.cores
+
+    def rates(update_gbs: float, read_gbs: float = 10.0) -> Rates:
+        samples = (Sample(f"read:{dram}:{d.cores}", "B/s", read_gbs * 1e9, read_gbs * 1e9,
+                          5, 5),
+                   Sample(f"update:{dram}:{d.cores}", "B/s", update_gbs * 1e9,
+                          update_gbs * 1e9, 5, 5))
+        return cpu_rates(replace(d, samples=samples))
+
+    assert cpu_rates(d).bandwidth(1 << 40) == pytest.approx(40e9)  # not timed: L3's
+    assert rates(15.0).bandwidth(1 << 40) == pytest.approx(15e9 * DRAM_MARGIN)
+    # the triad's true traffic (12 GB/s) beats the update
+    assert rates(11.0).bandwidth(1 << 40) == pytest.approx(12e9 * DRAM_MARGIN)
+    assert rates(11.0, read_gbs=14.0).bandwidth(1 << 40) == pytest.approx(14e9 * DRAM_MARGIN)
+    assert rates(35.0).bandwidth(1 << 40) == pytest.approx(40e9)  # capped by the L3's
+    # a memory-bound kernel's bound follows it
+    axpy = partita.space(partita.kernel("axpy", n=1 << 26), "cpu").root()
+    assert Model(rates(15.0)).bound(axpy).time_s == pytest.approx(
+        12 * (1 << 26) / (15e9 * DRAM_MARGIN))
+
+
 def test_sets_in_the_shared_cache_get_its_fastest_measured_stream() -> None:
     """Where streams were timed at several sets through the shared cache, a set that fits it
     is charged the fastest of them (with a margin for the machine's variation), not the

@@ -26,7 +26,7 @@ import numpy as np
 
 from partita.targets.cpu.machine import CpuCapabilities
 
-SCHEMA = 5
+SCHEMA = 6
 """Version of the JSON layout and of the way it is measured: a description of another
 version is not read (it is measured again, into the same file)."""
 

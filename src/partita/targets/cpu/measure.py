@@ -307,14 +307,16 @@ def _specs(threads: int, wide: int, ws: WorkingSets) -> tuple[list[str], list[st
     # What one core moves alone: a loop nest with no parallel loop streams at this rate,
     # about half of what every core together moves here.
     single += [f"read:{getattr(ws, lv)}:1" for lv in ("l1", "l2", "l3", "dram")]
-    single += [f"triad:{ws.dram}:1"]
+    # In-place updates stream faster from DRAM than reads or the triad here (the model
+    # charges DRAM the fastest of the three).
+    single += [f"triad:{ws.dram}:1", f"update:{ws.dram}:1"]
     single += [s for total in ws.ladder for s in ladder_specs(total, 1)]
     multi = [f"fma:{dt}:{w}:{threads}" for dt in ("f32", "f64") for w in WIDTHS]
     multi += [f"read:{getattr(ws, lv)}:{threads}" for lv in ("l1", "l2", "l3", "dram")]
-    multi += [f"triad:{ws.dram}:{threads}"]
+    multi += [f"triad:{ws.dram}:{threads}", f"update:{ws.dram}:{threads}"]
     multi += [s for total in ws.ladder for s in ladder_specs(total, threads)]
     if threads == 1:
-        multi = [s for s in multi if not s.startswith(("fma:", "read:", "triad:"))]
+        multi = [s for s in multi if not s.startswith(("fma:", "read:", "triad:", "update:"))]
     fresh = fresh_specs(threads)
     single.append(fresh[0])
     multi += fresh[1:]
