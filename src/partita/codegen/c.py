@@ -40,6 +40,14 @@ Temporaries in memory kept in variables across a loop
     a copy of such an accumulator for its consumer goes with it. This is what the lower
     bound assumes (a temporary's loads and stores leave the reduction loop), and gcc's own
     store motion does it only sometimes.
+
+An accumulation's copies written after its reduction loop
+    A copy of a value for a consumer in another nest is written right after the instruction
+    that computes it. For an accumulation that is at every step of its reduction, where only
+    the last value counts: the copies are written once after the outermost reduction loop
+    that only reduction loops and constant indices (unrolled, vector) separate from the
+    accumulation, from the accumulator, which holds every final value there
+    (:meth:`CPrinter._sinkable`). The lower bound assumes this too.
 """
 
 from __future__ import annotations
@@ -179,7 +187,8 @@ class CPrinter:
 
     promotes = True
     """Whether memory temporaries updated at fixed elements in a loop are kept in variables
-    across it (:meth:`_print_promoted`)."""
+    across it (:meth:`_print_promoted`), and an accumulation's copies for its consumers are
+    written once after its reduction loop (:meth:`_sinkable`)."""
 
     def __init__(self, cand: Candidate, entry: str) -> None:
         self.cand = cand
@@ -211,6 +220,9 @@ class CPrinter:
         self.promotion_computed: set[str] = set()
         """The promoted temporaries written inside the loop with a value other than a promoted
         variable."""
+        self.sunk: set[str] = set()
+        """The accumulations whose copies for their consumers are written after the reduction
+        loop being printed rather than at each of its steps."""
         self.parent: dict[int, Node | None] = {}
         self.node_of: dict[str, Node] = {}
         self._index_tree(self.tree, None)
@@ -790,11 +802,18 @@ class CPrinter:
         elif node.kind == "VECTOR":
             self._print_vector(node, env, indent)
         else:
-            promoted = self._promotable(node) if self.promoted is None else []
-            if promoted:
-                self._print_promoted(node, env, indent, promoted)
-            else:
-                self._print_loop(node, env, indent)
+            sunk = self._sinkable(node)
+            self.sunk |= sunk
+            try:
+                promoted = self._promotable(node) if self.promoted is None else []
+                if promoted:
+                    self._print_promoted(node, env, indent, promoted)
+                else:
+                    self._print_loop(node, env, indent)
+            finally:
+                self.sunk -= sunk
+            for inst in sorted(sunk):
+                self._print_sunk_copies(inst, node, env, indent)
 
     def _print_loop(self, node: Node, env: dict[str, str], indent: int) -> None:
         """A sequential loop as a C ``for``."""
@@ -817,9 +836,102 @@ class CPrinter:
         return [node, *(n for child in node.children for n in self._subtree(child))]
 
     def _writes(self, inst: str, st: Storage) -> bool:
-        """Whether printing ``inst`` writes ``st``: its own value, or a copy for a consumer."""
-        return self.storage.get(inst) is st or any(
-            t is st for (producer, _), t in self.temps.items() if producer == inst)
+        """Whether printing ``inst`` writes ``st``: its own value, or a copy for a consumer
+        (not while the copies are written after the loop instead)."""
+        return self.storage.get(inst) is st or (inst not in self.sunk and any(
+            t is st for (producer, _), t in self.temps.items() if producer == inst))
+
+    # -- an accumulation's copies written after its reduction loop -------------------------
+
+    def _sinkable(self, node: Node) -> set[str]:
+        """The accumulations whose copies for their consumers (temporaries between them and
+        the instructions that read their final value) to write once after the sequential
+        loop ``node`` rather than at each of its steps.
+
+        A copy is printed right after its producer. For an accumulation that is at each
+        step of its reduction loops, and only the last value counts (its consumers run after
+        those loops). The compiler sinks such stores out of a loop only sometimes: a dot
+        product whose copy of 16 vector accumulators went lane by lane into a buffer ran 30 ms
+        with the 128 stores at every step, where its bound (and the same code with the stores
+        after the loop) is 2-4 ms. So the printer writes them after the loop, from the
+        accumulator, which then holds every final value: ``node`` iterates a reduction dim of
+        the accumulation, and every loop between it and the accumulation iterates another
+        reduction dim or binds an index to constants (unrolled, vector, or one iteration);
+        neither the accumulator nor the copy is indexed by a reduction dim, and no dim of the
+        accumulation's other logical dims needs a guard here."""
+        if not self.promotes or node.kind != "LOOP" or self.sizes[node.dims[0]] == 1:
+            return set()
+        out = set()
+        for inst in self._insts_under(node):
+            if inst in self.sunk or inst not in self.k.reducing_insts:
+                continue
+            copies = [t for (producer, _), t in self.temps.items() if producer == inst]
+            if not copies:
+                continue
+            reduction = self._reduction_dims(inst)
+            if not any(d in reduction for d in node.dims):
+                continue
+            own = set(self.k.iteration_dims(inst))
+            path = self._loops_to(inst, node)[:-1]
+            if any(n.kind == "VECTOR" if set(n.dims) & own & reduction
+                   else self._binds_in_loop(n, own) for n in path):
+                continue  # lanes along the reduction, or an index bound in a loop
+            st = self.storage[inst]
+            if any(sl.producer_dim in reduction or sl.consumer_dim in reduction
+                   for x in (st, *copies) for sl in x.slots):
+                continue
+            inner = {self.k.dim(d).logical for d in own - reduction}
+            if any(self._needs_guard(ld) for ld in inner):
+                continue
+            out.add(inst)
+        return out
+
+    def _reduction_dims(self, inst: str) -> set[str]:
+        """The tile dims of the logical dims ``inst`` reduces along."""
+        return {d for op in self.k.inst(inst).operands if isinstance(op, Reduce)
+                for ld in op.dims for d in self.k.dims_of(ld)}
+
+    def _print_sunk_copies(self, inst: str, node: Node, env: dict[str, str],
+                           indent: int) -> None:
+        """After the loop ``node``, the copies of accumulation ``inst`` for its consumers, at
+        every index the loops between them bind (see :meth:`_sinkable`): each unrolled and
+        one-iteration dim at its constants, a vector dim on whole vectors."""
+        reduction = self._reduction_dims(inst)
+        own = set(self.k.iteration_dims(inst))
+        path = [n for n in reversed(self._loops_to(inst, node)[:-1])
+                if not set(n.dims) & own & reduction]
+        st = self.storage[inst]
+        side = "c" if st.temp is not None and (st.temp.carries or ("", ""))[1] == inst \
+            else "p"
+        copies = [t for (producer, _), t in self.temps.items() if producer == inst]
+        self.emit(indent, f"{{ /* {', '.join(t.name for t in copies)} written after "
+                          f"{node.dims[0]} */")
+
+        def walk(at: int, scope: dict[str, str]) -> None:
+            if at == len(path):
+                self._write_copies(copies, st, side, scope, indent + 1, None)
+                return
+            n = path[at]
+            size = self.sizes[n.dims[0]]
+            if n.kind == "VECTOR" and size != 1:
+                assert at == len(path) - 1 and isinstance(size, int)
+                lane = (n, size) if self._iterates(inst, n) else None
+                self._write_copies(copies, st, side, {**scope, **dict.fromkeys(n.dims, "0")},
+                                   indent + 1, lane)
+                return
+            for i in range(size if n.kind == "UNROLL" and isinstance(size, int) else 1):
+                walk(at + 1, {**scope, **dict.fromkeys(n.dims, str(i))})
+
+        walk(0, env)
+        self.emit(indent, "}")
+
+    def _write_copies(self, copies: list[Storage], st: Storage, side: str,
+                      env: dict[str, str], indent: int, lane: tuple[Node, int] | None) -> None:
+        lane_dims = set(lane[0].dims) if lane else set()
+        lanes = lane[1] if lane else 1
+        src = self._read_storage(st, env, side, lane_dims, lanes)
+        for tst in copies:
+            self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
 
     def _promotable(self, node: Node) -> list[Storage]:
         """The memory temporaries to keep in variables across the sequential loop ``node``.
@@ -1167,10 +1279,11 @@ class CPrinter:
             side = "c" if st.temp is not None and (st.temp.carries or ("", ""))[1] == inst.name \
                 else "p"
             self._emit_write(indent, st, env, side, lane_dims, lanes, expr)
-            src = self._read_storage(st, env, side, lane_dims, lanes)
-            for (producer, _), tst in self.temps.items():
-                if producer == inst.name:
-                    self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
+            if inst.name not in self.sunk:
+                src = self._read_storage(st, env, side, lane_dims, lanes)
+                for (producer, _), tst in self.temps.items():
+                    if producer == inst.name:
+                        self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
         if guards:
             self.emit(indent - 1, "}")
 
