@@ -162,7 +162,12 @@ NOTES = """What limits these figures:
   in turn. Running a counter's comparisons again on every move of a slot it watches
   (they had run only when its interval moved, which missed a cap on a term's least
   value) costs about 12% more, measured after this table: 98-113 against 116-126
-  descents/s, three alternating runs of 800 after a warm-up of 300. 199-218 on the AMD
+  descents/s, three alternating runs of 800 after a warm-up of 300. The C engine then
+  took the other terms' share as the counter's interval less the term's own where that
+  is exact (linear in the terms where recombining them per term was quadratic): 0.62
+  against 1.07 billion instructions in the comparisons over 150 descents (callgrind),
+  93.6-102.7 against 91.7-113.6 descents/s in three alternating runs, within this
+  machine's noise. 199-218 on the AMD
   EPYC machine of earlier tables (3.7 GHz), which ran the same
   build about 1.7x faster throughout (axpy 20,047 descents/s there; root propagation
   0.07-0.15 s there, 0.11-0.17 s here), 62-84 on an Intel machine, about 2.8x slower than
