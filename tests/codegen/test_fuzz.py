@@ -405,6 +405,18 @@ def _loop_text(source: str, var: str) -> list[str]:
     return out
 
 
+def _loops_of_each(sources: list[str], comment: str, var: str) -> list[str]:
+    """The ``for`` loops over ``var`` of every source, each source printing ``comment`` and
+    at least one such loop."""
+    out = []
+    for source in sources:
+        assert comment in source
+        loops = _loop_text(source, var)
+        assert loops
+        out += loops
+    return out
+
+
 KC_BLOCKED = ["i.0", "r.0", "j.0", "i.1", "r.1", "i.2", "j.1", "j.2"]
 """Loops of a matmul whose reduction is split around the row tiles (a block of the
 reduction, kc, at a time, as BLIS does): the register tile's accumulator lives across r.0
@@ -429,12 +441,8 @@ def test_an_accumulator_in_memory_is_kept_in_variables_across_its_reduction_bloc
         ("mem_space", ["tmp_init_acc"], [space]),
     ])
     sources, report = _sources_and_report(evaluator, cand, 4, 3, f"kc_{space}")
-    for source in sources:
-        assert "kept in variables across r.1" in source
-        loops = _loop_text(source, "r_1")
-        assert loops
-        for loop in loops:
-            assert "tmp_init_acc[" not in loop and "reg_tmp_init_acc_" in loop
+    for loop in _loops_of_each(sources, "kept in variables across r.1", "r_1"):
+        assert "tmp_init_acc[" not in loop and "reg_tmp_init_acc_" in loop
     assert report.verified == 4, report.failed[:3]
 
 
@@ -456,12 +464,8 @@ def test_an_accumulations_copy_is_written_once_after_its_reduction_loops(
         cand = cand.restrict(choice, args, values)
         assert cand, cand
     sources, report = _sources_and_report(evaluator, cand, 4, 7, f"sunk_{n}")
-    for source in sources:
-        assert "tmp_acc_fin written after q.0" in source
-        loops = _loop_text(source, "q_0")
-        assert loops
-        for loop in loops:
-            assert "tmp_acc_fin[" not in loop
+    for loop in _loops_of_each(sources, "tmp_acc_fin written after q.0", "q_0"):
+        assert "tmp_acc_fin[" not in loop
     assert report.verified == 4, report.failed[:3]
 
 
