@@ -803,7 +803,7 @@ class CPrinter:
             self._print_vector(node, env, indent)
         else:
             sunk = self._sinkable(node)
-            self.sunk |= sunk
+            self.sunk |= sunk.keys()
             try:
                 promoted = self._promotable(node) if self.promoted is None else []
                 if promoted:
@@ -811,9 +811,9 @@ class CPrinter:
                 else:
                     self._print_loop(node, env, indent)
             finally:
-                self.sunk -= sunk
+                self.sunk -= sunk.keys()
             for inst in sorted(sunk):
-                self._print_sunk_copies(inst, node, env, indent)
+                self._print_sunk_copies(inst, sunk[inst], node, env, indent)
 
     def _print_loop(self, node: Node, env: dict[str, str], indent: int) -> None:
         """A sequential loop as a C ``for``."""
@@ -839,14 +839,25 @@ class CPrinter:
         """Whether printing ``inst`` writes ``st``: its own value, or a copy for a consumer
         (not while the copies are written after the loop instead)."""
         return self.storage.get(inst) is st or (inst not in self.sunk and any(
-            t is st for (producer, _), t in self.temps.items() if producer == inst))
+            t is st for t in self._copies_of(inst)))
+
+    def _copies_of(self, inst: str) -> list[Storage]:
+        """The temporaries ``inst`` writes its value into for consumers in other nests."""
+        return [t for (producer, _), t in self.temps.items() if producer == inst]
+
+    def _value_side(self, inst: str) -> str:
+        """How ``inst`` indexes the storage of its value: as its consumer where an
+        accumulation keeps it in the temporary from its init, else as its producer."""
+        st = self.storage[inst]
+        return "c" if st.temp is not None and (st.temp.carries or ("", ""))[1] == inst else "p"
 
     # -- an accumulation's copies written after its reduction loop -------------------------
 
-    def _sinkable(self, node: Node) -> set[str]:
+    def _sinkable(self, node: Node) -> dict[str, list[Node]]:
         """The accumulations whose copies for their consumers (temporaries between them and
         the instructions that read their final value) to write once after the sequential
-        loop ``node`` rather than at each of its steps.
+        loop ``node`` rather than at each of its steps, each with the loops between them
+        that bind constants, outermost first.
 
         A copy is printed right after its producer. For an accumulation that is at each
         step of its reduction loops, and only the last value counts (its consumers run after
@@ -860,20 +871,20 @@ class CPrinter:
         neither the accumulator nor the copy is indexed by a reduction dim, and no dim of the
         accumulation's other logical dims needs a guard here."""
         if not self.promotes or node.kind != "LOOP" or self.sizes[node.dims[0]] == 1:
-            return set()
-        out = set()
+            return {}
+        out = {}
         for inst in self._insts_under(node):
             if inst in self.sunk or inst not in self.k.reducing_insts:
                 continue
-            copies = [t for (producer, _), t in self.temps.items() if producer == inst]
+            copies = self._copies_of(inst)
             if not copies:
                 continue
-            reduction = self._reduction_dims(inst)
+            own = set(self.k.iteration_dims(inst))
+            reduction = own & self.k.reduction_dims
             if not any(d in reduction for d in node.dims):
                 continue
-            own = set(self.k.iteration_dims(inst))
             path = self._loops_to(inst, node)[:-1]
-            if any(n.kind == "VECTOR" if set(n.dims) & own & reduction
+            if any(n.kind == "VECTOR" if set(n.dims) & reduction
                    else self._binds_in_loop(n, own) for n in path):
                 continue  # lanes along the reduction, or an index bound in a loop
             st = self.storage[inst]
@@ -883,41 +894,28 @@ class CPrinter:
             inner = {self.k.dim(d).logical for d in own - reduction}
             if any(self._needs_guard(ld) for ld in inner):
                 continue
-            out.add(inst)
+            out[inst] = [n for n in reversed(path) if not set(n.dims) & reduction]
         return out
 
-    def _reduction_dims(self, inst: str) -> set[str]:
-        """The tile dims of the logical dims ``inst`` reduces along."""
-        return {d for op in self.k.inst(inst).operands if isinstance(op, Reduce)
-                for ld in op.dims for d in self.k.dims_of(ld)}
-
-    def _print_sunk_copies(self, inst: str, node: Node, env: dict[str, str],
-                           indent: int) -> None:
+    def _print_sunk_copies(self, inst: str, path: list[Node], node: Node,
+                           env: dict[str, str], indent: int) -> None:
         """After the loop ``node``, the copies of accumulation ``inst`` for its consumers, at
-        every index the loops between them bind (see :meth:`_sinkable`): each unrolled and
-        one-iteration dim at its constants, a vector dim on whole vectors."""
-        reduction = self._reduction_dims(inst)
-        own = set(self.k.iteration_dims(inst))
-        path = [n for n in reversed(self._loops_to(inst, node)[:-1])
-                if not set(n.dims) & own & reduction]
-        st = self.storage[inst]
-        side = "c" if st.temp is not None and (st.temp.carries or ("", ""))[1] == inst \
-            else "p"
-        copies = [t for (producer, _), t in self.temps.items() if producer == inst]
-        self.emit(indent, f"{{ /* {', '.join(t.name for t in copies)} written after "
-                          f"{node.dims[0]} */")
+        every index the loops ``path`` between them bind (see :meth:`_sinkable`): each
+        unrolled and one-iteration dim at its constants, a vector dim on whole vectors."""
+        names = ", ".join(t.name for t in self._copies_of(inst))
+        self.emit(indent, f"{{ /* {names} written after {node.dims[0]} */")
 
         def walk(at: int, scope: dict[str, str]) -> None:
             if at == len(path):
-                self._write_copies(copies, st, side, scope, indent + 1, None)
+                self._write_copies(inst, scope, indent + 1, None)
                 return
             n = path[at]
             size = self.sizes[n.dims[0]]
             if n.kind == "VECTOR" and size != 1:
                 assert at == len(path) - 1 and isinstance(size, int)
                 lane = (n, size) if self._iterates(inst, n) else None
-                self._write_copies(copies, st, side, {**scope, **dict.fromkeys(n.dims, "0")},
-                                   indent + 1, lane)
+                self._write_copies(inst, {**scope, **dict.fromkeys(n.dims, "0")}, indent + 1,
+                                   lane)
                 return
             for i in range(size if n.kind == "UNROLL" and isinstance(size, int) else 1):
                 walk(at + 1, {**scope, **dict.fromkeys(n.dims, str(i))})
@@ -925,12 +923,14 @@ class CPrinter:
         walk(0, env)
         self.emit(indent, "}")
 
-    def _write_copies(self, copies: list[Storage], st: Storage, side: str,
-                      env: dict[str, str], indent: int, lane: tuple[Node, int] | None) -> None:
+    def _write_copies(self, inst: str, env: dict[str, str], indent: int,
+                      lane: tuple[Node, int] | None) -> None:
+        """The copies of the value of ``inst`` for its consumers in other nests."""
         lane_dims = set(lane[0].dims) if lane else set()
         lanes = lane[1] if lane else 1
-        src = self._read_storage(st, env, side, lane_dims, lanes)
-        for tst in copies:
+        src = self._read_storage(self.storage[inst], env, self._value_side(inst), lane_dims,
+                                 lanes)
+        for tst in self._copies_of(inst):
             self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
 
     def _promotable(self, node: Node) -> list[Storage]:
@@ -1274,16 +1274,10 @@ class CPrinter:
                                   inst.dtype, lanes, count)
             else:
                 expr = self._arith(inst, ops, vt)
-            st = self.storage[inst.name]
-            # An accumulation kept in the temporary from its init indexes it as its consumer.
-            side = "c" if st.temp is not None and (st.temp.carries or ("", ""))[1] == inst.name \
-                else "p"
-            self._emit_write(indent, st, env, side, lane_dims, lanes, expr)
+            self._emit_write(indent, self.storage[inst.name], env, self._value_side(inst.name),
+                             lane_dims, lanes, expr)
             if inst.name not in self.sunk:
-                src = self._read_storage(st, env, side, lane_dims, lanes)
-                for (producer, _), tst in self.temps.items():
-                    if producer == inst.name:
-                        self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
+                self._write_copies(inst.name, env, indent, lane)
         if guards:
             self.emit(indent - 1, "}")
 
