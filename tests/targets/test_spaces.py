@@ -117,6 +117,29 @@ def test_dead_end_is_a_value_naming_the_constraint() -> None:
     assert dead.reason
 
 
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_tiles_of_the_heaviest_instruction_are_decided_first_innermost_first(target) -> None:
+    """Within sizes and within kinds, the micro-kernel's dims come before the copy and store
+    nests' dims, and a logical dimension's innermost tile before its outer ones."""
+    k = partita.kernel("matmul", m=256, n=256, k=64)
+    root = partita.space(k, target, cpu=AVX512_REFERENCE).root()
+    inst = root.compiled.instances
+    order = [(inst[s].choice, inst[s].args[0]) for s in root.open_slots()
+             if inst[s].choice in ("size", "dim_kind")]
+    acc = set(k.iteration_dims("acc"))
+    for choice in ("size", "dim_kind"):
+        dims = [d for c, d in order if c == choice]
+        assert dims, choice
+        # Every dim of the accumulation comes before every other dim.
+        first_other = next(n for n, d in enumerate(dims) if d not in acc)
+        assert set(dims[:first_other]) == acc & set(dims)
+        # Along each logical dimension, inner tiles come first.
+        for ld in {k.dim(d).logical for d in dims}:
+            tiles = k.dims_of(ld)
+            seen = [tiles.index(d) for d in dims if k.dim(d).logical == ld]
+            assert seen == sorted(seen, reverse=True), (choice, ld, seen)
+
+
 def test_gpu_counters_respect_the_device() -> None:
     for cand in implementations(partita.kernel("axpy", n=1 << 20), "gpu", count=5, seed=3):
         lo, hi = cand.counter("threads")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -459,9 +460,39 @@ class CompiledSpace:
 
         rank = {c: i for i, c in enumerate(self.sdef.choice_order)}
         last = len(rank)
-        self.decision_slots = sorted(
-            range(self.n_choice_slots),
-            key=lambda s: (rank.get(self.choice_of_slot[s], last), s))
+        by_work = self._dims_by_work()
+        neutral = (0, 0, 0)
+
+        def key(s: int) -> tuple[Any, ...]:
+            args = self.instances[s].args
+            return (rank.get(self.choice_of_slot[s], last),
+                    by_work.get(args[0], neutral) if len(args) == 1 else neutral, s)
+
+        self.decision_slots = sorted(range(self.n_choice_slots), key=key)
+
+    def _dims_by_work(self) -> dict[str, tuple[int, int, int]]:
+        """A sort key per dimension, for the order of a choice's instances: the dims of the
+        instruction with the most work first (the deepest nest, then the largest static
+        iteration space), and of one logical dimension the innermost tile first.
+
+        The innermost tiles of the heaviest instruction decide whether its arithmetic runs
+        on vectors and in registers, which moves the bound most: deciding them first lets a
+        search prune scalar micro-kernels near the root rather than below every outer tile's
+        choices (matmul 1024^3: 3.6-3.9x of the nodes at depth 10 cut with the kinds in
+        declaration order, 4.5-6.1x with these first, by Knuth's estimate over 300-600
+        paths)."""
+        k = self.kernel
+        work: dict[str, tuple[int, int]] = {}
+        for inst in k.instructions:
+            size = math.prod(k.static_size(k.logical(ld).size) or 1 for ld in inst.dims)
+            for d in k.iteration_dims(inst.name):
+                work[d] = max(work.get(d, (0, 0)), (len(inst.dims), size))
+        out = {}
+        for dim in k.dims:
+            depth, size = work.get(dim.name, (0, 0))
+            tiles = k.dims_of(dim.logical)
+            out[dim.name] = (-depth, -size, len(tiles) - 1 - tiles.index(dim.name))
+        return out
 
     def static_table(self, predicate: Callable[..., Any], args: tuple[str, ...],
                      sets: dict[str, str]) -> Any:
