@@ -152,10 +152,13 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s): 98 in this run on the AMD EPYC machine
-  of this table (3.2 GHz, no AVX-512; axpy 9,887 descents/s), 86 in the run before (axpy
-  8,376) and 111 two hours before that (axpy 12,271): this machine's speed varies by a
-  third from one hour to the next, the space's by a few percent between builds. The clause
+- **Speed** (matmul 1024^3, target 100 descents/s): 89 in this run on the AMD EPYC machine
+  of this table (3.2 GHz, no AVX-512; axpy 11,272 descents/s), 98 in the run before (axpy
+  9,887), 86 and 111 in earlier ones (axpy 8,376 and 12,271): this machine's speed varies
+  by a third from one hour to the next, the space's by a few percent between builds.
+  Deciding the heaviest instruction's tiles first (below) did not slow descents, though
+  they are longer (50.7 decisions against 48.8; fewer end early): 89-119 against 86-102
+  descents/s for the build before, three alternating runs of 800 after a warm-up of 300. The clause
   that keeps parallel loops in one chain (below) costs about 5%: 97.5 against 100-105
   descents/s after a warm-up of 300, and `partita space matmul m=1024 n=1024 k=1024
   --samples 600` (its own layouts compiled within) 68-71 against 71-80, each build run twice
@@ -191,14 +194,16 @@ NOTES = """What limits these figures:
   store's loop drawn around the init or a load placed before the accumulation's loop: the
   loop would hold the accumulation, so fuse with its loop, which does not hold the init),
   12.3% before the clause `a parallel loop inside another holds all it holds` (13.4% on
-  1024^3), 5.0% now (5.9% on 1024^3). That clause removes implementations that printed the
+  1024^3), 5.0% after it (5.9% on 1024^3), 2.3% now (2.5% on 1024^3), since sizes and kinds
+  are decided for the tiles of the instruction with the most work first, innermost first
+  (they were decided in declaration order, outer tiles first). That clause removes implementations that printed the
   same code as others: OpenMP shares one collapsed nest of loops, so a parallel loop beside
   another statement inside the parallel nest (a copy nest's outer tile drawn PARALLEL next to
   the micro-kernel's loops, in 29% of random implementations of matmul 256x256x32) ran as
   the sequential loop of its LOOP twin; where both packing nests' reduction loops were drawn
   so, they also filled the limit on collapsed loops, 27 of the 35 dead ends of 300 descents
-  before. Of 600 descents now, 31 end in one, every one by the register limit on unrolled
-  copies. Another
+  before. Of 600 descents, 31 ended in one in the order before and 12 now, every one by the
+  register limit on unrolled copies. Another
   value of the same choice always propagates (no live child: 0%), so the search's rollouts,
   which draw again, never backtrack further. Every redundant clause is tested to lose no
   implementation (implementations of the space without them replay in the full space).
