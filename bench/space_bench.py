@@ -196,14 +196,14 @@ NOTES = """What limits these figures:
   12.3% before the clause `a parallel loop inside another holds all it holds` (13.4% on
   1024^3), 5.0% after it (5.9% on 1024^3), 2.3% now (2.5% on 1024^3), since sizes and kinds
   are decided for the tiles of the instruction with the most work first, innermost first
-  (they were decided in declaration order, outer tiles first). That clause removes implementations that printed the
-  same code as others: OpenMP shares one collapsed nest of loops, so a parallel loop beside
-  another statement inside the parallel nest (a copy nest's outer tile drawn PARALLEL next to
-  the micro-kernel's loops, in 29% of random implementations of matmul 256x256x32) ran as
-  the sequential loop of its LOOP twin; where both packing nests' reduction loops were drawn
-  so, they also filled the limit on collapsed loops, 27 of the 35 dead ends of 300 descents
-  before. Of 600 descents, 31 ended in one in the order before and 12 now, every one by the
-  register limit on unrolled copies. Another
+  (they were decided in declaration order, outer tiles first). That clause removes
+  implementations that printed the same code as others: OpenMP shares one collapsed nest of
+  loops, so a parallel loop beside another statement inside the parallel nest (a copy nest's
+  outer tile drawn PARALLEL next to the micro-kernel's loops, in 29% of random
+  implementations of matmul 256x256x32) ran as the sequential loop of its LOOP twin; where
+  both packing nests' reduction loops were drawn so, they also filled the limit on collapsed
+  loops, 27 of the 35 dead ends of 300 descents before. Of 600 descents, 31 ended in one in
+  the order before and 12 now, every one by the register limit on unrolled copies. Another
   value of the same choice always propagates (no live child: 0%), so the search's rollouts,
   which draw again, never backtrack further. Every redundant clause is tested to lose no
   implementation (implementations of the space without them replay in the full space).
