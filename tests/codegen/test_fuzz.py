@@ -153,7 +153,7 @@ def test_partial_vectors_compute_on_whole_vectors_with_masked_accesses(
     the loop iterates r: one nested there without r must run each iteration). Checked with
     AVX-512's masked moves (native, where the host has them) and with the portable lane loops
     (x86-64-v2); the evaluator's canaries catch a write past the end of C."""
-    cand, impls = _partial_tile_candidates(params, 8, 13)
+    cand, impls = _partial_tile_candidates(params, 8, 14)
     k = params["k"]
     clamped = f"r_1 < (8 < {k} - (8 * r_0) ? 8 : {k} - (8 * r_0))"
     sources = [print_c(impl, f"pv_{i}").source for i, impl in enumerate(impls)]
@@ -311,7 +311,11 @@ def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
         (plan,) = [p for plans in printer.prefetches.values() for p in plans
                    if p.temp == "tmp_ld_a_acc"]
         blocks = math.prod(int(printer.sizes[node.dims[0]]) for node in plan.outer)
-        program, fetched = _prefetched_a(tmp_path, printer, n)
+        # Where the block of rows does not divide m, the prefetch ahead of the last, partial
+        # block names rows past the end (it never faults): those are left out.
+        choices = impl.assignment()
+        rows = choices[("size", ("i.1",))] * choices[("size", ("i.2",))]
+        program, fetched = _prefetched_a(tmp_path, printer, n, strict=16 % rows == 0)
         a = next(p for p in program.params if p.name == "A")
         view = {i * a.strides[0] + j * a.strides[1]
                 for i in range(a.shape[0]) for j in range(a.shape[1])}

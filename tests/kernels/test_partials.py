@@ -230,7 +230,9 @@ def test_parallel_chunks_keep_vector_partial_sums(evaluator: Evaluator) -> None:
     partial sums inside."""
     k = kernel("dot", n=1 << 14, partials=16, chunks=2)
     cand = partita.space(k, cpu=AVX512_REFERENCE).root()  # 16-lane vectors on any host
-    for choice, dim, value in [("dim_kind", k.dims_of("c")[0], "PARALLEL"),
+    # One chunk per tile of c.0, so that the parallel loop has both chunks to share.
+    for choice, dim, value in [("size", k.dims_of("c")[-1], 1),
+                               ("dim_kind", k.dims_of("c")[0], "PARALLEL"),
                                ("size", k.dims_of("p")[-1], 16),
                                ("dim_kind", k.dims_of("p")[-1], "VECTOR")]:
         cand = cand.restrict(choice, [dim], [value])
