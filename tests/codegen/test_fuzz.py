@@ -305,7 +305,8 @@ def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
     """Each address prefetched is an element of an array (A's are elements of its strided
     view), and the prefetches of A cover every block of the view but the first (which no
     earlier iteration runs ahead of)."""
-    cand = _pinned({"m": 16, "n": 32, "k": 32, "stride_a": 32}, PREFETCHED_A)
+    m = 16
+    cand = _pinned({"m": m, "n": 32, "k": 32, "stride_a": 32}, PREFETCHED_A)
     for n, impl in enumerate(sample_implementations(cand, 4, random.Random(23))):
         printer = CPrinter(impl, "probed")
         (plan,) = [p for plans in printer.prefetches.values() for p in plans
@@ -315,7 +316,7 @@ def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
         # block names rows past the end (it never faults): those are left out.
         choices = impl.assignment()
         rows = choices[("size", ("i.1",))] * choices[("size", ("i.2",))]
-        program, fetched = _prefetched_a(tmp_path, printer, n, strict=16 % rows == 0)
+        program, fetched = _prefetched_a(tmp_path, printer, n, strict=m % rows == 0)
         a = next(p for p in program.params if p.name == "A")
         view = {i * a.strides[0] + j * a.strides[1]
                 for i in range(a.shape[0]) for j in range(a.shape[1])}
