@@ -685,7 +685,9 @@ static int run_from(Ctx *c, const Occ *o, int depth, i64 *vals, char *bound, int
         bound[v] = 1;
         int n2 = n, u2 = u;
         int r = 0;
-        if (!eval_level(c, o, depth, vals, &n2, &u2, trigger))
+        /* A clause propagates only with at most one condition undecided: once two are,
+         * no binding of the remaining variables can make it act. */
+        if (!eval_level(c, o, depth, vals, &n2, &u2, trigger) && (trigger || n2 < 2))
             r = run_loops(c, o, depth + 1, vals, bound, n2, u2);
         bound[v] = 0;
         if (r) return r;
@@ -745,6 +747,7 @@ static int run_occurrence(Ctx *c, i64 off, int nargs, i64 a0, i64 a1) {
     }
     int n = 0, u = -1;
     if (eval_level(c, &o, 0, vals, &n, &u, rec[1] >= 0)) return 0;
+    if (rec[1] < 0 && n >= 2) return 0;
     return run_loops(c, &o, 1, vals, bound, n, u);
 }
 
