@@ -40,6 +40,7 @@ typedef struct {
     int qlen;
     i64 *pending_old;
     char *pending;
+    char *used;     /* per object: bound to a variable of the grounding being enumerated */
     i64 *fired;
     int nfired;
     int max_fired;
@@ -382,7 +383,14 @@ static inline i64 table_index(i64 n, i64 arity, const i64 *vals, i64 v0, i64 v1)
 /* Signed slot and oriented domain of a choice instance. Slot tables hold two int32 entries
  * a word: the order table of a lowered matmul then fits the L1 cache beside the vector. */
 static inline i64 slot_at(const i64 *P, i64 off, i64 at) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* entry 2w is the low half of word w, which a little-endian machine stores first */
+    int32_t v;
+    memcpy(&v, (const char *)(P + off) + 4 * at, sizeof v);
+    return v;
+#else
     return (i64)(int32_t)(uint32_t)((u64)P[off + (at >> 1)] >> (32 * (at & 1)));
+#endif
 }
 
 static inline void read_choice(Ctx *c, const i64 *r, const i64 *vals, i64 *s, i64 *d) {
@@ -646,18 +654,17 @@ static int finish(Ctx *c, const Occ *o, const i64 *vals, int n, int u) {
     return 0;
 }
 
-static int run_from(Ctx *c, const Occ *o, int depth, i64 *vals, char *bound, int n, int u);
+static int run_from(Ctx *c, const Occ *o, int depth, i64 *vals, int n, int u);
 
-static int run_loops(Ctx *c, const Occ *o, int depth, i64 *vals, char *bound, int n, int u) {
+static int run_loops(Ctx *c, const Occ *o, int depth, i64 *vals, int n, int u) {
     if (depth > o->n_loops) return finish(c, o, vals, n, u);
-    return run_from(c, o, depth, vals, bound, n, u);
+    return run_from(c, o, depth, vals, n, u);
 }
 
-static int run_from(Ctx *c, const Occ *o, int depth, i64 *vals, char *bound, int n, int u) {
+static int run_from(Ctx *c, const Occ *o, int depth, i64 *vals, int n, int u) {
     const i64 *P = c->P;
     const i64 *rec = o->rec;
     int trigger = rec[1] >= 0;
-    int n_vars = (int)rec[2];
     const i64 *lp = o->loops[depth - 1];
     int v = (int)lp[0];
     const i64 *var = o->vars + 4 * v;
@@ -671,10 +678,8 @@ static int run_from(Ctx *c, const Occ *o, int depth, i64 *vals, char *bound, int
     }
     for (i64 k = 0; k < src[0]; k++) {
         i64 x = src[1 + k];
-        int clash = 0;
-        for (int w = 0; w < n_vars; w++)
-            if (bound[w] && vals[w] == x) { clash = 1; break; }
-        if (clash) continue;
+        /* the variables of a grounding name distinct objects */
+        if (c->used[x]) continue;
         vals[v] = x;
         int ok = 1;
         for (i64 q = 0; q < lp[1]; q++) {
@@ -682,14 +687,14 @@ static int run_from(Ctx *c, const Occ *o, int depth, i64 *vals, char *bound, int
             if (!member(P, o->vars + 4 * dv, vals, vals[dv])) { ok = 0; break; }
         }
         if (!ok) continue;
-        bound[v] = 1;
+        c->used[x] = 1;
         int n2 = n, u2 = u;
         int r = 0;
         /* A clause propagates only with at most one condition undecided: once two are,
          * no binding of the remaining variables can make it act. */
         if (!eval_level(c, o, depth, vals, &n2, &u2, trigger) && (trigger || n2 < 2))
-            r = run_loops(c, o, depth + 1, vals, bound, n2, u2);
-        bound[v] = 0;
+            r = run_loops(c, o, depth + 1, vals, n2, u2);
+        c->used[x] = 0;
         if (r) return r;
     }
     return 0;
@@ -748,7 +753,12 @@ static int run_occurrence(Ctx *c, i64 off, int nargs, i64 a0, i64 a1) {
     int n = 0, u = -1;
     if (eval_level(c, &o, 0, vals, &n, &u, rec[1] >= 0)) return 0;
     if (rec[1] < 0 && n >= 2) return 0;
-    return run_loops(c, &o, 1, vals, bound, n, u);
+    for (int v = 0; v < n_vars; v++)
+        if (bound[v]) c->used[vals[v]] = 1;
+    int r = run_loops(c, &o, 1, vals, n, u);
+    for (int v = 0; v < n_vars; v++)
+        if (bound[v]) c->used[vals[v]] = 0;
+    return r;
 }
 
 /* ---------------------------------------------------------------- the worklist */
@@ -846,6 +856,8 @@ int partita_propagate(const i64 *P, i64 *vec, const i64 *changed, int n_changed,
     c.pending_old = scratch + n;
     c.pending = pending;
     memset(pending, 0, (size_t)n);
+    c.used = pending + n;
+    memset(c.used, 0, (size_t)c.nobj);
     c.qlen = 0;
     c.fired = fired;
     c.nfired = 0;

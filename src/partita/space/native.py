@@ -140,8 +140,9 @@ class NativeEngine:
         n = sp.size
         self.n = n
         self._scratch = array("q", bytes(16 * n))
-        self._pending = bytearray(n)
-        self._pending_p = (ctypes.c_char * n).from_buffer(self._pending)
+        # A flag per slot (queued), then one per object (bound while enumerating groundings).
+        self._pending = bytearray(n + sp.n_objects)
+        self._pending_p = (ctypes.c_char * len(self._pending)).from_buffer(self._pending)
         # Room for every grounding of every trigger: the list never overflows.
         groundings = sum(sp.n_objects ** len(t.forall) for t in sp.sdef.triggers)
         if groundings > self.MAX_FIRED or any(len(t.forall) > self.FIRED_WIDTH - 2
