@@ -364,7 +364,8 @@ static int enforce_counter(Ctx *c, i64 ci, int op, const i64 *b, i64 kid) {
  *    n_pattern_checks, pattern_check_var*, n_loops, (loop_var, n_deferred, deferred*)*,
  *    levels: (n, cond_off*) x (n_loops + 1), n_conds, cond_off (by index; -1 static)*]
  * A plain set is [n, members*] with a membership table of n_obj flags (or -1: everything);
- * a parametric set is a table of n_obj offsets of [n, members*] lists (-1: empty). */
+ * a parametric set is a table of n_obj offsets of [n, members*] lists (-1: empty), with
+ * a membership bit table of n_obj x n_obj bits, parent-major (-1: none; scan the list). */
 
 typedef struct {
     const i64 *rec;
@@ -598,6 +599,10 @@ static void fire(Ctx *c, i64 tid, const i64 *vals, int n_vars) {
 static int member(const i64 *P, const i64 *var, const i64 *vals, i64 x) {
     /* var: [set_kind, set_off, parent, member_off] */
     if (var[0] == 0) return var[3] < 0 || P[var[3] + x];
+    if (var[3] >= 0) {
+        i64 at = vals[var[2]] * P[H_NOBJ] + x;
+        return (int)((u64)P[var[3] + (at >> 6)] >> (at & 63) & 1);
+    }
     i64 off = P[var[1] + vals[var[2]]];
     if (off < 0) return 0;
     for (i64 k = 0; k < P[off]; k++)

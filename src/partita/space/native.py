@@ -60,6 +60,8 @@ when it turns true (a trigger: it fires when every condition holds)."""
 OPS = {"<=": 0, "<": 1, ">=": 2, ">": 3, "==": 4, "in": 5}
 MAX_VARS = 8
 MAX_TERMS = 512
+MEMBER_BITS = 1 << 22
+"""Largest bit table of a parametric set's membership (objects squared): 512 KiB."""
 INT64_MAX = (1 << 63) - 1
 
 
@@ -394,8 +396,19 @@ class _Builder:
             rows = sp.pset_ids[v.set]
             offs = [self.add([len(rows[i]), *rows[i]]) if i in rows else -1
                     for i in range(sp.n_objects)]
-            table = self._psets[v.set] = self.add(offs)
-        return [1, table, vidx[v.of], -1]
+            bits = -1
+            n = sp.n_objects
+            if n * n <= MEMBER_BITS:
+                # membership of x in the set of p at bit p * n + x, 64 a word: one load
+                # where scanning the set's list costs its length
+                words = [0] * ((n * n + 63) // 64)
+                for parent, members in rows.items():
+                    for x in members:
+                        at = parent * n + x
+                        words[at >> 6] |= 1 << (at & 63)
+                bits = self.add(w - (1 << 64) if w >> 63 else w for w in words)
+            table = self._psets[v.set] = (self.add(offs), bits)
+        return [1, table[0], vidx[v.of], table[1]]
 
     def _arg_vars(self, args: tuple[str, ...], vidx: dict[str, int]) -> list[int]:
         return [len(args), *_pad([vidx[a] for a in args], 2)]
