@@ -69,6 +69,7 @@ class Space:
         self._compiled: dict[Lowered, CompiledSpace] = {}
         self._by_backbone: dict[str, CompiledSpace] = {}
         self._steps: dict[tuple[int, str, tuple[str, ...]], tuple[Kernel, Kernel]] = {}
+        self._kernels: dict[str, Kernel] = {}
         self._facts: dict[tuple[Any, ...], Any] = {}
 
     def compiled(self, lowered: Lowered = frozenset()) -> CompiledSpace:
@@ -91,15 +92,21 @@ class Space:
     def _lower(self, lowered: Lowered) -> Kernel:
         """The backbone after the fired triggers, applied in a canonical order. Sets share
         most of their steps (and many steps add nothing: two pairs of one operand lower to
-        one temporary), so each step's result is kept per input kernel."""
+        one temporary), so each step's result is kept per input kernel. A result equal to one
+        reached before (another pair of the same operand) is that one, so that the steps
+        after it are found kept too: descents reach ever new sets of fired triggers, but few
+        backbones."""
         triggers = {t.name: t for t in self.sdef.triggers}
         kernel = self.kernel
         for name, objs in sorted(lowered):
             key = (id(kernel), name, objs)
             found = self._steps.get(key)
             if found is None:
+                result = triggers[name].lower(kernel, *objs)
+                if result is not kernel:
+                    result = self._kernels.setdefault(result.structural_hash, result)
                 # The input kernel is kept with the result, so its id is never reused.
-                found = self._steps[key] = (kernel, triggers[name].lower(kernel, *objs))
+                found = self._steps[key] = (kernel, result)
             kernel = found[1]
         return kernel
 
