@@ -152,42 +152,34 @@ def main() -> None:
 
 NOTES = """What limits these figures:
 
-- **Speed** (matmul 1024^3, target 100 descents/s): 89 in this run on the AMD EPYC machine
-  of this table (3.2 GHz, no AVX-512; axpy 11,272 descents/s), 98 in the run before (axpy
-  9,887), 86 and 111 in earlier ones (axpy 8,376 and 12,271): this machine's speed varies
-  by a third from one hour to the next, the space's by a few percent between builds.
-  Deciding the heaviest instruction's tiles first (below) did not slow descents, though
-  they are longer (50.7 decisions against 48.8; fewer end early): 89-119 against 86-102
-  descents/s for the build before, three alternating runs of 800 after a warm-up of 300. The clause
-  that keeps parallel loops in one chain (below) costs about 5%: 97.5 against 100-105
-  descents/s after a warm-up of 300, and `partita space matmul m=1024 n=1024 k=1024
-  --samples 600` (its own layouts compiled within) 68-71 against 71-80, each build run twice
-  in turn. Running a counter's comparisons again on every move of a slot it watches
-  (they had run only when its interval moved, which missed a cap on a term's least
-  value) costs about 12% more, measured after this table: 98-113 against 116-126
-  descents/s, three alternating runs of 800 after a warm-up of 300. The C engine then
-  took the other terms' share as the counter's interval less the term's own where that
-  is exact (linear in the terms where recombining them per term was quadratic): 0.62
-  against 1.07 billion instructions in the comparisons over 150 descents (callgrind),
-  93.6-102.7 against 91.7-113.6 descents/s in three alternating runs, within this
-  machine's noise. 199-218 on the AMD
-  EPYC machine of earlier tables (3.7 GHz), which ran the same
-  build about 1.7x faster throughout (axpy 20,047 descents/s there; root propagation
-  0.07-0.15 s there, 0.11-0.17 s here), 62-84 on an Intel machine, about 2.8x slower than
-  that (root propagation 0.19 s). The C engine runs a decision's propagation in about
-  0.16 ms here, against 6 ms in Python; a descent takes about 49 of them plus a few
-  lowerings, and 70% of its time is in the engine, the rest in Python (the candidates and
-  their decision lists). What remains is the number of clause groundings: about 25
-  million per 100 descents (measured on this build by counting in the interpreter), 41% of
-  them `loops form a tree`, which relates a statement inside a loop to every other
-  statement, 27% the transitivity of nesting and sequence, 20% `merged dims have the same
-  order`; 60% of all of them end at their first condition (the clause holds). Skipping
-  those with a bitset per statement would save at most about 12% of a descent (their share
-  of the interpreter's time), and compiling the interpreter for the host's instruction set
-  (`-march=native`) gained 3% over three alternating runs (105-118 against 105-114
-  descents/s), within this machine's noise: neither was taken. A new layout (a set of
-  temporaries first reached) costs about 0.1 s to compile and program; over 2,000 descents a
-  few dozen more appear after the warm-up.
+- **Speed** (matmul 1024^3, target 100 descents/s): 119 in this run, though this hour ran the
+  machine slowly (axpy 7,913 descents/s, against 11,272 in the last run, when matmul 1024^3 gave
+  89; 98, 86 and 111 in earlier runs with axpy at 9,887, 8,376 and 12,271): this machine's
+  speed varies by a third from one hour to the next, so builds are compared side by side. Four
+  changes to the C engine since the last run: a clause stops enumerating groundings once two
+  of its conditions are undecided (no binding of the variables left can make it propagate);
+  the objects bound in a grounding are flagged per object, one load where the distinct-objects
+  test scanned the bound variables (15% of the engine's instructions); slot tables are read as
+  the int32 entries they hold; membership in a parametric set (a dim's fusion partners) is one
+  bit of a table. Together 2.40 against 2.81 billion instructions in the engine over 60
+  replayed descents and 5.51 against 5.66 for the first change over 120 (callgrind); in wall
+  time, the same 150 descents replayed eight times in one process, switching between the two
+  engines each time, ran at a median of 115.6 against 101.9 descents/s. In Python, a lowering
+  whose backbone was reached before now returns that backbone, so the lowerings after it are
+  found kept: descents reach ever new sets of fired triggers but few backbones (39 after 700
+  descents), and each new set had validated and hashed its kernels again (9% of a descent under
+  cProfile, 2% now). Both builds run at once, one per core, 1,000 descents after 300: 108-111
+  against 90-102 descents/s, three runs. Where the time goes now: three quarters of a descent in the
+  engine, the rest in Python (candidates, decision lists); in the engine, the
+  enumeration of clause groundings (about 25 million per 100 descents: 41% of them `loops
+  form a tree`, which relates a statement inside a loop to every other statement, 27% the
+  transitivity of nesting and sequence, 20% `merged dims have the same order`), whose
+  iterations wait on chains of dependent loads (objects, slot table, domain). Not taken:
+  `-march=native` and `-O3` (medians 129.5 against 130.1 in the paired replay), a saturating
+  product without its division (127.7 against 135.1), and a bitset per statement to skip
+  groundings that end at their first condition (60% of them; at most about 12% of a
+  descent). A new layout (a set of temporaries first reached) costs about 0.1 s to compile
+  and program; over 2,000 descents a few dozen more appear after the warm-up.
 - **Dead ends of uniform draws** (target 15% on matmul 256x256x32): 45% before the clause
   `an unrolled tile and its unrolled inner tiles fit the registers` (drawing UNROLL for an
   outer tile), 28% before the clauses `loops around an accumulation's neighbours ...` (a
