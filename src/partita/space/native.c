@@ -381,17 +381,13 @@ static inline i64 table_index(i64 n, i64 arity, const i64 *vals, i64 v0, i64 v1)
     return arity ? vals[v0] : 0;
 }
 
-/* Signed slot and oriented domain of a choice instance. Slot tables hold two int32 entries
- * a word: the order table of a lowered matmul then fits the L1 cache beside the vector. */
+/* Signed slot and oriented domain of a choice instance. Slot tables hold int32 entries, two
+ * a word (native.py packs them in the machine's byte order): the order table of a lowered
+ * matmul then fits the L1 cache beside the vector. */
 static inline i64 slot_at(const i64 *P, i64 off, i64 at) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    /* entry 2w is the low half of word w, which a little-endian machine stores first */
     int32_t v;
     memcpy(&v, (const char *)(P + off) + 4 * at, sizeof v);
     return v;
-#else
-    return (i64)(int32_t)(uint32_t)((u64)P[off + (at >> 1)] >> (32 * (at & 1)));
-#endif
 }
 
 static inline void read_choice(Ctx *c, const i64 *r, const i64 *vals, i64 *s, i64 *d) {
@@ -757,7 +753,7 @@ static int run_occurrence(Ctx *c, i64 off, int nargs, i64 a0, i64 a1) {
     }
     int n = 0, u = -1;
     if (eval_level(c, &o, 0, vals, &n, &u, rec[1] >= 0)) return 0;
-    if (rec[1] < 0 && n >= 2) return 0;
+    if (rec[1] < 0 && n >= 2) return 0;  /* as in run_from */
     for (int v = 0; v < n_vars; v++)
         if (bound[v]) c->used[vals[v]] = 1;
     int r = run_loops(c, &o, 1, vals, n, u);

@@ -541,16 +541,13 @@ class _Builder:
 
 
 def _pack32(values: list[int]) -> list[int]:
-    """Signed 32-bit entries, two to a signed 64-bit word (the lower first)."""
+    """Signed 32-bit entries in native byte order, two to a 64-bit word of the program: the
+    C engine reads entry i at byte 4 * i of the table."""
     if values and not -(1 << 31) <= min(values) <= max(values) < 1 << 31:
         raise Unsupported("a slot does not fit 32 bits")
     if len(values) % 2:
         values = [*values, 0]
-    out = []
-    for i in range(0, len(values), 2):
-        w = (values[i] & 0xFFFFFFFF) | (values[i + 1] & 0xFFFFFFFF) << 32
-        out.append(w - (1 << 64) if w >> 63 else w)
-    return out
+    return array("q", array("i", values).tobytes()).tolist()
 
 
 def _pad(values: Iterable[int], n: int) -> list[int]:
