@@ -28,6 +28,8 @@ RATES = Rates(cores=2, ghz=3.5, vector_bytes=64, arith_per_cycle=2, loads_per_cy
 
 KERNELS = [("axpy", {"n": 4096}), ("matmul", {"m": 32, "n": 16, "k": 8}),
            ("dot", {"n": 1000}), ("batched_matmul", {"b": 2, "m": 8, "n": 8, "k": 4}),
+           # a final sum that the partial sums' parallel loops may enclose
+           ("dot", {"n": 4096, "partials": 32}),
            # loops longer than gcc unrolls: repetition by foreign loops counts
            ("matmul", {"m": 64, "n": 48, "k": 40})]
 
@@ -102,8 +104,10 @@ def test_what_runs_after_a_parallel_nest_runs_on_one_core() -> None:
     cand = _root("dot", {"n": 4096, "partials": 32})
     k = cand.kernel
     outer_p, *inner_p = k.dims_of("p")
-    # While a parallel loop may still enclose it, the final sum may be shared too.
-    assert model.parallel_share(cand, "fin") == pytest.approx(0.5)
+    # A parallel loop over p around the final sum, not fused with its own dims (reduction
+    # dims, never parallel), would run the whole sum in each of its iterations.
+    assert model.parallel_share(cand, "acc") == pytest.approx(0.5)
+    assert model.parallel_share(cand, "fin") == 1.0
     for d in inner_p:
         nxt = cand.restrict("size", (d,), [4])
         assert isinstance(nxt, Candidate)
@@ -121,6 +125,29 @@ def test_what_runs_after_a_parallel_nest_runs_on_one_core() -> None:
     assert model.parallel_share(cand, "fin") == 1.0
     impl = random_implementation(cand, random.Random(0))
     assert model.parallel_share(impl, "fin") == 1.0
+    assert model.bound(impl).time_s >= model.bound(cand).time_s
+
+
+def test_only_loops_fused_with_its_own_dims_share_an_instruction() -> None:
+    """The accumulation of a matmul whose own dims may not run in parallel gets no speedup
+    from the parallel loops the other statements' dims may still form around it."""
+    model = Model(RATES)
+    cand = _root("matmul", {"m": 64, "n": 64, "k": 64})
+    k = cand.kernel
+    acc = next(i.name for i in k.instructions if i.op == "fma")
+    own = set(k.iteration_dims(acc))
+    for d in own:
+        kinds = cand.domain("dim_kind", d)
+        if "PARALLEL" in kinds:
+            nxt = cand.restrict("dim_kind", (d,), [v for v in kinds if v != "PARALLEL"])
+            assert isinstance(nxt, Candidate)
+            cand = nxt
+    foreign = [d.name for d in k.dims if d.name not in own
+               and "PARALLEL" in cand.domain("dim_kind", d.name)]
+    assert foreign  # the store's or init's loops may still be parallel
+    assert model.parallel_share(cand, acc) == 1.0
+    assert model.parallel_share(cand, None) == pytest.approx(0.5)
+    impl = random_implementation(cand, random.Random(1))
     assert model.bound(impl).time_s >= model.bound(cand).time_s
 
 

@@ -264,8 +264,22 @@ class Model:
         dimension may still become parallel and enclose it, the share is optimistic:
         ``1 / cores``. An instruction no parallel loop can enclose runs on one core (the
         final sum after a parallel nest of partial sums).
+
+        A parallel loop over another instruction's dimension, not fused with one of this
+        one's own dimensions that may run in parallel, runs every iteration of the
+        instruction inside it in each of its ``s`` iterations (or, where the compiler hoists
+        the instruction out of a thread's share of the loop, once per thread). The busiest
+        core then runs at least ``ceil(n * s / c) / n >= ceil(n / c) / n`` times the
+        instruction's work, with ``n`` the iterations of the parallel loops over its own
+        dimensions collapsed with that loop: as if the loop were not parallel. Where
+        :meth:`repetition` already multiplies the work by ``s``, the loop counts as parallel
+        (``ceil(n * s / c) / (n * s)`` of that).
         """
-        return self._share(cand, inst, self._parallel_dims(cand))
+        if inst is None:
+            return self._share(cand, None, self._parallel_dims(cand))
+        t = self._terms(cand.kernel)
+        return self._share(cand, inst, self._parallel_dims(cand),
+                           self._repeated(cand, t.own[inst], t.foreign[inst]))
 
     def _parallel_dims(self, cand: Candidate) -> list[tuple[Any, tuple[str, ...]]]:
         """(dim, its kinds) of the dims that may still be parallel loops of more than one
@@ -279,7 +293,10 @@ class Model:
         return out
 
     def _share(self, cand: Candidate, inst: str | None,
-               parallel: list[tuple[Any, tuple[str, ...]]]) -> float:
+               parallel: list[tuple[Any, tuple[str, ...]]],
+               repeated: tuple[str, ...] = ()) -> float:
+        """:meth:`parallel_share` of work that :meth:`repetition` multiplied by the sizes of
+        the ``repeated`` dims."""
         k = cand.kernel
         cores = self.rates.cores
         optimistic = 1 / cores
@@ -292,6 +309,11 @@ class Model:
                 around = cand.domain("order", dim.name, inst)
                 if "OUT" not in around:
                     continue
+                if dim.name not in repeated and not any(
+                        self.rates.parallel_kind in cand.domain("dim_kind", d)
+                        and "MERGED" in cand.domain("order", dim.name, d)
+                        for d in own if k.mergeable(dim.name, d)):
+                    continue  # the instruction would run whole in each of its iterations
                 encloses = around == ("OUT",)
             if len(kinds) > 1 or not encloses or (
                     dim.sizes is not None and len(cand.domain("size", dim.name)) > 1):
@@ -395,9 +417,10 @@ class Model:
         if run <= overlap + 1:
             return 0.0
         lanes = self.lanes(cand, t.inner[inst], t.widest)
+        repeated = self._repeated(cand, own, t.foreign[inst])
         share = self._share(cand, inst, parallel if parallel is not None
-                            else self._parallel_dims(cand))
-        updates = t.volumes[inst] * self.repetition(cand, own, t.foreign[inst]) / lanes * share
+                            else self._parallel_dims(cand), repeated)
+        updates = t.volumes[inst] * self._size_product(cand, repeated) / lanes * share
         runs = updates / (run * chains)
         return runs * (run - 1 - overlap) * r.fma_latency_cycles / (r.ghz * 1e9)
 
@@ -460,12 +483,19 @@ class Model:
         innermost loop it varies in; gcc fully unrolls (and may then hoist from) only shorter
         loops. A reusing dimension that may be fused with one already counted is skipped.
         """
+        return self._size_product(cand, self._repeated(cand, varying, reusing))
+
+    def _size_product(self, cand: Candidate, dims: tuple[str, ...]) -> int:
+        return math.prod(self.dim_size_range(cand, d)[0] for d in dims)
+
+    def _repeated(self, cand: Candidate, varying: tuple[str, ...],
+                  reusing: tuple[str, ...]) -> tuple[str, ...]:
+        """The dims whose sizes :meth:`repetition` multiplies."""
         loops = [d for d in varying if not any(
             cand.allows("dim_kind", (d,), kind) for kind in self._unrolled_kinds(cand))
             and self.dim_size_range(cand, d)[0] > PEELED]
         if not loops:
-            return 1
-        times = 1
+            return ()
         counted: list[str] = []
         for f in reusing:
             if not any(cand.is_only("order", (d, f), "IN") for d in loops):
@@ -475,8 +505,7 @@ class Model:
             if any(cand.allows("order", (f, g), "MERGED") for g in counted):
                 continue
             counted.append(f)
-            times *= self.dim_size_range(cand, f)[0]
-        return times
+        return tuple(counted)
 
     def bound(self, cand: Candidate) -> Bound:
         k = cand.kernel
@@ -487,12 +516,12 @@ class Model:
         slot = {"arith": 0, "load": 1, "store": 2}
         lanes: dict[tuple[str, ...], int] = {}
 
-        runs: dict[str, int] = {}
-        shares: dict[str, float] = {}
+        runs: dict[str, tuple[int, tuple[str, ...]]] = {}
+        shares: dict[tuple[str, tuple[str, ...]], float] = {}
         parallel = self._parallel_dims(cand)
 
-        def issue(kind: str, inst: str, times: int | None = None,
-                  n: int | None = None) -> None:
+        def issue(kind: str, inst: str, times: int | None = None, n: int | None = None,
+                  repeated: tuple[str, ...] = ()) -> None:
             # A CPU vectorises an innermost tile; GPU threads may be any tile.
             dims = t.own[inst] if r.lane_group else t.inner[inst]
             if n is None:
@@ -500,13 +529,14 @@ class Model:
             if n is None:
                 n = lanes[dims] = self.lanes(cand, dims, t.widest)
             if times is None:
-                times = runs.get(inst)
-                if times is None:
-                    times = runs[inst] = t.volumes[inst] * self.repetition(
-                        cand, t.own[inst], t.foreign[inst])
-            share = shares.get(inst)
+                run = runs.get(inst)
+                if run is None:
+                    over = self._repeated(cand, t.own[inst], t.foreign[inst])
+                    run = runs[inst] = (t.volumes[inst] * self._size_product(cand, over), over)
+                times, repeated = run
+            share = shares.get((inst, repeated))
             if share is None:
-                share = shares[inst] = self._share(cand, inst, parallel)
+                share = shares[inst, repeated] = self._share(cand, inst, parallel, repeated)
             busy[slot[kind]] += times / n / r.issue_rates(n, t.widest)[slot[kind]] * share
 
         for kind, inst, _ in t.issued:
@@ -523,9 +553,10 @@ class Model:
             axes = t.temp_axes[arr.name]
             for side, (kind, inst) in enumerate((("store", producer), ("load", consumer))):
                 indexing, others = t.temp_sides[arr.name][side]
-                issue(kind, inst, t.temp_elements[arr.name] * self.repetition(
-                    cand, indexing, others + t.foreign[inst]),
-                    n=self._temp_lanes(cand, arr.name, axes, side, t.inner[inst], t.widest))
+                repeated = self._repeated(cand, indexing, others + t.foreign[inst])
+                issue(kind, inst, t.temp_elements[arr.name] * self._size_product(cand, repeated),
+                      n=self._temp_lanes(cand, arr.name, axes, side, t.inner[inst], t.widest),
+                      repeated=repeated)
         cycles = max(busy)
         chains = 0.0
         if not r.lane_group:
