@@ -301,20 +301,21 @@ class Model:
         cores = self.rates.cores
         optimistic = 1 / cores
         own = set(k.iteration_dims(inst)) if inst is not None else None
+        # Its own dims that may be parallel loops of more than one iteration: a loop fused
+        # with none of them cannot share its work (a fused loop of one iteration shares none).
+        own_parallel = [d.name for d, _ in parallel if own is not None and d.name in own]
         n = 1
         counted: list[str] = []
         for dim, kinds in parallel:
             encloses = True
             if own is not None and dim.name not in own:
-                around = cand.domain("order", dim.name, inst)
-                if "OUT" not in around:
+                if not cand.allows("order", (dim.name, inst), "OUT"):
                     continue
                 if dim.name not in repeated and not any(
-                        self.rates.parallel_kind in cand.domain("dim_kind", d)
-                        and "MERGED" in cand.domain("order", dim.name, d)
-                        for d in own if k.mergeable(dim.name, d)):
+                        k.mergeable(dim.name, d) and cand.allows("order", (dim.name, d), "MERGED")
+                        for d in own_parallel):
                     continue  # the instruction would run whole in each of its iterations
-                encloses = around == ("OUT",)
+                encloses = cand.is_only("order", (dim.name, inst), "OUT")
             if len(kinds) > 1 or not encloses or (
                     dim.sizes is not None and len(cand.domain("size", dim.name)) > 1):
                 return optimistic
@@ -519,6 +520,7 @@ class Model:
         runs: dict[str, tuple[int, tuple[str, ...]]] = {}
         shares: dict[tuple[str, tuple[str, ...]], float] = {}
         parallel = self._parallel_dims(cand)
+        parallel_names = {d.name for d, _ in parallel}
 
         def issue(kind: str, inst: str, times: int | None = None, n: int | None = None,
                   repeated: tuple[str, ...] = ()) -> None:
@@ -534,9 +536,11 @@ class Model:
                     over = self._repeated(cand, t.own[inst], t.foreign[inst])
                     run = runs[inst] = (t.volumes[inst] * self._size_product(cand, over), over)
                 times, repeated = run
-            share = shares.get((inst, repeated))
+            # Only the repeated dims that may be parallel change the share.
+            key = (inst, tuple(d for d in repeated if d in parallel_names))
+            share = shares.get(key)
             if share is None:
-                share = shares[inst, repeated] = self._share(cand, inst, parallel, repeated)
+                share = shares[key] = self._share(cand, inst, parallel, key[1])
             busy[slot[kind]] += times / n / r.issue_rates(n, t.widest)[slot[kind]] * share
 
         for kind, inst, _ in t.issued:
