@@ -399,14 +399,10 @@ class _Builder:
             bits = -1
             n = sp.n_objects
             if n * n <= MEMBER_BITS:
-                # membership of x in the set of p at bit p * n + x, 64 a word: one load
-                # where scanning the set's list costs its length
-                words = [0] * ((n * n + 63) // 64)
-                for parent, members in rows.items():
-                    for x in members:
-                        at = parent * n + x
-                        words[at >> 6] |= 1 << (at & 63)
-                bits = self.add(w - (1 << 64) if w >> 63 else w for w in words)
+                # membership of x in the set of p at bit p * n + x: one load where scanning
+                # the set's list costs its length
+                bits = self.add(_pack_bits(n * n, (parent * n + x for parent, members
+                                                   in rows.items() for x in members)))
             table = self._psets[v.set] = (self.add(offs), bits)
         return [1, table[0], vidx[v.of], table[1]]
 
@@ -531,13 +527,19 @@ class _Builder:
         if off is None:
             table = self.sp.static_table(cond.predicate, cond.args, self._sets_of)
             flat = _flatten(table, len(cond.args), self.sp.n_objects, None)
-            words = [0] * ((len(flat) + 63) // 64)
-            for i, v in enumerate(flat):
-                if v:
-                    words[i >> 6] |= 1 << (i & 63)
             # Packed 64 flags a word (a table per pair of sets would fill the cache).
-            off = self._tables[key] = self.add(w - (1 << 64) if w >> 63 else w for w in words)
+            off = self._tables[key] = self.add(
+                _pack_bits(len(flat), (i for i, v in enumerate(flat) if v)))
         return off
+
+
+def _pack_bits(n: int, ones: Iterable[int]) -> list[int]:
+    """A table of ``n`` flags, 64 a word (flag i at bit i % 64 of word i // 64), with the
+    flags at ``ones`` set: signed 64-bit words of the program."""
+    words = array("Q", bytes(8 * ((n + 63) // 64)))
+    for i in ones:
+        words[i >> 6] |= 1 << (i & 63)
+    return array("q", words.tobytes()).tolist()
 
 
 def _pack32(values: list[int]) -> list[int]:
