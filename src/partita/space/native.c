@@ -376,11 +376,6 @@ typedef struct {
     const i64 *loops[MAX_VARS];
 } Occ;
 
-/* Flag ``at`` of a bit table packed 64 flags a word (native.py's _pack_bits). */
-static inline int bit_at(const i64 *P, i64 off, i64 at) {
-    return (int)((u64)P[off + (at >> 6)] >> (at & 63) & 1);
-}
-
 static inline i64 table_index(i64 n, i64 arity, const i64 *vals, i64 v0, i64 v1) {
     if (arity == 2) return vals[v0] * n + vals[v1];
     return arity ? vals[v0] : 0;
@@ -602,7 +597,7 @@ static int member(const i64 *P, const i64 *var, const i64 *vals, i64 x) {
     if (var[0] == 0) return var[3] < 0 || P[var[3] + x];
     if (var[3] >= 0) {
         i64 at = vals[var[2]] * P[H_NOBJ] + x;
-        return bit_at(P, var[3], at);
+        return (int)((u64)P[var[3] + (at >> 6)] >> (at & 63) & 1);
     }
     i64 off = P[var[1] + vals[var[2]]];
     if (off < 0) return 0;
@@ -622,7 +617,7 @@ static inline __attribute__((always_inline)) int eval_level(Ctx *c, const Occ *o
         if (cd[0] == C_STATIC) {
             /* [type, ci, table_off, arity, v0, v1]; the table is packed 64 flags a word */
             i64 at = table_index(c->nobj, cd[3], vals, cd[4], cd[5]);
-            int t = bit_at(P, cd[2], at);
+            int t = (int)((u64)P[cd[2] + (at >> 6)] >> (at & 63) & 1);
             if (trigger ? !t : t) return 1;
             continue;
         }

@@ -534,8 +534,9 @@ class _Builder:
 
 
 def _pack_bits(n: int, ones: Iterable[int]) -> list[int]:
-    """A table of ``n`` flags, 64 a word (flag i at bit i % 64 of word i // 64), with the
-    flags at ``ones`` set: signed 64-bit words of the program."""
+    """A table of ``n`` flags, 64 a word (flag i at bit i % 64 of word i // 64, as the C
+    engine reads static tables and membership tables), with the flags at ``ones`` set:
+    signed 64-bit words of the program."""
     words = array("Q", bytes(8 * ((n + 63) // 64)))
     for i in ones:
         words[i >> 6] |= 1 << (i & 63)
