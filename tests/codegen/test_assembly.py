@@ -98,3 +98,39 @@ def test_the_micro_kernel_is_full_width_fmas_on_registers(tmp_path) -> None:
     assert not any("(%rsp)" in ins for ins in inner), inner
     # A's elements are broadcast from memory inside the FMAs (or by a broadcast load).
     assert all("{1to" in ins for ins in fmas) or any("vbroadcastss" in ins for ins in inner)
+
+
+def _no_parallel(cand: Candidate) -> Candidate:
+    for d in cand.kernel.dims:
+        kinds = [v for v in cand.domain("dim_kind", d.name) if v != "PARALLEL"]
+        nxt = cand.restrict("dim_kind", (d.name,), kinds)
+        assert isinstance(nxt, Candidate), nxt
+        cand = nxt
+    return cand
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_loop_of_two_iterations_or_more_stays_a_loop(tmp_path, seed: int) -> None:
+    """The lower bound prices the innermost loop's body as printed (``rolled_loops``): gcc
+    must not unroll, peel or thread away a LOOP, however short (the assembly has at least a
+    backward jump per printed loop of two iterations or more). Without the flags that stop
+    it, it unrolls the loops of this small matmul whole."""
+    root = partita.space(partita.kernel("matmul", m=6, n=16, k=4)).root()
+    assert isinstance(root, Candidate)
+    cand = random_implementation(_no_parallel(root), random.Random(seed))
+    src = tmp_path / "small.c"
+    src.write_text(print_c(cand, "small").source)
+
+    def backward_jumps(flags: list[str]) -> int:
+        return len(loops(subprocess.run([DEFAULT_CC, *flags, "-S", "-o", "-", str(src)],
+                                        check=True, capture_output=True, text=True).stdout))
+
+    flags = [f for f in DEFAULT_FLAGS if f != "-shared"]
+    printed = sum(1 for line in src.read_text().splitlines()
+                  if re.match(r"\s*for \(int64_t \w+ = 0; \w+ < \d+;", line)
+                  and not re.search(r"< 1;", line))
+    assert backward_jumps(flags) >= printed
+    unrolling = [f for f in flags if f not in (
+        "--param=max-completely-peel-times=0", "-fno-peel-loops", "-fno-thread-jumps")]
+    if printed:
+        assert backward_jumps(unrolling) < printed

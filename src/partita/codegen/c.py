@@ -633,9 +633,11 @@ class CPrinter:
                 out += _masked_access(op, vt, dtype, lanes)
                 continue
             cmp = ">" if op == "max" else "<"
-            out.append(f"static inline {vt} {op}_{vt}({vt} a, {vt} b) {{ {vt} r; "
-                       f"for (int l = 0; l < {lanes}; ++l) "
-                       f"r[l] = a[l] {cmp} b[l] ? a[l] : b[l]; return r; }}")
+            # Loops are compiled rolled (see DEFAULT_FLAGS): a lane loop asks to be unrolled.
+            out += [f"static inline {vt} {op}_{vt}({vt} a, {vt} b) {{ {vt} r;",
+                    f"#pragma GCC unroll {lanes}",
+                    f"for (int l = 0; l < {lanes}; ++l) "
+                    f"r[l] = a[l] {cmp} b[l] ? a[l] : b[l]; return r; }}"]
         if self.vector_types:
             out.append("")
         return out
@@ -1484,12 +1486,13 @@ def _masked_access(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
     nbytes = lanes * dtype.itemsize
     head = (f"static inline {vt} loadn_{vt}(const {c} *p, int64_t n)" if op == "loadn"
             else f"static inline void storen_{vt}({c} *p, {vt} v, int64_t n)")
-    loop = (f"{vt} v = {{}}; for (int64_t l = 0; l < n && l < {lanes}; ++l) v[l] = p[l]; "
-            "return v;" if op == "loadn"
-            else f"for (int64_t l = 0; l < n && l < {lanes}; ++l) p[l] = v[l];")
+    lane_loop = f"for (int64_t l = 0; l < n && l < {lanes}; ++l)"
+    loop = ([f"{head} {{ {vt} v = {{}};", f"#pragma GCC unroll {lanes}",
+             f"{lane_loop} v[l] = p[l]; return v; }}"] if op == "loadn"
+            else [f"{head} {{", f"#pragma GCC unroll {lanes}", f"{lane_loop} p[l] = v[l]; }}"])
     prefix = {64: "_mm512", 32: "_mm256", 16: "_mm"}.get(nbytes)
     if prefix is None or lanes > 16:
-        return [f"{head} {{ {loop} }}"]
+        return loop
     suffix = {"float": "ps", "double": "pd", "int": "epi32"}[c]
     reg = {"float": "", "double": "d", "int": "i"}[c]
     mtype = "__mmask16" if lanes == 16 else "__mmask8"
@@ -1498,7 +1501,7 @@ def _masked_access(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
     masked = (f"return ({vt}){prefix}_maskz_loadu_{suffix}({mask}, p);" if op == "loadn"
               else f"{prefix}_mask_storeu_{suffix}(p, {mask}, (__m{nbytes * 8}{reg})v);")
     need = "defined(__AVX512F__)" + ("" if nbytes == 64 else " && defined(__AVX512VL__)")
-    return [f"#if {need}", f"{head} {{ {masked} }}", "#else", f"{head} {{ {loop} }}", "#endif"]
+    return [f"#if {need}", f"{head} {{ {masked} }}", "#else", *loop, "#endif"]
 
 
 def print_c(cand: Candidate, entry: str | None = None) -> Program:

@@ -40,13 +40,29 @@ if TYPE_CHECKING:
 DEFAULT_FLAGS: tuple[str, ...] = (
     "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
     "-fno-tree-vectorize", "-fno-tree-slp-vectorize", "-fno-tree-loop-distribute-patterns",
+    "--param=max-completely-peel-times=0", "-fno-peel-loops", "-fno-thread-jumps",
+    "-fno-split-loops", "-fno-loop-unroll-and-jam", "-fno-predictive-commoning",
+    "-fno-loop-interchange",
 )
 """Code generation flags; :attr:`Compiler.command_flags` adds the allocation-wrapping link flag.
 
 Auto-vectorisation and the rewriting of loops into library calls (memset, memcpy) are off:
 the decisions say which dimensions run on vector lanes (VECTOR dims print as GCC vector
 types), so the code runs as decided and the lower bound can charge a scalar instruction per
-element everywhere else."""
+element everywhere else.
+
+Loops keep the order and the bodies the decisions gave them: gcc neither unrolls nor peels
+them (UNROLL is a decision; a LOOP of 2 iterations stays a loop), splits them where a full
+tile's version gives way to the last, partial one (loop splitting, or jump threading, which
+turned a loop of a full and a partial tile into straight code), interchanges them, jams an
+outer loop's iterations into an inner one, nor carries loaded values from one iteration to the
+next (predictive commoning). The lower bound relies on it (:attr:`Rates.rolled_loops
+<partita.model.bound.Rates.rolled_loops>`). The printer's own lane loops (helpers on partial
+vectors) ask for their unrolling with ``#pragma GCC unroll``.
+
+``#pragma GCC unroll 1`` on every LOOP was tried instead of the flags: gcc 12 still peeled
+loops of 2 iterations under it, and miscompiled a matmul of 16x16x8 where it did (stores to a
+stack buffer lost unless ``-fstack-reuse=none``)."""
 
 DEFAULT_CC = "gcc"
 
