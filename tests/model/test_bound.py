@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 import partita
 from partita.codegen.looptree import Node, loop_tree
+from partita.ir.operands import Reduce, Value
 from partita.model import Model, Rates
 from partita.model.bound import PEELED
 from partita.search.sampling import random_implementation
@@ -25,6 +27,8 @@ RATES = Rates(cores=2, ghz=3.5, vector_bytes=64, arith_per_cycle=2, loads_per_cy
               # every heap temporary is charged its pages (a tiny charge), so that the
               # property tests below see the allocation term too
               fresh_page_s=1e-9, fresh_min_bytes=0)
+ROLLED = dataclasses.replace(RATES, rolled_loops=True)
+"""The same machine with LOOPs compiled as loops (as the CPU target's flags make them)."""
 
 KERNELS = [("axpy", {"n": 4096}), ("matmul", {"m": 32, "n": 16, "k": 8}),
            ("dot", {"n": 1000}), ("batched_matmul", {"b": 2, "m": 8, "n": 8, "k": 4}),
@@ -40,11 +44,13 @@ def _root(name: str, params: dict) -> Candidate:
     return root
 
 
+@pytest.mark.parametrize("rates", [RATES, ROLLED], ids=["peeled", "rolled"])
 @pytest.mark.parametrize("name,params", KERNELS)
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=5, deadline=None)
-def test_bound_never_decreases_along_a_descent(name: str, params: dict, seed: int) -> None:
-    model = Model(RATES)
+def test_bound_never_decreases_along_a_descent(name: str, params: dict, rates: Rates,
+                                               seed: int) -> None:
+    model = Model(rates)
     cand = _root(name, params)
     rng = random.Random(seed)
     previous = model.bound(cand).time_s
@@ -190,12 +196,15 @@ def _enclosing(node: Node, inst: str, path: tuple[Node, ...] = ()) -> tuple[Node
     return None
 
 
+@pytest.mark.parametrize("rates", [RATES, ROLLED], ids=["peeled", "rolled"])
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=8, deadline=None)
-def test_repetition_matches_the_loop_tree(seed: int) -> None:
+def test_repetition_matches_the_loop_tree(rates: Rates, seed: int) -> None:
     """On implementations, an instruction repeats by the sizes of the foreign loops that
-    enclose one of its own sequential loops longer than gcc unrolls (read off the tree)."""
-    model = Model(RATES)
+    enclose one of its own sequential loops longer than gcc unrolls (read off the tree): any
+    LOOP of two iterations or more where loops are rolled, a parallel loop longer than
+    PEELED."""
+    model = Model(rates)
     cand = random_implementation(_root("matmul", {"m": 64, "n": 48, "k": 40}),
                                  random.Random(seed))
     k = cand.kernel
@@ -209,7 +218,8 @@ def test_repetition_matches_the_loop_tree(seed: int) -> None:
             if own & set(node.dims):
                 continue
             inner = loops[i + 1:]
-            if any(own & set(n.dims) and n.kind in ("LOOP", "PARALLEL") and n.size > PEELED
+            if any(own & set(n.dims) and n.kind in ("LOOP", "PARALLEL") and n.size > (
+                    1 if rates.rolled_loops and n.kind == "LOOP" else PEELED)
                    for n in inner):
                 expected *= node.size
         foreign = tuple(d.name for d in k.dims if d.name not in own)
@@ -251,6 +261,98 @@ def test_accumulation_chains_match_the_loop_tree(seed: int) -> None:
                 / (RATES.ghz * 1e9) if run > overlap + 1 else 0.0)
     assert model.chain_time(cand, acc) == pytest.approx(expected), cand.decisions_json()
     assert model.bound(cand).terms["latency"] >= expected
+
+
+def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
+    """The accumulation's innermost loop body as the printed nest runs it, priced as
+    :meth:`Model.body_time` prices one: FMAs, loads of the operands that vary along the loop,
+    and the accumulators' loads and stores where the loop is not a reduction loop but one
+    encloses it."""
+    k = cand.kernel
+    r = model.rates
+    loops = _enclosing(loop_tree(cand), acc)
+    assert loops is not None
+    own = set(k.iteration_dims(acc))
+    rolled = [i for i, n in enumerate(loops) if n.kind in ("LOOP", "PARALLEL")
+              and (n.size or 2) > 1 and own & set(n.dims)]
+    if not rolled:
+        return 0.0
+    inner = rolled[-1]
+
+    def logical(node: Node) -> str:
+        return k.dim(next(d for d in node.dims if d in own)).logical
+
+    loop = logical(loops[inner])
+    points = {ld: 1 for ld in k.inst(acc).dims}
+    vec, lanes = None, 1
+    for node in loops[inner + 1:]:
+        if own & set(node.dims):
+            points[logical(node)] *= node.size
+            if node.kind == "VECTOR":
+                vec, lanes = logical(node), node.size
+    inst = k.inst(acc)
+    reduction = {ld for op in inst.operands if isinstance(op, Reduce) for ld in op.dims}
+    loads = 0.0
+    for op in inst.operands:
+        if isinstance(op, Value) and k.inst(op.inst).op == "load":
+            varying = {dst for _, dst in op.mapping}
+            if loop in varying:
+                loads += math.prod(points[ld] for ld in varying) / (
+                    lanes if vec in varying else 1)
+    stores = 0.0
+    if loop not in reduction and any(
+            logical(n) in reduction for n in loops[:inner] if n.kind == "LOOP"
+            and (n.size or 2) > 1 and own & set(n.dims)):
+        stores = math.prod(points[ld] for ld in points if ld not in reduction) / (
+            lanes if vec not in reduction else 1)
+        loads += stores
+    total = math.prod(points.values())
+    cycles = max(total / lanes / r.issue_rates(lanes, r.vector_bytes // 4)[0],
+                 loads / r.loads_per_cycle, stores / r.stores_per_cycle)
+    return (model.volume(k, acc) / total * cycles * model.parallel_share(cand, acc)
+            / (r.ghz * 1e9))
+
+
+@pytest.mark.parametrize("name,params", [("matmul", {"m": 64, "n": 48, "k": 40}),
+                                         ("matmul", {"m": 24, "n": 64, "k": 256}),
+                                         ("batched_matmul", {"b": 2, "m": 8, "n": 32, "k": 64})])
+@given(seed=st.integers(0, 2**31))
+@settings(max_examples=8, deadline=None)
+def test_body_time_is_at_most_the_printed_body(name: str, params: dict, seed: int) -> None:
+    """On implementations, the body bound never exceeds the price of the body the printed
+    nest has (it does not know the loop order, so it may be less), and it is the bound's
+    ``body`` term where positive."""
+    model = Model(ROLLED)
+    cand = random_implementation(_root(name, params), random.Random(seed))
+    (acc,) = cand.kernel.reducing_insts
+    got = model.body_time(cand, acc)
+    assert got <= _body_from_tree(model, cand, acc) * (1 + 1e-9), cand.decisions_json()
+    if got:
+        assert model.bound(cand).terms["body"] == pytest.approx(got)
+    assert Model(RATES).body_time(cand, acc) == 0.0
+
+
+def test_a_row_tile_run_as_the_innermost_loop_pays_for_its_accumulators() -> None:
+    """matmul 1024^3 with one row per tile (``i.2`` of 1, ``i.1`` a LOOP of 8 rows), 4
+    vectors of 16 columns unrolled and the reduction one LOOP (``r.1`` of 1): whichever loop
+    is innermost, its body does 4 FMAs per 5 loads or more (the reduction loop: a broadcast of
+    A and 4 vectors of B; a row loop: a broadcast and 4 accumulators in and out, 4 stores on
+    one port; a column loop: 4 vectors of B and 4 accumulators in and out), so loads, not
+    FMAs, bound it: 5/4 of the root bound, with as many load ports as FMA ports."""
+    model = Model(ROLLED)
+    cand = _root("matmul", {"m": 1024, "n": 1024, "k": 1024})
+    root = model.bound(cand).time_s
+    for decision in (("size", ("i.2",), 1), ("size", ("i.1",), 8),
+                     ("dim_kind", ("i.1",), "LOOP"), ("size", ("j.2",), 16),
+                     ("dim_kind", ("j.2",), "VECTOR"), ("size", ("j.1",), 4),
+                     ("dim_kind", ("j.1",), "UNROLL"), ("size", ("r.1",), 1),
+                     ("dim_kind", ("r.0",), "LOOP")):
+        nxt = cand.restrict(decision[0], decision[1], [decision[2]])
+        assert isinstance(nxt, Candidate), decision
+        cand = nxt
+    b = model.bound(cand)
+    assert b.limiter == "body"
+    assert b.terms["body"] == pytest.approx(root * 5 / 4)
 
 
 def test_a_packed_panel_read_across_its_layout_costs_an_access_per_lane() -> None:

@@ -5,8 +5,9 @@ every implementation the candidate still allows, and it can only grow as decisio
 
 - an instruction runs at least once per point of its iteration space, times the sizes of
   the foreign loops that certainly enclose one of its own sequential loops (of more
-  iterations than the compiler unrolls on its own): the compiler hoists invariant
-  expressions out of a loop, never a whole invariant inner loop;
+  iterations than the compiler unrolls on its own: none on a CPU, see
+  :attr:`Rates.rolled_loops`): the compiler hoists invariant expressions out of a loop, never
+  a whole invariant inner loop;
 - arithmetic, loads and stores go through ports with a peak rate per core and per cycle; an
   instruction covers several elements per issue only along a dimension that may still be
   VECTOR, up to the widest vector (code is compiled without auto-vectorisation, so the
@@ -21,7 +22,11 @@ every implementation the candidate still allows, and it can only grow as decisio
   its accumulators only as many at once as the loop nest interleaves: with ``P`` accumulators
   updated between two updates of one (the loops inside the innermost reduction loop), ``P``
   updates complete per latency, except where an out-of-order window overlaps the end of one
-  run of updates with the start of the next (see :meth:`Model.chain_time`).
+  run of updates with the start of the next (see :meth:`Model.chain_time`);
+- where loops are compiled as loops, the innermost loop around an accumulation runs a body
+  of at most the points of the tiles that may be nested inside it, and loads, per
+  iteration, the operands that vary along it and (around a row or column loop) the
+  accumulators: its busiest port bounds the time (see :meth:`Model.body_time`).
 
 Temporaries cost their loads and stores unless they can still live in registers; a vector
 access to a temporary that no remaining layout makes contiguous moves its lanes one element at
@@ -47,8 +52,9 @@ from partita.space.temporaries import layout_order
 
 CACHE_LINE = 64
 PEELED = 16
-"""Loops of at most this many iterations may be fully unrolled by gcc at -O3 (its
-``max-completely-peel-times``), after which invariant copies can be hoisted."""
+"""Loops of at most this many iterations may be fully unrolled by the compiler (gcc's default
+``max-completely-peel-times`` at -O3), after which invariant copies can be hoisted: where
+loops are not compiled rolled (:attr:`Rates.rolled_loops`), and for parallel loops."""
 SEQUENTIAL = frozenset({"LOOP", "PARALLEL"})
 PAGE = 4096
 
@@ -96,6 +102,13 @@ class Rates:
     allocated at every call (0: not charged)."""
     fresh_min_bytes: int = 0
     """Only blocks larger than this are certainly fresh at every call."""
+    rolled_loops: bool = False
+    """A LOOP of more than one iteration is a loop in the compiled code: never unrolled, nor
+    jammed or interchanged with another (the CPU target's compiler flags see to it,
+    :data:`partita.runtime.compile.DEFAULT_FLAGS`). Then an instruction nested in one is never
+    hoisted out of the loops around it, and the body of the innermost loop of an accumulation
+    is what :meth:`Model.body_time` prices. Otherwise loops of up to :data:`PEELED` iterations
+    may be unrolled by the compiler."""
 
     def issue_rates(self, lanes: int, widest: int) -> tuple[float, float, float]:
         """Arithmetic, load and store instructions per cycle and core on ``lanes`` elements:
@@ -196,18 +209,29 @@ class Model:
                                              if isinstance(op, Reduce)
                                              for ld in op.dims for d in k.dims_of(ld)})
                           for i in k.reducing_insts}
+            bodies = {i: self._body_terms(k, i) for i in k.reducing_insts}
             moved, footprint = self.compulsory_bytes(k)
             chain = max((self.reduction_length(k, i) for i in k.reducing_insts), default=0)
             itemsize = min((a.dtype.itemsize for a in k.arrays), default=4)
             self._static[key] = _KernelTerms(
                 volumes, own, foreign, inner, tuple(issued), temp_elements, large,
-                temp_axes, temp_sides, chain_dims,
+                temp_axes, temp_sides, chain_dims, bodies,
                 max(1, r.vector_bytes // itemsize),
                 moved / r.bandwidth(footprint), moved, footprint,
                 chain * r.fma_latency_cycles / (r.ghz * 1e9))
         return self._static[key]
 
     # -- static quantities (per kernel) ----------------------------------------------------
+
+    def _body_terms(self, k: Kernel, inst: str) -> _BodyTerms:
+        """What :meth:`body_time` needs of an accumulation, per kernel."""
+        i = k.inst(inst)
+        reduction = frozenset(ld for op in i.operands if isinstance(op, Reduce) for ld in op.dims)
+        operands = tuple(frozenset(dst for _, dst in op.mapping) for op in i.operands
+                         if isinstance(op, Value) and k.inst(op.inst).op == "load")
+        return _BodyTerms(
+            tuple((ld, k.dims_of(ld), self.logical_size(k, ld)) for ld in i.dims),
+            reduction, operands, tuple(ld for ld in i.dims if ld not in reduction))
 
     def logical_size(self, k: Kernel, logical: str) -> int:
         return _size_of(k, k.logical(logical).size, self.sizes)
@@ -486,6 +510,15 @@ class Model:
         """
         return self._size_product(cand, self._repeated(cand, varying, reusing))
 
+    def _peeled(self, cand: Candidate, d: str) -> int:
+        """The most iterations of a sequential loop the compiler may still unroll: none for a
+        LOOP where loops are rolled, :data:`PEELED` otherwise (a parallel loop may run a
+        short share on each thread)."""
+        if self.rates.rolled_loops and not cand.allows("dim_kind", (d,),
+                                                      self.rates.parallel_kind):
+            return 1
+        return PEELED
+
     def _size_product(self, cand: Candidate, dims: tuple[str, ...]) -> int:
         return math.prod(self.dim_size_range(cand, d)[0] for d in dims)
 
@@ -494,7 +527,7 @@ class Model:
         """The dims whose sizes :meth:`repetition` multiplies."""
         loops = [d for d in varying if not any(
             cand.allows("dim_kind", (d,), kind) for kind in self._unrolled_kinds(cand))
-            and self.dim_size_range(cand, d)[0] > PEELED]
+            and self.dim_size_range(cand, d)[0] > self._peeled(cand, d)]
         if not loops:
             return ()
         counted: list[str] = []
@@ -507,6 +540,97 @@ class Model:
                 continue
             counted.append(f)
         return tuple(counted)
+
+    def body_time(self, cand: Candidate, inst: str,
+                  parallel: list[tuple[Any, tuple[str, ...]]] | None = None,
+                  share: float | None = None) -> float:
+        """A bound on the time of the accumulation ``inst`` from the body of its innermost
+        loop, on the busiest core (0 where loops are not certainly rolled, or while no loop
+        need enclose it).
+
+        Where loops are rolled (:attr:`Rates.rolled_loops`), the innermost loop ``L`` around
+        the accumulation runs, per iteration, the points of its dims nested inside it: at
+        most, per logical dim, those of the tiles inside its innermost tile that is certainly
+        a LOOP (all its tiles if none is), and along ``L``'s own logical dim those inside the
+        outermost tile that may still be ``L``. Per iteration, the body issues its FMAs on
+        vectors along one dim that may be VECTOR, and it loads:
+
+        - each operand read from memory that varies along ``L``: one load per vector of its
+          elements in the body, or per element where the vector is not along its dims (a
+          broadcast); one that does not vary along ``L`` is hoisted and costs nothing;
+        - where ``L`` is not a reduction dim and a reduction loop certainly encloses it: the
+          accumulators of the body, loaded and stored at every iteration (registers cannot be
+          indexed by a rolled loop's counter, and each iteration updates other ones).
+
+        The body time is the busiest port over its rate, times at least the points of the
+        instruction over the points of one body, at the least over the choice of ``L``'s
+        logical dim and of the vector's. Everything else (other instructions, register
+        limits, the copies of temporaries) is left out, so it stays optimistic.
+        """
+        r = self.rates
+        if not r.rolled_loops or r.lane_group:
+            return 0.0
+        k = cand.kernel
+        t = self._terms(k)
+        body = t.bodies.get(inst)
+        if body is None:
+            return 0.0
+        size = self.dim_size_range
+        outside: dict[str, int] = {}   # points per body, L along another dim
+        inside: dict[str, int] = {}    # points per body, L along this dim
+        looped: set[str] = set()       # logical dims with a tile certainly a loop
+        rolled = ("LOOP", r.parallel_kind)
+        lanes: dict[str, int] = {}
+        for logical, tiles, n in body.tiles:
+            certain = -1
+            first = None
+            his = []
+            kinds: tuple[str, ...] = ()
+            for index, d in enumerate(tiles):
+                kinds = cand.domain("dim_kind", d)
+                lo, hi = size(cand, d)
+                his.append(hi)
+                if lo > 1 and all(kind in rolled for kind in kinds):
+                    certain, first = index, index
+                elif first is None and hi > 1 and ("LOOP" in kinds or r.parallel_kind in kinds):
+                    first = index
+            if certain >= 0:
+                looped.add(logical)
+            outside[logical] = min(n, math.prod(his[certain + 1:]))
+            if first is not None:
+                inside[logical] = min(n, math.prod(his[first + 1:]))
+            # ``kinds`` and ``hi`` are the innermost tile's: the only one that may be VECTOR
+            if any(kind in kinds for kind in r.lane_kinds):
+                lanes[logical] = min(t.widest, hi)
+        if not looped:
+            return 0.0
+        reduction_looped = any(ld in looped for ld in body.reduction)
+        load_rate = max(r.loads_per_cycle, r.scalar_loads_per_cycle)
+        store_rate = max(r.stores_per_cycle, r.scalar_stores_per_cycle)
+        best = math.inf
+        for loop, inner in inside.items():
+            points = {**outside, loop: inner}
+            total = math.prod(points.values())
+            for vec, w in [(None, 1), *lanes.items()]:
+                arith = r.issue_rates(w, t.widest)[0]
+                loads = 0.0
+                for varying in body.operands:
+                    if loop in varying:
+                        loads += math.prod(points[ld] for ld in varying) / (
+                            w if vec in varying else 1)
+                stores = 0.0
+                if loop not in body.reduction and reduction_looped:
+                    stores = math.prod(points[ld] for ld in body.kept) / (
+                        w if vec in body.kept else 1)
+                    loads += stores
+                cycles = max(total / w / arith, loads / load_rate, stores / store_rate)
+                best = min(best, cycles / total)
+        if best == math.inf:
+            return 0.0
+        if share is None:
+            share = self._share(cand, inst, parallel if parallel is not None
+                                else self._parallel_dims(cand))
+        return t.volumes[inst] * best * share / (r.ghz * 1e9)
 
     def bound(self, cand: Candidate) -> Bound:
         k = cand.kernel
@@ -563,11 +687,18 @@ class Model:
                       repeated=repeated)
         cycles = max(busy)
         chains = 0.0
+        bodies = 0.0
         if not r.lane_group:
             for inst in k.reducing_insts:
                 chains = max(chains, self.chain_time(cand, inst, parallel))
+                key = (inst, ())
+                if key not in shares:
+                    shares[key] = self._share(cand, inst, parallel)
+                bodies = max(bodies, self.body_time(cand, inst, parallel, shares[key]))
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": self.memory_time(cand, parallel),
                  "latency": max(t.latency_s, chains)}
+        if bodies:
+            terms["body"] = bodies
         if r.fresh_page_s:
             pages = sum(self.fresh_pages(cand, t, temp) for temp in t.large_temps)
             if pages:
@@ -622,11 +753,25 @@ class _KernelTerms:
     temporary, its other tile dims)."""
     chain_dims: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
     """Per accumulation: (its reduction tile dims, its other tile dims)."""
+    bodies: dict[str, _BodyTerms]
     widest: int
     memory_s: float
     moved_bytes: int
     footprint_bytes: int
     latency_s: float
+
+
+@dataclass(frozen=True)
+class _BodyTerms:
+    """An accumulation as :meth:`Model.body_time` sees it."""
+
+    tiles: tuple[tuple[str, tuple[str, ...], int], ...]
+    """(logical dim, its tiles from the outermost, its size) per logical dim."""
+    reduction: frozenset[str]
+    operands: tuple[frozenset[str], ...]
+    """The logical dims each operand loaded from memory varies along."""
+    kept: tuple[str, ...]
+    """The logical dims that index the accumulators (the non-reduction ones)."""
 
 
 def _contractible_muls(k: Kernel) -> frozenset[str]:

@@ -139,4 +139,5 @@ def cpu_rates(d: CpuDescription, dtype: str = "float32") -> Rates:
         bandwidth_one_core_gbs=one,
         fresh_page_s=1 / (d.fresh_pages_per_s * FRESH_MARGIN) if d.fresh_pages_per_s else 0.0,
         fresh_min_bytes=FRESH_MIN_BYTES,
+        rolled_loops=True,
     )
