@@ -2,7 +2,8 @@
 
 On top of the shared loop-nest structure (``size``, ``order``), a dimension is implemented as
 
-- ``LOOP``: a sequential ``for`` loop;
+- ``LOOP``: a sequential ``for`` loop, compiled as one however short (the compiler flags stop
+  gcc from unrolling it: unrolling is ``UNROLL``);
 - ``UNROLL``: its body repeated ``size`` times in the source (static sizes only);
 - ``VECTOR``: one SIMD operation over ``size`` elements (innermost, unit-stride accesses);
 - ``PARALLEL``: an OpenMP work-shared loop (the outermost loops of one top-level nest, no
