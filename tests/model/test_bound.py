@@ -712,3 +712,34 @@ def test_a_heap_temporary_runs_no_faster_than_its_pages_are_charged() -> None:
         charged = model.bound(impl).terms["allocation"]
         assert m.ok, m.reason
         assert m.min_s >= 0.95 * charged, (m.min_s, charged)
+
+
+def test_operands_that_read_one_load_are_loaded_once() -> None:
+    """A sum of squares, ``x[i] * x[i]``: both operands are the value of one load, which the
+    body loads once per element (a dot product of two vectors loads two)."""
+    b = partita.KernelBuilder("sum_of_squares", "float32")
+    n = b.size("n", 4096)
+    x = b.array("x", None, [n])
+    out = b.array("out", None, [1], role="out")
+    i = b.dim("i", n, tiles=[(1, 2, 4, 8, 16, 32, 64, 128), (1, 4, 8, 16, 32, 64)])
+    ix = b.mapped_dim(i, "i_x")
+    ld_x = b.load(x, [ix], name="ld_x")
+    init = b.mov(0.0, name="init")
+    acc = b.fma(b.value(ld_x, {ix: i}), b.value(ld_x, {ix: i}), b.reduce(init, [i]),
+                dims=[i], name="acc")
+    b.store(out, [0], b.value(acc), name="st_out")
+    squares = partita.space(b.build(), "cpu", cpu=AVX512_REFERENCE).root()
+    dot = _root("dot", {"n": 4096})
+    assert isinstance(squares, Candidate)
+    model = Model(dataclasses.replace(ROLLED, loads_per_cycle=1, scalar_loads_per_cycle=1,
+                                      arith_per_cycle=4))
+    for cand in (squares, dot):
+        for choice, d, value in (("size", "i.2", 1), ("size", "i.1", 8),
+                                 ("dim_kind", "i.1", "LOOP")):
+            nxt = cand.restrict(choice, (d,), [value])
+            assert isinstance(nxt, Candidate)
+            cand = nxt
+        # A loop around one FMA per element: the loads (one port) bound it.
+        loads = 1 if cand.kernel.name == "sum_of_squares" else 2
+        assert model.body_time(cand, "acc") == pytest.approx(
+            4096 * loads / (1 * 3.5e9))

@@ -227,8 +227,10 @@ class Model:
         """What :meth:`body_time` needs of an accumulation, per kernel."""
         i = k.inst(inst)
         reduction = frozenset(ld for op in i.operands if isinstance(op, Reduce) for ld in op.dims)
-        operands = tuple(frozenset(dst for _, dst in op.mapping) for op in i.operands
-                         if isinstance(op, Value) and k.inst(op.inst).op == "load")
+        # One load feeds every operand that reads the same value (``x * x``).
+        loaded = dict.fromkeys((op.inst, op.mapping) for op in i.operands
+                               if isinstance(op, Value) and k.inst(op.inst).op == "load")
+        operands = tuple(frozenset(dst for _, dst in mapping) for _, mapping in loaded)
         return _BodyTerms(
             tuple((ld, k.dims_of(ld), self.logical_size(k, ld)) for ld in i.dims),
             reduction, operands, tuple(ld for ld in i.dims if ld not in reduction))
@@ -551,8 +553,9 @@ class Model:
         Where loops are rolled (:attr:`Rates.rolled_loops`), the innermost loop ``L`` around
         the accumulation runs, per iteration, the points of its dims nested inside it: at
         most, per logical dim, those of the tiles inside its innermost tile that is certainly
-        a LOOP (all its tiles if none is), and along ``L``'s own logical dim those inside the
-        outermost tile that may still be ``L``. Per iteration, the body issues its FMAs on
+        a loop of more than one iteration (LOOP or PARALLEL; all its tiles if none is), and
+        along ``L``'s own logical dim those inside the outermost tile that may still be
+        ``L``. Per iteration, the body issues its FMAs on
         vectors along one dim that may be VECTOR, and it loads:
 
         - each operand read from memory that varies along ``L``: one load per vector of its
