@@ -743,28 +743,3 @@ def test_operands_that_read_one_load_are_loaded_once() -> None:
         loads = 1 if cand.kernel.name == "sum_of_squares" else 2
         assert model.body_time(cand, "acc") == pytest.approx(
             4096 * loads / (1 * 3.5e9))
-
-
-def test_accumulators_reloaded_across_their_layout_move_element_by_element() -> None:
-    """A register tile of 8 rows on one vector along ``i`` and 8 unrolled reduction steps,
-    the columns' innermost tile a LOOP. Around a row or column loop the accumulators are
-    loaded and stored at every iteration, in the global temporary that carries them: with
-    ``i`` fastest, one vector each (the loads bound it at 9 per 8 FMAs, on vectors half as
-    wide as the machine's: 2.25 times the root bound); with ``j`` fastest, 8 elements each,
-    so the reduction loop innermost is the best left (16 loads per 8 FMAs: 4 times)."""
-    model = Model(ROLLED)
-    cand = _root("matmul", {"m": 1024, "n": 1024, "k": 1024})
-    root = model.bound(cand).time_s
-    for choice, dims, value in (
-            ("size", ("i.2",), 8), ("dim_kind", ("i.2",), "VECTOR"), ("size", ("i.1",), 1),
-            ("size", ("r.1",), 8), ("dim_kind", ("r.1",), "UNROLL"),
-            ("dim_kind", ("r.0",), "LOOP"), ("size", ("j.2",), 16),
-            ("dim_kind", ("j.2",), "LOOP"), ("order", ("i_init.0", "i.0"), "BEFORE"),
-            ("mem_space", ("tmp_init_acc",), "GLOBAL")):
-        nxt = cand.restrict(choice, dims, [value])
-        assert isinstance(nxt, Candidate), (choice, dims, value)
-        cand = nxt
-    for layout, expected in ((0, 4.0), (1, 2.25)):  # (i, j): j fastest; (j, i): i fastest
-        placed = cand.restrict("layout", ("tmp_init_acc",), [layout])
-        assert isinstance(placed, Candidate)
-        assert model.body_time(placed, "acc") == pytest.approx(expected * root)
