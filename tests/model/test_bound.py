@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import partita
+from partita.codegen.c import CPrinter
 from partita.codegen.looptree import Node, loop_tree
 from partita.ir.operands import Reduce, Value
 from partita.model import Model, Rates
@@ -267,7 +268,8 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
     """The accumulation's innermost loop body as the printed nest runs it, priced as
     :meth:`Model.body_time` prices one: FMAs, loads of the operands that vary along the loop,
     and the accumulators' loads and stores where the loop is not a reduction loop but one
-    encloses it."""
+    encloses it (one per vector where the printer's buffer holds the vector's lanes
+    contiguously, one per element otherwise)."""
     k = cand.kernel
     r = model.rates
     loops = _enclosing(loop_tree(cand), acc)
@@ -303,8 +305,16 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
     if loop not in reduction and any(
             logical(n) in reduction for n in loops[:inner] if n.kind == "LOOP"
             and (n.size or 2) > 1 and own & set(n.dims)):
+        # The printer moves the accumulators' vectors whole only where their buffer is
+        # contiguous along the vector's dim.
+        whole = vec not in reduction
+        storage = CPrinter(cand, "oracle").storage[acc]
+        if storage.temp is not None and vec is not None:
+            whole &= all(slot.stride == 1 for slot in storage.slots
+                         if k.dim(slot.consumer_dim).logical == vec
+                         and slot.consumer_dim == k.dims_of(vec)[-1])
         stores = math.prod(points[ld] for ld in points if ld not in reduction) / (
-            lanes if vec not in reduction else 1)
+            lanes if whole else 1)
         loads += stores
     total = math.prod(points.values())
     cycles = max(total / lanes / r.issue_rates(lanes, r.vector_bytes // 4)[0],
@@ -743,3 +753,28 @@ def test_operands_that_read_one_load_are_loaded_once() -> None:
         loads = 1 if cand.kernel.name == "sum_of_squares" else 2
         assert model.body_time(cand, "acc") == pytest.approx(
             4096 * loads / (1 * 3.5e9))
+
+
+def test_accumulators_reloaded_across_their_layout_move_element_by_element() -> None:
+    """A register tile of 8 rows on one vector along ``i`` and 8 unrolled reduction steps,
+    the columns' innermost tile a LOOP. Around a row or column loop the accumulators are
+    loaded and stored at every iteration, in the global temporary that carries them: with
+    ``i`` fastest, one vector each (the loads bound it at 9 per 8 FMAs, on vectors half as
+    wide as the machine's: 2.25 times the root bound); with ``j`` fastest, 8 elements each,
+    so the reduction loop innermost is the best left (16 loads per 8 FMAs: 4 times)."""
+    model = Model(ROLLED)
+    cand = _root("matmul", {"m": 1024, "n": 1024, "k": 1024})
+    root = model.bound(cand).time_s
+    for choice, dims, value in (
+            ("size", ("i.2",), 8), ("dim_kind", ("i.2",), "VECTOR"), ("size", ("i.1",), 1),
+            ("size", ("r.1",), 8), ("dim_kind", ("r.1",), "UNROLL"),
+            ("dim_kind", ("r.0",), "LOOP"), ("size", ("j.2",), 16),
+            ("dim_kind", ("j.2",), "LOOP"), ("order", ("i_init.0", "i.0"), "BEFORE"),
+            ("mem_space", ("tmp_init_acc",), "GLOBAL")):
+        nxt = cand.restrict(choice, dims, [value])
+        assert isinstance(nxt, Candidate), (choice, dims, value)
+        cand = nxt
+    for layout, expected in ((0, 4.0), (1, 2.25)):  # (i, j): j fastest; (j, i): i fastest
+        placed = cand.restrict("layout", ("tmp_init_acc",), [layout])
+        assert isinstance(placed, Candidate)
+        assert model.body_time(placed, "acc") == pytest.approx(expected * root)

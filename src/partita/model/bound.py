@@ -231,9 +231,10 @@ class Model:
         loaded = dict.fromkeys((op.inst, op.mapping) for op in i.operands
                                if isinstance(op, Value) and k.inst(op.inst).op == "load")
         operands = tuple(frozenset(dst for _, dst in mapping) for _, mapping in loaded)
+        init = next(op.init for op in i.operands if isinstance(op, Reduce))
         return _BodyTerms(
             tuple((ld, k.dims_of(ld), self.logical_size(k, ld)) for ld in i.dims),
-            reduction, operands, tuple(ld for ld in i.dims if ld not in reduction))
+            reduction, operands, tuple(ld for ld in i.dims if ld not in reduction), init)
 
     def logical_size(self, k: Kernel, logical: str) -> int:
         return _size_of(k, k.logical(logical).size, self.sizes)
@@ -563,7 +564,9 @@ class Model:
           broadcast); one that does not vary along ``L`` is hoisted and costs nothing;
         - where ``L`` is not a reduction dim and a reduction loop certainly encloses it: the
           accumulators of the body, loaded and stored at every iteration (registers cannot be
-          indexed by a rolled loop's counter, and each iteration updates other ones).
+          indexed by a rolled loop's counter, and each iteration updates other ones), in the
+          temporary that carries the init to the accumulation: one element at a time along a
+          vector dim that none of its remaining layouts makes contiguous.
 
         The body time is the busiest port over its rate, times at least the points of the
         instruction over the points of one body, at the least over the choice of ``L``'s
@@ -608,6 +611,18 @@ class Model:
         if not looped:
             return 0.0
         reduction_looped = any(ld in looped for ld in body.reduction)
+        # Accumulators loaded and stored at every iteration live in the temporary that carries
+        # the init to the accumulation: along a vector dim that no remaining layout of it makes
+        # contiguous, they move one element at a time.
+        strided: set[str] = set()
+        if reduction_looped:
+            holder = next((a.name for a in k.arrays if a.carries == (body.init, inst)), None)
+            if holder is not None:
+                axes = t.temp_axes[holder]
+                for logical, tiles, _ in body.tiles:
+                    if logical in lanes and self._temp_lanes(
+                            cand, holder, axes, 1, (tiles[-1],), t.widest) == 1:
+                        strided.add(logical)
         load_rate = max(r.loads_per_cycle, r.scalar_loads_per_cycle)
         store_rate = max(r.stores_per_cycle, r.scalar_stores_per_cycle)
         best = math.inf
@@ -624,7 +639,7 @@ class Model:
                 stores = 0.0
                 if loop not in body.reduction and reduction_looped:
                     stores = math.prod(points[ld] for ld in body.kept) / (
-                        w if vec in body.kept else 1)
+                        w if vec in body.kept and vec not in strided else 1)
                     loads += stores
                 cycles = max(total / w / arith, loads / load_rate, stores / store_rate)
                 best = min(best, cycles / total)
@@ -775,6 +790,9 @@ class _BodyTerms:
     """The logical dims each operand loaded from memory varies along."""
     kept: tuple[str, ...]
     """The logical dims that index the accumulators (the non-reduction ones)."""
+    init: str
+    """The instruction that initialises the accumulators: a temporary carrying its value to
+    the accumulation holds them (the printer updates it in place)."""
 
 
 def _contractible_muls(k: Kernel) -> frozenset[str]:
