@@ -615,7 +615,7 @@ class Model:
         # the init to the accumulation: along a vector dim that no remaining layout of it makes
         # contiguous, they move one element at a time.
         strided: set[str] = set()
-        if reduction_looped:
+        if reduction_looped and lanes and any(ld not in body.reduction for ld in inside):
             holder = next((a.name for a in k.arrays if a.carries == (body.init, inst)), None)
             if holder is not None:
                 axes = t.temp_axes[holder]
