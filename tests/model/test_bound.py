@@ -269,10 +269,16 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
     :meth:`Model.body_time` prices one: FMAs, loads of the operands that vary along the loop,
     and the accumulators' loads and stores where the loop is not a reduction loop but one
     encloses it (one per vector where the printer's buffer holds the vector's lanes
-    contiguously, one per element otherwise)."""
+    contiguously, one per element otherwise). An operand read through a temporary is read
+    likewise from its buffer (nothing from registers), and where its copy runs inside the
+    loop, the copy's loads come on top: one per vector of the copy, one per element where
+    the copy is not vectorised, and its stores, one per element where it stores its vectors
+    across the buffer's layout."""
     k = cand.kernel
     r = model.rates
-    loops = _enclosing(loop_tree(cand), acc)
+    tree = loop_tree(cand)
+    printer = CPrinter(cand, "oracle")
+    loops = _enclosing(tree, acc)
     assert loops is not None
     own = set(k.iteration_dims(acc))
     rolled = [i for i, n in enumerate(loops) if n.kind in ("LOOP", "PARALLEL")
@@ -294,31 +300,51 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
                 vec, lanes = logical(node), node.size
     inst = k.inst(acc)
     reduction = {ld for op in inst.operands if isinstance(op, Reduce) for ld in op.dims}
+
+    def whole(storage: object) -> bool:
+        # The printer moves a vector of a buffer whole only where the buffer is contiguous
+        # along the vector's innermost tile.
+        return all(slot.stride == 1 for slot in storage.slots
+                   if slot.consumer_dim == k.dims_of(vec)[-1])
+
     loads = 0.0
+    copied = 0.0
     for op in inst.operands:
         if isinstance(op, Value) and k.inst(op.inst).op == "load":
             varying = {dst for _, dst in op.mapping}
-            if loop in varying:
-                loads += math.prod(points[ld] for ld in varying) / (
-                    lanes if vec in varying else 1)
+            if loop not in varying:
+                continue
+            elements = math.prod(points[ld] for ld in varying)
+            temp = printer.temps.get((op.inst, acc))
+            if temp is None:
+                loads += elements / (lanes if vec in varying else 1)
+                continue
+            if temp.space != "REGISTER":
+                loads += elements / (lanes if vec in varying and whole(temp) else 1)
+            copy = _enclosing(tree, op.inst)
+            assert copy is not None
+            if any(n is loops[inner] for n in copy):
+                vector = next((n for n in copy if n.kind == "VECTOR"), None)
+                size = vector.size or 1 if vector is not None else 1
+                loads += elements / size
+                if temp.space != "REGISTER":
+                    # The copy stores its vectors whole where the buffer is contiguous along
+                    # them.
+                    copied += elements / (size if vector is not None and all(
+                        slot.stride == 1 for slot in temp.slots
+                        if slot.producer_dim in vector.dims) else 1)
     stores = 0.0
     if loop not in reduction and any(
             logical(n) in reduction for n in loops[:inner] if n.kind == "LOOP"
             and (n.size or 2) > 1 and own & set(n.dims)):
-        # The printer moves the accumulators' vectors whole only where their buffer is
-        # contiguous along the vector's dim.
-        whole = vec not in reduction
-        storage = CPrinter(cand, "oracle").storage[acc]
-        if storage.temp is not None and vec is not None:
-            whole &= all(slot.stride == 1 for slot in storage.slots
-                         if k.dim(slot.consumer_dim).logical == vec
-                         and slot.consumer_dim == k.dims_of(vec)[-1])
+        storage = printer.storage[acc]
         stores = math.prod(points[ld] for ld in points if ld not in reduction) / (
-            lanes if whole else 1)
+            lanes if vec not in reduction and (storage.temp is None or vec is None
+                                               or whole(storage)) else 1)
         loads += stores
     total = math.prod(points.values())
     cycles = max(total / lanes / r.issue_rates(lanes, r.vector_bytes // 4)[0],
-                 loads / r.loads_per_cycle, stores / r.stores_per_cycle)
+                 loads / r.loads_per_cycle, (stores + copied) / r.stores_per_cycle)
     return (model.volume(k, acc) / total * cycles * model.parallel_share(cand, acc)
             / (r.ghz * 1e9))
 
@@ -397,6 +423,40 @@ def test_a_packed_panel_read_across_its_layout_costs_an_access_per_lane() -> Non
     assert bounds[1] > 1.5 * bounds[0]
     assert bounds[3] > 1.5 * bounds[2]
     assert bounds[2] == bounds[0]
+
+
+def test_an_operand_packed_across_the_vector_is_loaded_element_by_element() -> None:
+    """matmul 256x64x256 with vectors of 8 rows (``i.2``), so A (row-major) is read through a
+    packed copy, 4 columns unrolled and one reduction step per iteration of ``r.0``: 4 FMAs
+    per body. Stored with the reduction fastest (layout 0), the copy holds the 8 rows of a
+    vector a row apart: the reduction loop's body loads them one by one (8 loads and 4
+    broadcasts of B: 3x the FMAs, with two load ports), and so does the body in registers
+    or in a buffer fused into that loop (the copy runs there, and A's rows cannot be loaded
+    as a vector); a row loop loads the accumulators as well, and the column loop gives 2x
+    (B and the accumulators in and out, one store port). With the rows fastest (layout 1),
+    the reduction loop's body is 1 + 4 loads: 1.25x."""
+    from partita.codegen.c import print_c
+
+    model = Model(ROLLED)
+    cand = _root("matmul", {"m": 256, "n": 64, "k": 256})
+    for choice, dim, value in [("size", "i.2", 8), ("dim_kind", "i.2", "VECTOR"),
+                               ("size", "i.1", 1), ("size", "j.2", 4),
+                               ("dim_kind", "j.2", "UNROLL"), ("size", "j.1", 1),
+                               ("size", "r.1", 1), ("dim_kind", "r.0", "LOOP")]:
+        nxt = cand.restrict(choice, (dim,), [value])
+        assert isinstance(nxt, Candidate), (choice, dim)
+        cand = nxt
+    fmas = 256 * 64 * 256 / 8 / ROLLED.arith_per_cycle * model.parallel_share(cand)
+    for space, layout, ratio in [("GLOBAL", 0, 2.0), ("LOCAL", 0, 2.0), ("REGISTER", 0, 2.0),
+                                 ("GLOBAL", 1, 1.25), ("LOCAL", 1, 1.25)]:
+        chosen = cand.restrict("layout", ("tmp_ld_a_acc",), [layout])
+        chosen = chosen.restrict("mem_space", ("tmp_ld_a_acc",), [space])
+        assert isinstance(chosen, Candidate)
+        body = model.bound(chosen).terms["body"]
+        assert body == pytest.approx(ratio * fmas / (ROLLED.ghz * 1e9)), (space, layout)
+        if space == "GLOBAL":
+            source = print_c(random_implementation(chosen, random.Random(0))).source
+            assert ("{tmp_ld_a_acc[" in source) == (layout == 0)
 
 
 def test_accumulation_chain_bounds_a_dot_product() -> None:

@@ -25,7 +25,8 @@ every implementation the candidate still allows, and it can only grow as decisio
   run of updates with the start of the next (see :meth:`Model.chain_time`);
 - where loops are compiled as loops, the innermost loop around an accumulation runs a body
   of at most the points of the tiles that may be nested inside it, and loads, per
-  iteration, the operands that vary along it and (around a row or column loop) the
+  iteration, the operands that vary along it (through their packed copies, or the copies'
+  own loads where they run in the body) and (around a row or column loop) the
   accumulators: its busiest port bounds the time (see :meth:`Model.body_time`).
 
 Temporaries cost their loads and stores unless they can still live in registers; a vector
@@ -41,6 +42,7 @@ the rates (:class:`Rates`); everything else here is shared.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,11 +232,14 @@ class Model:
         # One load feeds every operand that reads the same value (``x * x``).
         loaded = dict.fromkeys((op.inst, op.mapping) for op in i.operands
                                if isinstance(op, Value) and k.inst(op.inst).op == "load")
-        operands = tuple(frozenset(dst for _, dst in mapping) for _, mapping in loaded)
+        holders = {a.carries: a.name for a in k.arrays if a.carries is not None}
+        operands = tuple((frozenset(dst for _, dst in mapping), holders.get((load, inst)))
+                         for load, mapping in loaded)
         init = next(op.init for op in i.operands if isinstance(op, Reduce))
         return _BodyTerms(
             tuple((ld, k.dims_of(ld), self.logical_size(k, ld)) for ld in i.dims),
-            reduction, operands, tuple(ld for ld in i.dims if ld not in reduction), init)
+            reduction, operands, tuple(ld for ld in i.dims if ld not in reduction),
+            holders.get((init, inst)))
 
     def logical_size(self, k: Kernel, logical: str) -> int:
         return _size_of(k, k.logical(logical).size, self.sizes)
@@ -463,36 +468,48 @@ class Model:
         if self.rates.lane_group:
             return None
         where = {pair[side]: ax for ax, pairs in enumerate(axes) for pair in pairs}
-        kept: dict[tuple[int, bool], bool] = {}
-
-        def blocks(ax: int, inner: bool = False) -> bool:
-            # Some pair of this axis (its innermost, with ``inner``) certainly holds more than
-            # one element in the buffer.
-            if (ax, inner) not in kept:
-                local = "LOCAL" in cand.domain("mem_space", temp)
-                kept[ax, inner] = any(self.dim_size_range(cand, a)[0] > 1 and not (
-                    local and cand.allows("order", (a, b), "MERGED"))
-                    for a, b in (axes[ax][-1:] if inner else axes[ax]))
-            return kept[ax, inner]
-
-        def strided(ax: int, index: int) -> bool:
-            # Something certainly stored after the axis in this layout: a panel layout
-            # stores only the innermost tile of its fastest axis after the other axes.
-            perm, panels = layout_order(len(axes), index)
-            after = perm[perm.index(ax) + 1:]
-            return any(blocks(b, panels and b == perm[-1]) for b in after)
-
         best = 1
         for d in dims:
             if not any(cand.allows("dim_kind", (d,), kind) for kind in self.rates.lane_kinds):
                 continue
             n = min(widest, self.dim_size_range(cand, d)[1])
             ax = where.get(d)
-            if ax is not None and n > 1 and all(
-                    strided(ax, i) for i in cand.domain("layout", temp)):
+            if ax is not None and n > 1 and not self._contiguous(cand, temp, axes, ax):
                 n = 1
             best = max(best, n)
         return best
+
+    def _contiguous(self, cand: Candidate, temp: str,
+                    axes: tuple[tuple[tuple[str, str], ...], ...], ax: int,
+                    unfused: int | None = None) -> bool:
+        """Whether some remaining layout of ``temp`` in memory may store axis ``ax``
+        contiguously: the pairs stored after it may all be one element or left out of a local
+        buffer (fused pairs). With ``unfused``, the pairs of that axis are not fused: the
+        axis holds more than one element (its innermost tile, where a panel layout stores
+        only that one after the others, where that tile certainly does)."""
+        kept: dict[tuple[int, bool], bool] = {}
+        local = "LOCAL" in cand.domain("mem_space", temp)
+
+        def blocks(b: int, inner: bool = False) -> bool:
+            # Some pair of this axis (its innermost, with ``inner``) certainly holds more than
+            # one element in the buffer.
+            if b == unfused and not inner:
+                return True
+            if (b, inner) not in kept:
+                fusable = local and b != unfused
+                kept[b, inner] = any(self.dim_size_range(cand, p)[0] > 1 and not (
+                    fusable and cand.allows("order", (p, q), "MERGED"))
+                    for p, q in (axes[b][-1:] if inner else axes[b]))
+            return kept[b, inner]
+
+        for index in cand.domain("layout", temp):
+            # Something certainly stored after the axis in this layout: a panel layout
+            # stores only the innermost tile of its fastest axis after the other axes.
+            perm, panels = layout_order(len(axes), index)
+            after = perm[perm.index(ax) + 1:]
+            if not any(blocks(b, panels and b == perm[-1]) for b in after):
+                return True
+        return False
 
     @staticmethod
     def _unrolled_kinds(cand: Candidate) -> tuple[str, ...]:
@@ -561,17 +578,21 @@ class Model:
 
         - each operand read from memory that varies along ``L``: one load per vector of its
           elements in the body, or per element where the vector is not along its dims (a
-          broadcast); one that does not vary along ``L`` is hoisted and costs nothing;
+          broadcast); one read through a temporary (a packed copy) moves as
+          :meth:`_operand_moves` allows; one that does not vary along ``L`` is hoisted and
+          costs nothing;
         - where ``L`` is not a reduction dim and a reduction loop certainly encloses it: the
           accumulators of the body, loaded and stored at every iteration (registers cannot be
           indexed by a rolled loop's counter, and each iteration updates other ones), in the
           temporary that carries the init to the accumulation: one element at a time along a
-          vector dim that none of its remaining layouts makes contiguous.
+          vector dim that none of its remaining layouts makes contiguous, ``L``'s pairs
+          unfused (the init cannot be fused into a loop that a reduction loop encloses).
 
         The body time is the busiest port over its rate, times at least the points of the
         instruction over the points of one body, at the least over the choice of ``L``'s
-        logical dim and of the vector's. Everything else (other instructions, register
-        limits, the copies of temporaries) is left out, so it stays optimistic.
+        logical dim, of the vector's and of the ways the copies may move. Everything else
+        (other instructions, register limits, the copies' other work) is left out, so it
+        stays optimistic.
         """
         r = self.rates
         if not r.rolled_loops or r.lane_group:
@@ -614,15 +635,15 @@ class Model:
         # Accumulators loaded and stored at every iteration live in the temporary that carries
         # the init to the accumulation: along a vector dim that no remaining layout of it makes
         # contiguous, they move one element at a time.
-        strided: set[str] = set()
-        if reduction_looped and lanes and any(ld not in body.reduction for ld in inside):
-            holder = next((a.name for a in k.arrays if a.carries == (body.init, inst)), None)
-            if holder is not None:
-                axes = t.temp_axes[holder]
-                for logical, tiles, _ in body.tiles:
-                    if logical in lanes and self._temp_lanes(
-                            cand, holder, axes, 1, (tiles[-1],), t.widest) == 1:
-                        strided.add(logical)
+        # The init is never fused into a loop inside the reduction loops: along the row or
+        # column loop the accumulators are reloaded in, they hold more than one element.
+        strided: dict[str, set[str]] = {}
+        if reduction_looped and lanes and body.accumulators is not None:
+            for loop in inside:
+                if loop not in body.reduction:
+                    strided[loop] = self._element_lanes(cand, t, body, body.accumulators,
+                                                        lanes, loop)
+        moves: dict[tuple[str, str, str], tuple[tuple[float, float], ...]] = {}
         load_rate = max(r.loads_per_cycle, r.scalar_loads_per_cycle)
         store_rate = max(r.stores_per_cycle, r.scalar_stores_per_cycle)
         best = math.inf
@@ -632,23 +653,92 @@ class Model:
             for vec, w in [(None, 1), *lanes.items()]:
                 arith = r.issue_rates(w, t.widest)[0]
                 loads = 0.0
-                for varying in body.operands:
-                    if loop in varying:
-                        loads += math.prod(points[ld] for ld in varying) / (
-                            w if vec in varying else 1)
+                # Per operand read through a temporary: the (loads, stores) of each way it
+                # may still be moved.
+                ways: list[list[tuple[float, float]]] = []
+                for varying, holder in body.operands:
+                    if loop not in varying:
+                        continue
+                    elements = math.prod(points[ld] for ld in varying)
+                    if vec not in varying:
+                        loads += elements
+                    elif holder is None or w == 1:
+                        loads += elements / w
+                    else:
+                        key = (holder, loop, vec)
+                        if key not in moves:
+                            moves[key] = self._operand_moves(cand, t, body, holder, loop, vec)
+                        ways.append([(elements * a, elements * b) for a, b in moves[key]])
                 stores = 0.0
                 if loop not in body.reduction and reduction_looped:
                     stores = math.prod(points[ld] for ld in body.kept) / (
-                        w if vec in body.kept and vec not in strided else 1)
+                        w if vec in body.kept and vec not in strided.get(loop, ()) else 1)
                     loads += stores
-                cycles = max(total / w / arith, loads / load_rate, stores / store_rate)
-                best = min(best, cycles / total)
+                for way in itertools.product(*ways):
+                    cycles = max(total / w / arith,
+                                 (loads + sum(a for a, _ in way)) / load_rate,
+                                 (stores + sum(b for _, b in way)) / store_rate)
+                    best = min(best, cycles / total)
         if best == math.inf:
             return 0.0
         if share is None:
             share = self._share(cand, inst, parallel if parallel is not None
                                 else self._parallel_dims(cand))
         return t.volumes[inst] * best * share / (r.ghz * 1e9)
+
+    def _element_lanes(self, cand: Candidate, t: _KernelTerms, body: _BodyTerms, temp: str,
+                       lanes: dict[str, int], unfused: str) -> set[str]:
+        """The logical dims that may carry the body's vector along which the accumulation
+        accesses ``temp`` one element at a time, where the pairs of logical dim ``unfused``
+        are not fused (see :meth:`_contiguous`)."""
+        axes = t.temp_axes[temp]
+        where = {consumer: ax for ax, pairs in enumerate(axes) for _, consumer in pairs}
+        tiles = {logical: tiles for logical, tiles, _ in body.tiles}
+        apart = where.get(tiles[unfused][-1])
+        return {logical for logical in lanes if logical in tiles
+                and (ax := where.get(tiles[logical][-1])) is not None
+                and not self._contiguous(cand, temp, axes, ax,
+                                         apart if logical != unfused else None)}
+
+    def _operand_moves(self, cand: Candidate, t: _KernelTerms, body: _BodyTerms, temp: str,
+                       loop: str, vec: str) -> tuple[tuple[float, float], ...]:
+        """The (loads, stores) per element that an operand read through ``temp`` may still
+        cost the body of a loop along logical dim ``loop``, with vectors of ``w`` lanes along
+        logical dim ``vec`` that the operand varies along: one pair per way to move it, at
+        the least (the copy's other work, and the shuffles of values in registers, left out).
+
+        - In registers, every index into the temporary is unrolled or fused: the copy runs in
+          the body and loads as many elements at once as its producer may vectorise.
+        - In memory, a layout that can store the vector's axis contiguously (see
+          :meth:`_contiguous`) lets the body load whole vectors. Where ``loop`` is not
+          ``vec``, the loop's own tile holds more than one element unless the copy is fused
+          inside it, in the body; a layout contiguous only so has the copy load the vectors'
+          elements one by one, unless the copy too may vectorise along them (what it vectorises
+          along another axis it then stores one by one, that axis coming first).
+        - Otherwise every lane is loaded alone.
+        """
+        axes = t.temp_axes[temp]
+        r = self.rates
+        tiles = {logical: tiles for logical, tiles, _ in body.tiles}
+        where = {consumer: ax for ax, pairs in enumerate(axes) for _, consumer in pairs}
+        ax = where[tiles[vec][-1]]
+        whole = 1 / min(t.widest, self.dim_size_range(cand, tiles[vec][-1])[1])
+        producer = cand.kernel.array(temp).carries[0]
+        copy = 1 / self.lanes(cand, t.inner[producer], t.widest)
+        spaces = cand.domain("mem_space", temp)
+        ways = [(copy, 0.0)] if r.register_space in spaces else []
+        if any(space != r.register_space for space in spaces):
+            fused = where.get(tiles[loop][-1]) if loop != vec else None
+            paired = next(p for p, q in axes[ax] if q == tiles[vec][-1])
+            if self._contiguous(cand, temp, axes, ax, fused) or (
+                    fused is not None and self._contiguous(cand, temp, axes, ax)
+                    and any(cand.allows("dim_kind", (paired,), kind) for kind in r.lane_kinds)):
+                return ((whole, 0.0),)
+            ways.append((1.0, 0.0))
+            if fused is not None and self._contiguous(cand, temp, axes, ax):
+                ways.append((copy, 1.0))
+        return tuple(way for way in ways if not any(
+            other != way and other[0] <= way[0] and other[1] <= way[1] for other in ways))
 
     def bound(self, cand: Candidate) -> Bound:
         k = cand.kernel
@@ -786,13 +876,14 @@ class _BodyTerms:
     tiles: tuple[tuple[str, tuple[str, ...], int], ...]
     """(logical dim, its tiles from the outermost, its size) per logical dim."""
     reduction: frozenset[str]
-    operands: tuple[frozenset[str], ...]
-    """The logical dims each operand loaded from memory varies along."""
+    operands: tuple[tuple[frozenset[str], str | None], ...]
+    """Per operand loaded from memory: the logical dims it varies along, and the temporary
+    that carries its load to the accumulation (None while the two are fused)."""
     kept: tuple[str, ...]
     """The logical dims that index the accumulators (the non-reduction ones)."""
-    init: str
-    """The instruction that initialises the accumulators: a temporary carrying its value to
-    the accumulation holds them (the printer updates it in place)."""
+    accumulators: str | None
+    """The temporary that carries the init to the accumulation, which holds the
+    accumulators (the printer updates it in place; None while the two are fused)."""
 
 
 def _contractible_muls(k: Kernel) -> frozenset[str]:
