@@ -233,7 +233,14 @@ class Model:
         loaded = dict.fromkeys((op.inst, op.mapping) for op in i.operands
                                if isinstance(op, Value) and k.inst(op.inst).op == "load")
         holders = {a.carries: a.name for a in k.arrays if a.carries is not None}
-        operands = tuple((frozenset(dst for _, dst in mapping), holders.get((load, inst)))
+        # A temporary's axes follow the first operand that reads its producer: another
+        # reading it through another mapping is left unpriced by it.
+        first: dict[str, Any] = {}
+        for op in i.values():
+            if isinstance(op, Value):
+                first.setdefault(op.inst, op.mapping)
+        operands = tuple((frozenset(dst for _, dst in mapping),
+                          holders.get((load, inst)) if first[load] == mapping else None)
                          for load, mapping in loaded)
         init = next(op.init for op in i.operands if isinstance(op, Reduce))
         return _BodyTerms(
@@ -634,9 +641,9 @@ class Model:
         reduction_looped = any(ld in looped for ld in body.reduction)
         # Accumulators loaded and stored at every iteration live in the temporary that carries
         # the init to the accumulation: along a vector dim that no remaining layout of it makes
-        # contiguous, they move one element at a time.
-        # The init is never fused into a loop inside the reduction loops: along the row or
-        # column loop the accumulators are reloaded in, they hold more than one element.
+        # contiguous, they move one element at a time. The init is never fused into a loop
+        # inside the reduction loops, so the row or column loop they are reloaded in has its
+        # tile unfused.
         strided: dict[str, set[str]] = {}
         if reduction_looped and lanes and body.accumulators is not None:
             for loop in inside:
@@ -694,18 +701,18 @@ class Model:
         axes = t.temp_axes[temp]
         where = {consumer: ax for ax, pairs in enumerate(axes) for _, consumer in pairs}
         tiles = {logical: tiles for logical, tiles, _ in body.tiles}
-        apart = where.get(tiles[unfused][-1])
+        unfused_axis = where.get(tiles[unfused][-1])
         return {logical for logical in lanes if logical in tiles
                 and (ax := where.get(tiles[logical][-1])) is not None
                 and not self._contiguous(cand, temp, axes, ax,
-                                         apart if logical != unfused else None)}
+                                         unfused_axis if logical != unfused else None)}
 
     def _operand_moves(self, cand: Candidate, t: _KernelTerms, body: _BodyTerms, temp: str,
                        loop: str, vec: str) -> tuple[tuple[float, float], ...]:
         """The (loads, stores) per element that an operand read through ``temp`` may still
-        cost the body of a loop along logical dim ``loop``, with vectors of ``w`` lanes along
-        logical dim ``vec`` that the operand varies along: one pair per way to move it, at
-        the least (the copy's other work, and the shuffles of values in registers, left out).
+        cost the body of a loop along logical dim ``loop``, with the vectors along logical dim
+        ``vec``, which the operand varies along: one pair per way to move it, at the least
+        (the copy's other work, and the shuffles of values in registers, left out).
 
         - In registers, every index into the temporary is unrolled or fused: the copy runs in
           the body and loads as many elements at once as its producer may vectorise.
