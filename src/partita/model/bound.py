@@ -233,14 +233,11 @@ class Model:
         loaded = dict.fromkeys((op.inst, op.mapping) for op in i.operands
                                if isinstance(op, Value) and k.inst(op.inst).op == "load")
         holders = {a.carries: a.name for a in k.arrays if a.carries is not None}
-        # A temporary's axes follow the first operand that reads its producer: another
-        # reading it through another mapping is left unpriced by it.
-        first: dict[str, Any] = {}
-        for op in i.values():
-            if isinstance(op, Value):
-                first.setdefault(op.inst, op.mapping)
+        # A temporary's axes follow one operand (_carried_operand): another reading the same
+        # load through another mapping is left unpriced by it.
         operands = tuple((frozenset(dst for _, dst in mapping),
-                          holders.get((load, inst)) if first[load] == mapping else None)
+                          holders.get((load, inst))
+                          if _carried_operand(k, load, inst).mapping == mapping else None)
                          for load, mapping in loaded)
         init = next(op.init for op in i.operands if isinstance(op, Reduce))
         return _BodyTerms(
@@ -905,17 +902,24 @@ def _contractible_muls(k: Kernel) -> frozenset[str]:
                      and all(u in ("add", "sub") for u in uses[i.name]))
 
 
+def _carried_operand(k: Kernel, producer: str, consumer: str) -> Value | Reduce | None:
+    """The operand of ``consumer`` whose mapping the axes of a temporary carrying
+    ``producer``'s value to it follow: the first that reads ``producer``."""
+    for op in k.inst(consumer).values():
+        src = op.inst if isinstance(op, Value) else op.init if isinstance(op, Reduce) else None
+        if src == producer:
+            return op
+    return None
+
+
 def _temp_axes(k: Kernel, carries: tuple[str, str]) -> tuple[tuple[tuple[str, str], ...],
                                                               ...]:
     """(producer tile, consumer tile) pairs per axis of the temporary carrying ``carries``,
     in the consumer's order (the order of layout 0), outermost tile first."""
-    producer, consumer = carries
-    for op in k.inst(consumer).values():
-        src = op.inst if isinstance(op, Value) else op.init if isinstance(op, Reduce) else None
-        if src == producer:
-            return tuple(tuple(zip(k.dims_of(a), k.dims_of(b), strict=True))
-                         for a, b in op.mapping)
-    return ()
+    op = _carried_operand(k, *carries)
+    if op is None:
+        return ()
+    return tuple(tuple(zip(k.dims_of(a), k.dims_of(b), strict=True)) for a, b in op.mapping)
 
 
 def _split(dims: tuple[str, ...], chosen: set[str]) -> tuple[tuple[str, ...],
