@@ -203,6 +203,9 @@ class Model:
                      for a in temps
                      if temp_elements[a.name] * a.dtype.itemsize > r.fresh_min_bytes}
             temp_axes = {a.name: _temp_axes(k, a.carries) for a in temps}
+            temp_where = {name: tuple({pair[side]: ax for ax, pairs in enumerate(axes)
+                                       for pair in pairs} for side in (0, 1))
+                          for name, axes in temp_axes.items()}
             temp_sides = {a.name: tuple(_split(own[inst], {pair[side] for pairs in
                                                            temp_axes[a.name] for pair in pairs})
                                         for side, inst in enumerate(a.carries))
@@ -217,7 +220,7 @@ class Model:
             itemsize = min((a.dtype.itemsize for a in k.arrays), default=4)
             self._static[key] = _KernelTerms(
                 volumes, own, foreign, inner, tuple(issued), temp_elements, large,
-                temp_axes, temp_sides, chain_dims, bodies,
+                temp_axes, temp_where, temp_sides, chain_dims, bodies,
                 max(1, r.vector_bytes // itemsize),
                 moved / r.bandwidth(footprint), moved, footprint,
                 chain * r.fma_latency_cycles / (r.ghz * 1e9))
@@ -243,7 +246,7 @@ class Model:
         return _BodyTerms(
             tuple((ld, k.dims_of(ld), self.logical_size(k, ld)) for ld in i.dims),
             reduction, operands, tuple(ld for ld in i.dims if ld not in reduction),
-            holders.get((init, inst)))
+            holders.get((init, inst)), {ld: k.dims_of(ld)[-1] for ld in i.dims})
 
     def logical_size(self, k: Kernel, logical: str) -> int:
         return _size_of(k, k.logical(logical).size, self.sizes)
@@ -461,9 +464,8 @@ class Model:
         runs = updates / (run * chains)
         return runs * (run - 1 - overlap) * r.fma_latency_cycles / (r.ghz * 1e9)
 
-    def _temp_lanes(self, cand: Candidate, temp: str,
-                    axes: tuple[tuple[tuple[str, str], ...], ...], side: int,
-                    dims: tuple[str, ...], widest: int) -> int | None:
+    def _temp_lanes(self, cand: Candidate, t: _KernelTerms, temp: str, side: int,
+                    dims: tuple[str, ...]) -> int | None:
         """The most elements one access of a temporary in memory can move (None: as for any
         access, on a GPU). A lane dim that indexes the temporary gives contiguous lanes only
         where the pairs stored after it (the axes a layout puts after its own) may all be
@@ -471,14 +473,15 @@ class Model:
         element by element."""
         if self.rates.lane_group:
             return None
-        where = {pair[side]: ax for ax, pairs in enumerate(axes) for pair in pairs}
+        where = t.temp_where[temp][side]
         best = 1
         for d in dims:
             if not any(cand.allows("dim_kind", (d,), kind) for kind in self.rates.lane_kinds):
                 continue
-            n = min(widest, self.dim_size_range(cand, d)[1])
+            n = min(t.widest, self.dim_size_range(cand, d)[1])
             ax = where.get(d)
-            if ax is not None and n > 1 and not self._contiguous(cand, temp, axes, ax):
+            if ax is not None and n > 1 and not self._contiguous(cand, temp,
+                                                                 t.temp_axes[temp], ax):
                 n = 1
             best = max(best, n)
         return best
@@ -671,7 +674,8 @@ class Model:
                     else:
                         key = (holder, loop, vec)
                         if key not in moves:
-                            moves[key] = self._operand_moves(cand, t, body, holder, loop, vec)
+                            moves[key] = self._operand_moves(cand, t, body, holder, loop, vec,
+                                                             w)
                         ways.append([(elements * a, elements * b) for a, b in moves[key]])
                 stores = 0.0
                 if loop not in body.reduction and reduction_looped:
@@ -695,21 +699,19 @@ class Model:
         """The logical dims that may carry the body's vector along which the accumulation
         accesses ``temp`` one element at a time, where the pairs of logical dim ``unfused``
         are not fused (see :meth:`_contiguous`)."""
-        axes = t.temp_axes[temp]
-        where = {consumer: ax for ax, pairs in enumerate(axes) for _, consumer in pairs}
-        tiles = {logical: tiles for logical, tiles, _ in body.tiles}
-        unfused_axis = where.get(tiles[unfused][-1])
-        return {logical for logical in lanes if logical in tiles
-                and (ax := where.get(tiles[logical][-1])) is not None
+        axes, where = t.temp_axes[temp], t.temp_where[temp][1]
+        unfused_axis = where.get(body.innermost[unfused])
+        return {logical for logical in lanes
+                if (ax := where.get(body.innermost[logical])) is not None
                 and not self._contiguous(cand, temp, axes, ax,
                                          unfused_axis if logical != unfused else None)}
 
     def _operand_moves(self, cand: Candidate, t: _KernelTerms, body: _BodyTerms, temp: str,
-                       loop: str, vec: str) -> tuple[tuple[float, float], ...]:
+                       loop: str, vec: str, w: int) -> tuple[tuple[float, float], ...]:
         """The (loads, stores) per element that an operand read through ``temp`` may still
-        cost the body of a loop along logical dim ``loop``, with the vectors along logical dim
-        ``vec``, which the operand varies along: one pair per way to move it, at the least
-        (the copy's other work, and the shuffles of values in registers, left out).
+        cost the body of a loop along logical dim ``loop``, with vectors of ``w`` lanes along
+        logical dim ``vec``, which the operand varies along: one pair per way to move it, at
+        the least (the copy's other work, and the shuffles of values in registers, left out).
 
         - In registers, every index into the temporary is unrolled or fused: the copy runs in
           the body and loads as many elements at once as its producer may vectorise.
@@ -721,28 +723,24 @@ class Model:
           along another axis it then stores one by one, that axis coming first).
         - Otherwise every lane is loaded alone.
         """
-        axes = t.temp_axes[temp]
         r = self.rates
-        tiles = {logical: tiles for logical, tiles, _ in body.tiles}
-        where = {consumer: ax for ax, pairs in enumerate(axes) for _, consumer in pairs}
-        ax = where[tiles[vec][-1]]
-        whole = 1 / min(t.widest, self.dim_size_range(cand, tiles[vec][-1])[1])
+        axes, where = t.temp_axes[temp], t.temp_where[temp][1]
+        ax = where[body.innermost[vec]]
         producer = cand.kernel.array(temp).carries[0]
         copy = 1 / self.lanes(cand, t.inner[producer], t.widest)
         spaces = cand.domain("mem_space", temp)
         ways = [(copy, 0.0)] if r.register_space in spaces else []
         if any(space != r.register_space for space in spaces):
-            fused = where.get(tiles[loop][-1]) if loop != vec else None
-            paired = next(p for p, q in axes[ax] if q == tiles[vec][-1])
+            fused = where.get(body.innermost[loop]) if loop != vec else None
+            paired = next(p for p, q in axes[ax] if q == body.innermost[vec])
             if self._contiguous(cand, temp, axes, ax, fused) or (
                     fused is not None and self._contiguous(cand, temp, axes, ax)
                     and any(cand.allows("dim_kind", (paired,), kind) for kind in r.lane_kinds)):
-                return ((whole, 0.0),)
+                return ((1 / w, 0.0),)
             ways.append((1.0, 0.0))
             if fused is not None and self._contiguous(cand, temp, axes, ax):
                 ways.append((copy, 1.0))
-        return tuple(way for way in ways if not any(
-            other != way and other[0] <= way[0] and other[1] <= way[1] for other in ways))
+        return tuple(ways)
 
     def bound(self, cand: Candidate) -> Bound:
         k = cand.kernel
@@ -790,12 +788,11 @@ class Model:
             producer, consumer = arr.carries
             # The compiler sinks a store out of the loops its address does not vary in (an
             # accumulator's partial values are stored once, after the reduction loop).
-            axes = t.temp_axes[arr.name]
             for side, (kind, inst) in enumerate((("store", producer), ("load", consumer))):
                 indexing, others = t.temp_sides[arr.name][side]
                 repeated = self._repeated(cand, indexing, others + t.foreign[inst])
                 issue(kind, inst, t.temp_elements[arr.name] * self._size_product(cand, repeated),
-                      n=self._temp_lanes(cand, arr.name, axes, side, t.inner[inst], t.widest),
+                      n=self._temp_lanes(cand, t, arr.name, side, t.inner[inst]),
                       repeated=repeated)
         cycles = max(busy)
         chains = 0.0
@@ -860,6 +857,9 @@ class _KernelTerms:
     temp_axes: dict[str, tuple[tuple[tuple[str, str], ...], ...]]
     """Per axis of a temporary (in the consumer's order, layout 0), its (producer tile,
     consumer tile) pairs from the outermost tile to the innermost."""
+    temp_where: dict[str, tuple[dict[str, int], ...]]
+    """For the producer, then the consumer of a temporary: the axis each of its tile dims
+    that index the temporary indexes."""
     temp_sides: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]]
     """For the producer, then the consumer of a temporary: (its tile dims that index the
     temporary, its other tile dims)."""
@@ -888,6 +888,8 @@ class _BodyTerms:
     accumulators: str | None
     """The temporary that carries the init to the accumulation, which holds the
     accumulators (the printer updates it in place; None while the two are fused)."""
+    innermost: dict[str, str]
+    """The innermost tile of each logical dim (the only one that may be VECTOR)."""
 
 
 def _contractible_muls(k: Kernel) -> frozenset[str]:
