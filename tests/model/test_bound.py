@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import partita
-from partita.codegen.c import CPrinter
+from partita.codegen.c import CPrinter, Storage, print_c
 from partita.codegen.looptree import Node, loop_tree
 from partita.ir.operands import Reduce, Value
 from partita.model import Model, Rates
@@ -301,11 +301,11 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
     inst = k.inst(acc)
     reduction = {ld for op in inst.operands if isinstance(op, Reduce) for ld in op.dims}
 
-    def whole(storage: object) -> bool:
+    def whole(storage: Storage, dims: set[str], producer: bool = False) -> bool:
         # The printer moves a vector of a buffer whole only where the buffer is contiguous
-        # along the vector's innermost tile.
+        # along the vector's dims (on the producer's side, or the consumer's).
         return all(slot.stride == 1 for slot in storage.slots
-                   if slot.consumer_dim == k.dims_of(vec)[-1])
+                   if (slot.producer_dim if producer else slot.consumer_dim) in dims)
 
     loads = 0.0
     copied = 0.0
@@ -320,7 +320,8 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
                 loads += elements / (lanes if vec in varying else 1)
                 continue
             if temp.space != "REGISTER":
-                loads += elements / (lanes if vec in varying and whole(temp) else 1)
+                loads += elements / (lanes if vec in varying
+                                     and whole(temp, {k.dims_of(vec)[-1]}) else 1)
             copy = _enclosing(tree, op.inst)
             assert copy is not None
             if any(n is loops[inner] for n in copy):
@@ -330,9 +331,8 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
                 if temp.space != "REGISTER":
                     # The copy stores its vectors whole where the buffer is contiguous along
                     # them.
-                    copied += elements / (size if vector is not None and all(
-                        slot.stride == 1 for slot in temp.slots
-                        if slot.producer_dim in vector.dims) else 1)
+                    copied += elements / (size if vector is not None and whole(
+                        temp, set(vector.dims), producer=True) else 1)
     stores = 0.0
     if loop not in reduction and any(
             logical(n) in reduction for n in loops[:inner] if n.kind == "LOOP"
@@ -340,7 +340,8 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
         storage = printer.storage[acc]
         stores = math.prod(points[ld] for ld in points if ld not in reduction) / (
             lanes if vec not in reduction and (storage.temp is None or vec is None
-                                               or whole(storage)) else 1)
+                                               or whole(storage, {k.dims_of(vec)[-1]}))
+            else 1)
         loads += stores
     total = math.prod(points.values())
     cycles = max(total / lanes / r.issue_rates(lanes, r.vector_bytes // 4)[0],
@@ -396,8 +397,6 @@ def test_a_packed_panel_read_across_its_layout_costs_an_access_per_lane() -> Non
     16 columns, layout 2), the micro-kernel reads 16 lanes at once; transposed (layout 1, or
     its panels of 64 reduction steps, layout 3), the printer builds each vector from 16
     element loads, and the bound charges them."""
-    from partita.codegen.c import print_c
-
     model = Model(RATES)
     cand = _root("matmul", {"m": 256, "n": 256, "k": 256})
     plan = [("size", "i.2", 8), ("size", "j.2", 16), ("size", "r.1", 64), ("size", "i.1", 4),
@@ -435,8 +434,6 @@ def test_an_operand_packed_across_the_vector_is_loaded_element_by_element() -> N
     as a vector); a row loop loads the accumulators as well, and the column loop gives 2x
     (B and the accumulators in and out, one store port). With the rows fastest (layout 1),
     the reduction loop's body is 1 + 4 loads: 1.25x."""
-    from partita.codegen.c import print_c
-
     model = Model(ROLLED)
     cand = _root("matmul", {"m": 256, "n": 64, "k": 256})
     for choice, dim, value in [("size", "i.2", 8), ("dim_kind", "i.2", "VECTOR"),
