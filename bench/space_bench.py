@@ -250,6 +250,25 @@ NOTES = """What limits these figures:
   last runs: ±51% on matmul 256x256x32 (ESS 11 of 50) in one, ±85% and ±66% on 256x256x32
   and 1024^3 in the next, ±117% and ±71% in this one, where the other two gave
   ±133-196%.
+- **At the source's scale.** 000 §6.2.2 ran 100,000 Knuth probes or 1,000 Chen samples and
+  kept the narrower interval; 001 §5.3 adds iterations on the larger spaces "to bring the
+  confidence interval to the correct order of magnitude". Here, 40,000 descents a seed
+  (`partita space matmul m=256 n=256 k=32 --samples 40000 --seed 11`, 3.5 min; then seed 12,
+  and the same for 1024^3) give 1.38e25 ±80% (ESS 6.0) and 2.5e25 ±153% (ESS 1.6) on matmul
+  256x256x32, 5.7e24 ±71% (ESS 7.5) and 1.35e25 ±112% (ESS 3.1) on 1024^3; the 80,000
+  pooled, 1.9e25 ±103% (ESS 3.7) and 9.6e24 ±82% (ESS 5.7). Blocks of 10,000 consecutive
+  descents estimate 5.6e23 to 8.3e25 (256x256x32) and 2e24 to 4e25 (1024^3); the heaviest
+  descent holds half the sum, and the weights span 10.8 to 29.9 in log10. Chen's method
+  with the source's strata, 3,000 samples (`--method chen --samples 3000 --seed 21`): 1.9e24
+  ±84% (ESS 5.5) and 6.6e24 ±93% (ESS 4.4). The estimates climb with the samples (2,000
+  descents gave 6e23 in the table above): the descents that carry the mean come about once
+  in 10,000, so the mean has not settled, and no interval computed from such samples is both
+  honest and within ±50%. The heaviest descents make 46 to 51 order decisions (25 in a
+  typical one): every tile a LOOP, the temporaries in memory, the copy nests placed inside
+  loops they do not iterate, which are distinct implementations. Five to thirteen of those
+  decisions (in the two examined) place a tile of size 1, a loop of one iteration whose
+  place does not change the program: a redundancy the space could remove (a canonical place
+  for such tiles), but not what makes the tail.
 """
 
 REPORT = """## Decision spaces

@@ -49,6 +49,7 @@ def test_space_flags_a_heavy_tailed_estimate() -> None:
     code, out = run("space", "matmul", "m=64", "n=64", "k=64", "--samples", "100")
     assert code == 0, out
     assert "heavy-tailed" in out and "effective sample size" in out
+    assert "falls short of the size" in out
 
 
 def test_space_is_reproducible_with_a_seed() -> None:

@@ -682,7 +682,9 @@ def _print_space(r: dict[str, Any], example: Candidate | None) -> None:
     if heavy_tailed(r["size_ess"], r["samples"]):
         click.echo(f"    heavy-tailed: about {r['size_ess']:.1f} of the {r['samples']} samples "
                    "carry the estimate (effective sample size),\n"
-                   "    so the interval understates its uncertainty")
+                   "    so the interval understates its uncertainty, and the estimate more often\n"
+                   "    falls short of the size than exceeds it (it rises as samples find rarer,\n"
+                   "    larger subtrees)")
     click.echo(f"  decisions per descent      {r['mean_depth']:.1f}")
     click.echo(f"  dead ends                  {100 * r['dead_end_rate']:.1f}% of random descents")
     click.echo(f"  random descents per second {r['descents_per_s']:.1f}")

@@ -27,9 +27,10 @@ results. Confidence intervals are 95% normal intervals of the mean of i.i.d. sam
 Such an interval is only as good as the sample variance it is computed from. On spaces whose
 subtrees differ in size by many orders of magnitude (the matmul spaces), a few rare samples
 carry almost the whole mean, the variance itself is underestimated, and the interval is too
-narrow. Every :class:`Estimate` therefore also gives its *effective sample size*
-``(sum x)^2 / sum x^2`` (Kish): ``samples`` when all samples are equal, 1 when one sample
-carries the whole mean. A small one says that the interval is not to be trusted.
+narrow; the mean itself more often falls short of the size than exceeds it, until the samples
+include the rare heavy ones. Every :class:`Estimate` therefore also gives its *effective
+sample size* ``(sum x)^2 / sum x^2`` (Kish): ``samples`` when all samples are equal, 1 when
+one sample carries the whole mean. A small one says that the interval is not to be trusted.
 """
 
 from __future__ import annotations
