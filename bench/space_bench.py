@@ -258,12 +258,15 @@ NOTES = """What limits these figures:
   256x256x32, 5.7e24 ±71% (ESS 7.5) and 1.35e25 ±112% (ESS 3.1) on 1024^3; the 80,000
   pooled, 1.9e25 ±103% (ESS 3.7) and 9.6e24 ±82% (ESS 5.7). Blocks of 10,000 consecutive
   descents estimate 5.6e23 to 8.3e25 (256x256x32) and 2e24 to 4e25 (1024^3); the heaviest
-  descent holds half the sum, and the weights span 10.8 to 29.9 in log10. Chen's method
-  with the source's strata, 3,000 samples (`--method chen --samples 3000 --seed 21`): 1.9e24
-  ±84% (ESS 5.5) and 6.6e24 ±93% (ESS 4.4). The estimates climb with the samples (2,000
-  descents gave 6e23 in the table above): the descents that carry the mean come about once
-  in 10,000, so the mean has not settled, and no interval computed from such samples is both
-  honest and within ±50%. The heaviest descents make 46 to 51 order decisions (25 in a
+  descent holds half the sum, and the weights span 10.8 to 29.9 in log10. Chen's method with
+  the source's strata, 3,000 samples (`--method chen --samples 3000 --seed 21`): 1.9e24 ±84%
+  (ESS 5.5) and 6.6e24 ±93% (ESS 4.4). Two more stratifiers on matmul 256x256x32: Chen's
+  strata keyed on the count of LOOP tiles, of open order slots and of temporaries in memory
+  gave 1.4e23 to 5.8e26 over five samples (8.6 s each); the kinds decided first, a stratum
+  per count of LOOP tiles, 1.6e21 to 4.6e22 over three. The estimates climb with the samples
+  (2,000 descents gave 6e23 in the table above): the descents that carry the mean come about
+  once in 10,000, so the mean has not settled, and no interval computed from such samples is
+  both honest and within ±50%. The heaviest descents make 46 to 51 order decisions (25 in a
   typical one): every tile a LOOP, the temporaries in memory, the copy nests placed inside
   loops they do not iterate, which are distinct implementations. Five to thirteen of those
   decisions (in the two examined) place a tile of size 1, a loop of one iteration whose
