@@ -733,12 +733,15 @@ class Model:
         if any(space != r.register_space for space in spaces):
             fused = where.get(body.innermost[loop]) if loop != vec else None
             paired = next(p for p, q in axes[ax] if q == body.innermost[vec])
-            if self._contiguous(cand, temp, axes, ax, fused) or (
-                    fused is not None and self._contiguous(cand, temp, axes, ax)
-                    and any(cand.allows("dim_kind", (paired,), kind) for kind in r.lane_kinds)):
+            if self._contiguous(cand, temp, axes, ax, fused):
+                return ((1 / w, 0.0),)
+            # Contiguous only with the copy fused inside the loop, in the body.
+            in_body = fused is not None and self._contiguous(cand, temp, axes, ax)
+            if in_body and any(cand.allows("dim_kind", (paired,), kind)
+                               for kind in r.lane_kinds):
                 return ((1 / w, 0.0),)
             ways.append((1.0, 0.0))
-            if fused is not None and self._contiguous(cand, temp, axes, ax):
+            if in_body:
                 ways.append((copy, 1.0))
         return tuple(ways)
 
