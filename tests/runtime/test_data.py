@@ -97,13 +97,18 @@ def test_only_monotone_kernels_use_the_absolute_value_bound() -> None:
     assert abs_reference_bounds(kernel("axpy", n=4))
 
 
-def test_kernels_without_reference_are_checked_for_nan_only(tmp_path: Path) -> None:
+def test_kernels_without_reference_are_held_to_their_sequential_meaning(
+        tmp_path: Path) -> None:
     program = P.axpy(n=10)
     # A user kernel: the same definition without the library's tag (not its name) has no
-    # reference, even though its name is a library kernel's.
+    # numpy reference, even though its name is a library kernel's; its own meaning is one.
     k = dataclasses.replace(program.kernel, meta=())
-    case = make_case(dataclasses.replace(program, kernel=k), 0, tmp_path)
-    assert not case.checked and not case.expected and "no reference" in case.note
+    mine = make_case(dataclasses.replace(program, kernel=k), 0, tmp_path / "mine")
+    library = make_case(program, 0, tmp_path / "library")
+    assert (mine.reference, library.reference) == ("sequential semantics", "numpy")
+    for name in library.expected:
+        np.testing.assert_allclose(np.load(mine.expected[name]),
+                                   np.load(library.expected[name]), rtol=1e-15)
 
 
 def test_dynamic_sizes_need_values(tmp_path: Path) -> None:

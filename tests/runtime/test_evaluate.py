@@ -177,7 +177,7 @@ def test_kernels_outside_the_library(evaluator: Evaluator, monkeypatch: pytest.M
     mine = dataclasses.replace(base.kernel, name="mine", meta=())
     renamed = dataclasses.replace(base, kernel=mine)
     (m,) = evaluator.evaluate([renamed], time_it=False)
-    assert m.status == "ok" and "no reference" in m.reason
+    assert m.status == "ok"  # held to its sequential meaning
     # with a reference given by name, outputs are compared against it
     monkeypatch.setattr(evaluator, "references", {"mine": lambda A, B: {"C": A @ B + 1}})
     monkeypatch.setattr(evaluator, "seed", 99)  # a new case, not the unchecked one

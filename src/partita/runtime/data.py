@@ -10,9 +10,11 @@ strided view), uniformly in ``[-1, 1)`` for floating-point types (in float64 and
 element type, so float32 and float64 runs see nearly the same numbers) and in ``[-8, 8)`` for
 integers.
 
-Reference. The library kernel's numpy reference runs in float64 on the inputs widened from
-their element type (the very values the kernel reads), giving outputs far more accurate than
-any float32 implementation.
+Reference. The library kernel's numpy reference (or one the caller gives) runs in float64 on
+the inputs widened from their element type (the very values the kernel reads), giving outputs
+far more accurate than any float32 implementation. A kernel with neither is held to its own
+sequential meaning, run by the interpreter of :mod:`partita.ir.interpret` in float64: every
+candidate of every kernel is checked.
 
 Tolerance. For output element ``i`` the check is ``|got_i - ref_i| <= tol_i`` with ::
 
@@ -51,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from partita.codegen.program import Param, Program, reduction_length
+from partita.ir.interpret import sequential_reference
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Const
 
@@ -234,8 +237,7 @@ class Case:
 
     ``inputs`` maps ``in``/``inout`` arrays to ``.npy`` files of their whole buffers;
     ``expected`` and ``tolerance`` map output arrays to ``.npy`` files shaped like the logical
-    array (absent without a reference: then outputs are only checked for NaN, which catches
-    unwritten elements).
+    array. ``reference`` says what computed the expected outputs (:data:`REFERENCE_KINDS`).
     """
 
     directory: Path
@@ -245,8 +247,19 @@ class Case:
     inputs: dict[str, str]
     expected: dict[str, str] = field(default_factory=dict)
     tolerance: dict[str, str] = field(default_factory=dict)
-    checked: bool = True
-    note: str = ""
+    reference: str = "numpy"
+
+
+REFERENCE_KINDS = ("numpy", "given", "sequential semantics")
+"""What expected outputs come from: the library's numpy reference, one the caller gave, or
+the kernel's own sequential meaning (:func:`partita.ir.interpret.sequential_reference`)."""
+
+
+def reference_kind(kernel: Kernel, given: Reference | None = None) -> str:
+    """Which of :data:`REFERENCE_KINDS` checks the candidates of ``kernel``."""
+    if given is not None:
+        return "given"
+    return "numpy" if find_reference(kernel) is not None else "sequential semantics"
 
 
 def case_key(program: Program, seed: int) -> tuple[Any, ...]:
@@ -277,12 +290,9 @@ def make_case(program: Program, seed: int, directory: Path,
             path = directory / f"in_{p.name}.npy"
             np.save(path, values[p.name])
             case.inputs[p.name] = str(path)
-    reference = reference or find_reference(program.kernel)
-    if reference is None:
-        case.checked = False
-        case.note = (f"no reference for kernel {program.kernel.name!r}: outputs are only "
-                     "checked for NaN and unwritten elements")
-        return case
+    case.reference = reference_kind(program.kernel, reference)
+    reference = (reference or find_reference(program.kernel)
+                 or sequential_reference(program.kernel, sizes))
     expected = run_reference(reference, params, values)
     magnitude = (run_reference(reference, params, values, np.abs)
                  if abs_reference_bounds(program.kernel) else {})

@@ -409,8 +409,6 @@ class Evaluator:
         }
         m = self._run(request, timeout_s)
         m.flags, m.compiler, m.entry = built.flags, built.compiler, program.entry
-        if m.ok and not case.checked:
-            m.reason = case.note
         return m
 
     def _timing_limit(self, timeout_s: float) -> float:

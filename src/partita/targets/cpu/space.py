@@ -29,6 +29,7 @@ from __future__ import annotations
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
+from partita.space.memory import carries, declare_memory_dependences
 from partita.space.nest import (
     NOT_IN,
     can_enclose_inst,
@@ -111,20 +112,26 @@ def _strided_access(k: Kernel, m: str, d: str) -> bool:
     return stride is None or stride not in (0, 1)
 
 
-def cpu_space(cpu: CpuCapabilities, itemsize: int = 4) -> SpaceDef:
-    """The CPU space for a machine; ``itemsize`` sets the vector lanes."""
+def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
+              memory_dependences: bool = True) -> SpaceDef:
+    """The CPU space for a machine; ``itemsize`` sets the vector lanes. Without
+    ``memory_dependences`` (for tests only) the space ignores dependences through memory and
+    holds illegal implementations of kernels that update arrays in place."""
     S = SpaceDef("cpu", choice_order=CHOICE_ORDER)
     declare_sets(S)
     vec_sizes = cpu.vector_sizes(itemsize)
+    carried = carries if memory_dependences else (lambda k, d: d in k.reduction_dims)
     S.enum("dim_kind", ["Dims"], KINDS, requires={
         "UNROLL": lambda k, d: k.dim(d).is_static,
-        "VECTOR": lambda k, d: (k.dim(d).is_static and d not in k.reduction_dims
+        "VECTOR": lambda k, d: (k.dim(d).is_static and not carried(k, d)
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
-        "PARALLEL": lambda k, d: d not in k.reduction_dims and k.dim(d).level == 0,
+        "PARALLEL": lambda k, d: not carried(k, d) and k.dim(d).level == 0,
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
+    if memory_dependences:
+        declare_memory_dependences(S, ("LOOP", "UNROLL"))
     declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"), panel_spaces=("LOCAL", "GLOBAL"))
     S.quotient("merged", "Dims", "order", "MERGED",
                doc="Fused dimensions count once around an instruction.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from partita.ir.kernel import Kernel
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
+from partita.space.memory import carries, declare_memory_dependences
 from partita.space.nest import (
     NOT_IN,
     can_enclose_everything,
@@ -51,14 +52,15 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
     declare_sets(S)
     S.enum("dim_kind", ["Dims"], KINDS, requires={
         "UNROLL": lambda k, d: k.dim(d).is_static,
-        "VECTOR": lambda k, d: (k.dim(d).is_static and d not in k.reduction_dims
+        "VECTOR": lambda k, d: (k.dim(d).is_static and not carries(k, d)
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in gpu.vector_sizes)),
-        "BLOCK": lambda k, d: d not in k.reduction_dims and can_enclose_everything(k, d),
-        "THREAD": lambda k, d: k.dim(d).is_static and d not in k.reduction_dims,
+        "BLOCK": lambda k, d: not carries(k, d) and can_enclose_everything(k, d),
+        "THREAD": lambda k, d: k.dim(d).is_static and not carries(k, d),
     }, doc="How a dimension is implemented (000 Listing 4.2).")
     declare_nest(S)
+    declare_memory_dependences(S, ("LOOP", "UNROLL"))
     declare_temporaries(S, ("REGISTER", "SHARED", "GLOBAL"))
     S.quotient("merged", "Dims", "order", "MERGED")
     _declare_kinds(S, gpu)

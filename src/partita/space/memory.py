@@ -1,0 +1,74 @@
+"""Legality from dependences through memory: the rules of :mod:`partita.ir.dependences` as
+constraints of a decision space, so that only legal implementations exist.
+
+Every rule is guarded by a static condition on the kernel: a kernel without dependences
+through memory (every library kernel but axpy, whose one dependence the value order already
+keeps) grounds none of them, and its space is unchanged.
+"""
+
+from __future__ import annotations
+
+from partita.ir.dependences import dependences
+from partita.ir.kernel import Kernel
+from partita.space.decl import Is, SpaceDef, Static, Var, values
+from partita.space.nest import NOT_IN, NOT_MERGED, own_dim
+
+
+def carries(k: Kernel, d: str) -> bool:
+    """Tile dimension ``d`` carries a reduction or a dependence through memory: its
+    iterations must run one after the other (never parallel, never a vector)."""
+    return d in k.reduction_dims or dependences(k).carried(d)
+
+
+def _foreign_pinned(k: Kernel, inst: str, d: str) -> bool:
+    return dependences(k).pinned(inst) and not own_dim(k, inst, d)
+
+
+def _has_partner(k: Kernel, inst: str, d: str) -> bool:
+    return any(k.mergeable(d, e) for e in k.iteration_dims(inst))
+
+
+def declare_memory_dependences(S: SpaceDef, sequential_kinds: tuple[str, ...]) -> None:
+    """Declare the rules; ``sequential_kinds`` are the kinds a loop that carries a
+    dependence may have (the others run its iterations at once)."""
+    x, y = Var("x", "Dims"), Var("y", "Dims")
+    S.require("memory dependences keep their loops nested", [x, y],
+              Static(lambda k, a, b: not dependences(k).must_enclose(a, b), ("x", "y")),
+              Is("order", ("y", "x"), values("IN")),
+              doc="A dependence through memory with a negative distance along a dimension "
+                  "(Gauss-Seidel's (1, -1)) is kept only by the sequential nesting of the "
+                  "dimensions it moves along: none of their tiles is interchanged.")
+    i, j = Var("i", "Insts"), Var("j", "Insts")
+    S.require("memory dependences keep their order in a loop body", [i, j],
+              Static(lambda k, a, b: not dependences(k).after(a, b), ("i", "j")),
+              Is("order", ("i", "j"), values("AFTER")),
+              doc="A dependence between two accesses at the same indices of their shared "
+                  "loops (a load of y[i] before the store of y[i]) keeps its source first.")
+    d, e = Var("d", "Dims"), Var("e", "Dims")
+    S.require("memory accesses are not repeated", [i, d],
+              Static(lambda k, a, b: not (_foreign_pinned(k, a, b)
+                                          and not _has_partner(k, a, b)), ("i", "d")),
+              Is("order", ("i", "d"), NOT_IN),
+              doc="An access with a dependence inside a loop it does not iterate would run "
+                  "again at every iteration, between other accesses to the same elements.")
+    S.require("memory accesses are only nested in fused loops", [i, d, e],
+              Static(lambda k, a, b: not _foreign_pinned(k, a, b), ("i", "d")),
+              Static(lambda k, a, b: not own_dim(k, a, b), ("i", "e")),
+              Static(lambda k, a, b: not k.mergeable(a, b), ("d", "e")),
+              Is("order", ("i", "d"), NOT_IN),
+              Is("order", ("d", "e"), values("MERGED")),
+              doc="As above: a foreign loop may hold such an access only when fused with one "
+                  "of its own loops.")
+    partner = Var("y", "Partners", of="x")
+    S.require("nests with opposed memory dependences are not fused", [x, partner],
+              Static(lambda k, a, b: not dependences(k).no_fusion(a, b), ("x", "y")),
+              Is("order", ("x", "y"), NOT_MERGED),
+              doc="Fusing two nests runs the sink of a dependence with a negative distance "
+                  "along the fused loops before its source (a fusion-preventing edge), as "
+                  "does a partial fusion of nests with dependences both ways.")
+    S.require("fused loops that carry a memory dependence are sequential", [x, partner],
+              Static(lambda k, a, b: not dependences(k).fused_carries(a, b), ("x", "y")),
+              Is("order", ("x", "y"), NOT_MERGED),
+              Is("dim_kind", ("x",), values(*sequential_kinds)),
+              doc="Fused, two loops with a dependence between them at different iterations "
+                  "carry it.")
