@@ -45,6 +45,9 @@ CASES = [
     ("batched_matmul", {"b": 2, "m": 8, "n": 8, "k": 4, "reuse_b": 1}, 12),
     ("matmul_chain", {"m": 8, "n": 4, "k": 4, "l": 8}, 6),
     ("matmul_chain", {"m": 3, "n": 5, "k": 2, "l": 7}, 4),
+    ("prefix_sum", {"n": 19}, 8),
+    ("seidel_2d", {"n": 5, "steps": 2}, 8),
+    ("jacobi_2d", {"n": 7, "steps": 1}, 6),
 ]
 
 

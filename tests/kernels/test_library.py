@@ -109,6 +109,27 @@ def _batched(A, B, reuse_b):
     return np.stack([A[p] @ (B if reuse_b else B[p]) for p in range(A.shape[0])])
 
 
+def _seidel(A, steps):
+    A = A.copy()
+    for _ in range(steps):
+        for i in range(1, A.shape[0] - 1):
+            for j in range(1, A.shape[1] - 1):
+                A[i, j] = sum(A[i + di, j + dj] for di in (-1, 0, 1) for dj in (-1, 0, 1)) / 9
+    return A
+
+
+def _jacobi(A, B, steps):
+    A, B = A.copy(), B.copy()
+    n = A.shape[0] - 2
+    for _ in range(steps):
+        for src, dst in ((A, B), (B, A)):
+            for i in range(1, n + 1):
+                for j in range(1, n + 1):
+                    dst[i, j] = 0.2 * (src[i, j] + src[i, j - 1] + src[i, j + 1]
+                                       + src[i + 1, j] + src[i - 1, j])
+    return {"A": A, "B": B}
+
+
 EXPECTED = {
     "axpy": lambda p, alpha, x, y: {"y": alpha * x + y},
     "matmul": lambda p, A, B: {"C": np.einsum("ik,kj->ij", A, B)},
@@ -117,6 +138,9 @@ EXPECTED = {
     "gemv": lambda p, A, x: {"y": np.einsum("ij,j->i", A, x)},
     "matmul_chain": lambda p, A, B, C: {
         "E": np.einsum("ij,jl->il", np.einsum("ik,kj->ij", A, B), C)},
+    "prefix_sum": lambda p, x: {"x": np.array([x[:i + 1].sum() for i in range(len(x))])},
+    "seidel_2d": lambda p, A: {"A": _seidel(A, p["steps"])},
+    "jacobi_2d": lambda p, A, B: _jacobi(A, B, p["steps"]),
 }
 
 
@@ -145,7 +169,7 @@ def test_reference_matches_numpy(name: str, values) -> None:
         params = spec.resolve({**sizes_of(name, values), **extra, "dtype": "float64"})
         k = spec.build(**params)
         args = arguments(k, rng)
-        got = spec.reference(*args)
+        got = spec.reference(*args, **{q: params[q] for q in spec.reference_params})
         want = EXPECTED[name](params, *args)
         outs = {p.name: p for p in signature(k) if p.kind == "array"
                 and p.role in ("out", "inout")}
@@ -161,10 +185,13 @@ def test_reference_matches_numpy(name: str, values) -> None:
 
 
 def fma_flops(k) -> int:
-    """Two flops per point of each fma's iteration space."""
+    """Two flops per point of each fma's iteration space; a kernel without products counts
+    one per point of every arithmetic instruction (a stencil's additions and scaling)."""
     sizes = {s.name: s.value for s in k.sizes}
-    return sum(2 * math.prod(resolve_size(k.logical(d).size, sizes) for d in inst.dims)
-               for inst in k.instructions if inst.op == "fma")
+    fmas = any(inst.op == "fma" for inst in k.instructions)
+    weight = {"fma": 2} if fmas else {"add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1}
+    return sum(weight.get(inst.op, 0) * math.prod(
+        resolve_size(k.logical(d).size, sizes) for d in inst.dims) for inst in k.instructions)
 
 
 def array_bytes(k) -> int:

@@ -43,6 +43,7 @@ import islpy as isl
 
 from partita.ir.operands import Affine
 from partita.ir.semantics import schedule
+from partita.ir.types import KernelError
 
 if TYPE_CHECKING:
     from partita.ir.kernel import Kernel
@@ -133,7 +134,11 @@ class _IslBuilder:
     def schedule(self, inst: str) -> isl.Map:
         names = self._vars(inst, "x")
         vec, depth = self.sched[inst]
-        out = [names[x] if isinstance(x, str) else str(x) for x in vec]
+        # A loop the instruction does not iterate repeats it; the last repetition is the one
+        # whose effect stays (an access with a dependence is never so repeated: see
+        # _check_nesting).
+        out = [str(x) if not isinstance(x, str) else names[x] if x in names
+               else f"{self._size(self.k.logical(x).size)} - 1" for x in vec]
         out += ["0"] * (depth - len(out))
         return isl.Map(f"{self._prefix()}{{ {inst}[{', '.join(names.values())}] -> "
                        f"[{', '.join(out)}] }}").intersect_domain(self.domain(inst))
@@ -177,6 +182,20 @@ def _pairs(k: Kernel, src: str, snk: str) -> list[tuple[str, str]]:
     return shared + mapped
 
 
+def _check_nesting(k: Kernel, insts: list[str]) -> None:
+    """Accesses with a dependence run inside exactly their own loops in the sequential tree
+    (repeated by a foreign loop, they would interleave with the other accesses)."""
+    sched = schedule(k)
+    for name in insts:
+        vec, _ = sched[name]
+        foreign = [d for d in vec if isinstance(d, str) and d not in k.inst(name).dims]
+        if foreign:
+            raise KernelError(
+                f"instruction {name!r} has a dependence through memory, but the loop of "
+                f"{foreign[0]!r}, which it does not iterate, holds its own dimensions: list "
+                f"{foreign[0]!r} among its dims, or name its dimensions first")
+
+
 def compute(k: Kernel) -> tuple[Dependence, ...]:
     """Every non-empty dependence through memory of the kernel, in instruction order."""
     mem = [i for i in k.instructions if i.is_memory and i.access is not None]
@@ -202,6 +221,7 @@ def compute(k: Kernel) -> tuple[Dependence, ...]:
                               for a, b in _pairs(k, s.name, t.name))
             out.append(Dependence(s.name, t.name, s.access.array, _kind(s.op, t.op),
                                   distances, isl_k.independent(wrapped, s.name, t.name)))
+    _check_nesting(k, sorted({n for dep in out for n in (dep.source, dep.sink)}))
     return tuple(out)
 
 

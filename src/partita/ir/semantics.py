@@ -7,9 +7,11 @@ kernel's own order is the *sequential loop tree*:
 - every logical dimension is one loop, and an instruction sits inside exactly the loops of its
   own dimensions, nested in the order its ``dims`` lists them (instructions that share a
   logical dimension share its loop, as in every implementation of the space);
-- the first instruction that names a dimension fixes where its loop sits: inside the loop of
-  the dimension named just before it, or at the top level; another instruction that nests a
-  shared dimension elsewhere is refused (:class:`KernelError` names both);
+- the first instruction that names a dimension fixes where its loop sits: inside the
+  innermost loop of the dimensions it names that already have one, then the new ones in the
+  order it lists them. An instruction may so run inside a loop it does not iterate (its value
+  is the same at every repetition); one that accesses an array some instruction writes may
+  not (:mod:`partita.ir.dependences` refuses it);
 - loops and instructions at one level run in the order their first instruction was declared,
   moved later only where one of them reads a value computed in a later one.
 
@@ -60,30 +62,29 @@ def _producers(k: Kernel, inst: str) -> list[str]:
             if isinstance(op, Value | Reduce)]
 
 
-def _nest(k: Kernel) -> tuple[Loop, dict[str, Loop]]:
+def _nest(k: Kernel) -> Loop:
     """Loops placed by the first instruction naming each dimension (unordered yet)."""
     root = Loop(None)
     loops: dict[str, Loop] = {}
-    parent_of: dict[str, tuple[str | None, str]] = {}
+    outer: dict[str | None, list[str]] = {None: []}
+    """The dimensions of the loops around each loop, outermost first."""
     for inst in k.instructions:
-        here, outer = root, None
+        chain = sorted((d for d in inst.dims if d in loops), key=lambda d: len(outer[d]))
+        for a, b in zip(chain, chain[1:], strict=False):
+            if a not in outer[b]:
+                raise KernelError(
+                    f"instruction {inst.name!r} iterates {a!r} and {b!r}, whose loops other "
+                    "instructions placed side by side: name the dimensions they share in "
+                    "one order")
+        here: str | None = chain[-1] if chain else None
         for d in inst.dims:
-            if d in loops:
-                first_outer, first_inst = parent_of[d]
-                if first_outer != outer:
-                    where = f"inside {first_outer!r}" if first_outer else "outermost"
-                    mine = f"inside {outer!r}" if outer else "outermost"
-                    raise KernelError(
-                        f"instruction {inst.name!r} nests dimension {d!r} {mine}, but "
-                        f"{first_inst!r} nests it {where}: instructions that share a "
-                        "dimension must nest it the same way")
-            else:
+            if d not in loops:
                 loops[d] = Loop(d)
-                parent_of[d] = (outer, inst.name)
-                here.children.append(loops[d])
-            here, outer = loops[d], d
-        here.children.append(inst.name)
-    return root, loops
+                (root if here is None else loops[here]).children.append(loops[d])
+                outer[d] = [*outer[here], here] if here is not None else []
+                here = d
+        (root if here is None else loops[here]).children.append(inst.name)
+    return root
 
 
 def _order_children(k: Kernel, node: Loop, first: dict[str, int]) -> None:
@@ -121,7 +122,7 @@ def sequential_tree(k: Kernel) -> Loop:
     cached = _TREES.get(k.structural_hash)
     if cached is not None:
         return cached
-    root, _ = _nest(k)
+    root = _nest(k)
     first = {inst.name: n for n, inst in enumerate(k.instructions)}
     _order_children(k, root, first)
     _TREES[k.structural_hash] = root

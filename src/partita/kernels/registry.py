@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,8 @@ class KernelSpec:
     flops: Callable[..., int]
     bytes: Callable[..., int]
     outputs: tuple[str, ...] = field(default=())
+    reference_params: tuple[str, ...] = field(default=())
+    """Parameters the reference takes as keywords after the arrays (a stencil's ``steps``)."""
     reassociations: Callable[[dict[str, Any], int], list[dict[str, Any]]] | None = None
     """For a kernel with parameters that only change the order of its floating-point additions
     (a sum split into partial sums): given the resolved parameters and the number of cores,
@@ -111,3 +114,15 @@ def library_params(k: Kernel) -> dict[str, Any] | None:
 def library_name(k: Kernel) -> str | None:
     """The library kernel ``k`` was built as by :func:`kernel`, if any."""
     return dict(k.meta).get("library")
+
+
+def library_reference(k: Kernel) -> Callable[..., dict[str, Any]] | None:
+    """The numpy reference of library kernel ``k``, with the parameters it takes bound."""
+    name = library_name(k)
+    if name is None:
+        return None
+    spec = get_spec(name)
+    params = library_params(k) or {}
+    if not spec.reference_params:
+        return spec.reference
+    return functools.partial(spec.reference, **{p: params[p] for p in spec.reference_params})

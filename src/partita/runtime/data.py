@@ -225,10 +225,9 @@ def tolerance(expected: np.ndarray, magnitude: np.ndarray | None, u: float,
 
 def find_reference(kernel: Kernel) -> Reference | None:
     """The library reference of a kernel built by :func:`partita.kernels.kernel`, if any."""
-    from partita.kernels.registry import get_spec, library_name
+    from partita.kernels.registry import library_reference
 
-    name = library_name(kernel)
-    return get_spec(name).reference if name is not None else None
+    return library_reference(kernel)
 
 
 @dataclass
