@@ -23,6 +23,7 @@ pair of loop indices) that :mod:`partita.ir.dependences` compares lexicographica
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,7 @@ def _nest(k: Kernel) -> Loop:
     """The dimensions of the loops around each loop, outermost first."""
     for inst in k.instructions:
         chain = sorted((d for d in inst.dims if d in loops), key=lambda d: len(outer[d]))
-        for a, b in zip(chain, chain[1:], strict=False):
+        for a, b in itertools.pairwise(chain):
             if a not in outer[b]:
                 raise KernelError(
                     f"instruction {inst.name!r} iterates {a!r} and {b!r}, whose loops other "
