@@ -8,7 +8,6 @@ the best time known, and every evaluation is stored as it completes.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import random
@@ -30,6 +29,7 @@ from partita.model import Model
 from partita.model.cpu import cpu_rates
 from partita.paths import cache_root
 from partita.runtime import Compiler, Evaluator, TimingOptions, compiler_version
+from partita.runtime.call import KernelCall
 from partita.runtime.data import exact_inputs, generate_inputs, note_blas_call, view
 from partita.search.sampling import NoImplementation, random_implementation
 from partita.search.stop import Evaluations, Stop, WallTime
@@ -77,19 +77,15 @@ class Tuned:
     variants: list[dict[str, Any]] | None = field(default=None, repr=False)
     """With ``reassociate``: every order of the sum tried, with its root bound, best time,
     evaluations and why it stopped (:meth:`partita.variants.Variant.to_json`)."""
-    _fn: Any = field(default=None, repr=False)
+    _fn: KernelCall | None = field(default=None, repr=False)
 
     # -- calling ---------------------------------------------------------------------------
 
-    def _load(self) -> Any:
+    def _load(self) -> KernelCall:
         if self._fn is None:
             prog = Program(self.kernel, self.entry, self.source, self.params)
             so = Compiler().build([prog])
-            lib = ctypes.CDLL(str(so.path))
-            self._lib = lib
-            self._fn = getattr(lib, f"{self.entry}_packed")
-            self._fn.argtypes = [ctypes.c_void_p]
-            self._fn.restype = None
+            self._fn = KernelCall(self.kernel.name, self.entry, self.params, so.path)
         return self._fn
 
     @property
@@ -102,75 +98,7 @@ class Tuned:
         return [p for p in self.params if p.kind == "array" and p.role in ("out", "inout")]
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        inputs = self.inputs
-        if len(args) != len(inputs):
-            names = ", ".join(p.name for p in inputs)
-            raise TypeError(f"{self.kernel.name} takes {len(inputs)} arguments ({names}), "
-                            f"got {len(args)}")
-        given = dict(zip((p.name for p in inputs), args, strict=True))
-        outs = self._outputs(out, given)
-        keep: list[Any] = []
-        ptrs: list[int] = []
-        for p in self.params:
-            if p.kind == "size":
-                raise TypeError(f"{self.kernel.name}: dynamic size {p.name!r} needs a value")
-            if p.kind == "scalar":
-                v = np.array([given[p.name]], dtype=p.dtype)
-                keep.append(v)
-                ptrs.append(v.ctypes.data)
-                continue
-            arr = outs[p.name] if p.role in ("out", "inout") else self._check(p, given[p.name])
-            keep.append(arr)
-            ptrs.append(arr.ctypes.data)
-        packed = (ctypes.c_void_p * len(ptrs))(*ptrs)
-        self._load()(packed)
-        result = tuple(outs[p.name] for p in self.outputs)
-        return result[0] if len(result) == 1 else result
-
-    def _check(self, p: Param, a: Any) -> np.ndarray:
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"argument {p.name!r} must be a numpy array, got {type(a).__name__}")
-        if a.dtype != np.dtype(p.dtype):
-            raise TypeError(f"argument {p.name!r} must have dtype {p.dtype}, got {a.dtype}")
-        if a.shape != tuple(p.shape):
-            raise ValueError(f"argument {p.name!r} must have shape {tuple(p.shape)}, "
-                             f"got {a.shape}")
-        want = tuple(s * a.itemsize for s in p.strides)
-        dims = [i for i, n in enumerate(p.shape) if n > 1]
-        if any(a.strides[i] != want[i] for i in dims):
-            raise ValueError(f"argument {p.name!r} must have strides {want} bytes (the "
-                             f"layout the kernel was tuned for), got {a.strides}")
-        if p.role != "in" and not a.flags.writeable:
-            raise ValueError(f"argument {p.name!r} is written and must be writeable")
-        return a
-
-    def _outputs(self, out: Any, given: dict[str, Any]) -> dict[str, np.ndarray]:
-        outs: dict[str, np.ndarray] = {}
-        targets = self.outputs
-        if out is not None and not isinstance(out, dict):
-            if len(targets) != 1:
-                raise TypeError("out= must be a dict by output name for this kernel")
-            out = {targets[0].name: out}
-        for p in targets:
-            if out is not None and p.name in out:
-                arr = self._check(p, out[p.name])
-                if p.role == "inout" and arr is not given.get(p.name):
-                    arr[...] = self._check(p, given[p.name])
-            elif p.role == "inout":
-                arr = self._check(p, given[p.name]).copy()
-                arr = self._restride(p, arr)
-            else:
-                arr = self._restride(p, np.empty(p.shape, dtype=p.dtype))
-            outs[p.name] = arr
-        return outs
-
-    @staticmethod
-    def _restride(p: Param, arr: np.ndarray) -> np.ndarray:
-        """A fresh array with the parameter's layout, holding ``arr``'s values."""
-        buf = np.empty(max(p.footprint, 1), dtype=p.dtype)
-        v = view(buf, p)
-        v[...] = arr
-        return v
+        return (self._fn or self._load())(args, out)
 
     # -- reporting -------------------------------------------------------------------------
 

@@ -1326,9 +1326,7 @@ class CPrinter:
                  lane_dims: set[str], lanes: int) -> str:
         vt = self.vtype(inst.dtype, lanes) if lane_dims else None
         if isinstance(op, Const):
-            lit = repr(float(op.value)) if op.dtype.is_float else str(int(op.value))
-            if op.dtype is DType.FP32:
-                lit += "f"
+            lit = c_literal(op.value, op.dtype)
             return self._broadcast(vt, lit) if vt else lit
         if isinstance(op, Scalar):
             return self._broadcast(vt, op.name) if vt else op.name
@@ -1502,6 +1500,20 @@ def _masked_access(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
               else f"{prefix}_mask_storeu_{suffix}(p, {mask}, (__m{nbytes * 8}{reg})v);")
     need = "defined(__AVX512F__)" + ("" if nbytes == 64 else " && defined(__AVX512VL__)")
     return [f"#if {need}", f"{head} {{ {masked} }}", "#else", *loop, "#endif"]
+
+
+def c_literal(value: float | int, dtype: DType) -> str:
+    """A constant as C source: ``1.5f`` in float, ``1.5`` in double, ``INFINITY``,
+    ``-INFINITY`` and ``NAN`` (from math.h, OpenCL C and CUDA alike) for the non-finite,
+    which ``repr`` would print as names no compiler knows (``inff``)."""
+    if not dtype.is_float:
+        return str(int(value))
+    x = float(value)
+    if math.isnan(x):
+        return "NAN"
+    if math.isinf(x):
+        return "INFINITY" if x > 0 else "-INFINITY"
+    return repr(x) + ("f" if dtype is DType.FP32 else "")
 
 
 def print_c(cand: Candidate, entry: str | None = None) -> Program:

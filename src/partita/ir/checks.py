@@ -6,6 +6,7 @@ values involved, so that a user who mistyped a dimension or a shape sees what to
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from partita.ir.operands import Access, Affine, Const, Index, Instruction, Reduce, Scalar, Value
@@ -21,6 +22,28 @@ ARITY = {
 }
 
 
+C_RESERVED = frozenset({
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+    "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "NULL",
+    "INFINITY", "NAN", "main", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t",
+    "uint32_t", "uint64_t", "intptr_t", "uintptr_t", "size_t", "ptrdiff_t", "memcpy", "memset",
+    "malloc", "free", "aligned_alloc", "posix_memalign", "abs", "fabs", "fabsf", "fma", "fmaf",
+    "fmax", "fmaxf", "fmin", "fminf", "sqrt", "sqrtf", "exp", "expf", "log", "logf", "kernel",
+    "global", "local", "constant", "private", "half", "float2", "float4", "double2",
+    "get_global_id", "get_local_id", "get_group_id", "get_local_size", "barrier", "threadIdx",
+    "blockIdx", "blockDim", "gridDim", "warpSize", "args", "s_",
+})
+"""Names a kernel may not give a size, scalar, array or dimension: C keywords, the types,
+macros and functions the printed C, OpenCL and CUDA use, and the printers' own fixed names."""
+
+PRINTED_PREFIXES = ("tmp_", "v_", "reg_", "pf_", "load_", "loadn_", "store_", "storen_",
+                    "partita_", "omp_", "sm_", "make_", "vec_", "bid_", "tid_", "_")
+"""Prefixes of the names the printers make (temporaries ``tmp_``, values ``v_``, promoted
+registers ``reg_``, vector helpers ``load_``...) and of names C reserves (``_``)."""
+
+
 def check_kernel(k: Kernel) -> None:
     check_names(k)
     check_sizes(k)
@@ -33,6 +56,7 @@ def check_kernel(k: Kernel) -> None:
 
 def check_names(k: Kernel) -> None:
     seen: dict[str, str] = {}
+    temporaries = {a.name for a in k.arrays if a.is_temporary}  # named by the space
     groups = [
         ("size", [s.name for s in k.sizes]),
         ("scalar", [s.name for s in k.scalars]),
@@ -47,6 +71,27 @@ def check_names(k: Kernel) -> None:
             if name in seen:
                 raise KernelError(f"name {name!r} is used by a {seen[name]} and a {what}")
             seen[name] = what
+            if what != "instruction" and name not in temporaries:
+                check_printable(k, what, name)
+
+
+def check_printable(k: Kernel, what: str, name: str) -> None:
+    """A name the printed code uses as it is must not clash with C or with the printers'
+    names: a scalar ``i_0`` would be shadowed by the loop of tile dimension ``i.0``."""
+    if name in C_RESERVED:
+        raise KernelError(f"{what} name {name!r} is reserved in the printed C, OpenCL or CUDA: "
+                          "choose another")
+    prefix = next((p for p in PRINTED_PREFIXES if name.startswith(p)), None)
+    if prefix is not None:
+        raise KernelError(f"{what} name {name!r} starts with {prefix!r}, which the printed "
+                          "code keeps for its own names: choose another")
+    base, _, level = name.rpartition("_")
+    if level.isdigit() and base in {d.name for d in k.logical_dims}:
+        raise KernelError(f"{what} name {name!r} is the printed name of level {level} of "
+                          f"dimension {base!r}: choose another")
+    if what != "logical dimension" and re.fullmatch(r"v\d+[fi]\d+", name):
+        raise KernelError(f"{what} name {name!r} is the name of a printed vector type: "
+                          "choose another")
 
 
 def check_sizes(k: Kernel) -> None:

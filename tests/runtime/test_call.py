@@ -1,0 +1,65 @@
+"""Calling a compiled kernel from Python: checks, outputs that overlap inputs, cost."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import partita
+from partita.codegen.c import print_c
+from partita.search.sampling import random_implementation
+from partita.tuning import Tuned
+
+
+def _tuned(name: str, seed: int, **params) -> Tuned:
+    k = partita.kernel(name, **params)
+    cand = random_implementation(partita.space(k).root(), random.Random(seed))
+    program = print_c(cand, f"call_{name}_{seed}")
+    return Tuned(k, program.source, program.entry, [], None, program.params)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_output_that_is_an_input_gives_the_right_values(seed: int) -> None:
+    """The C is ``restrict``: ``fast(A, B, out=B)`` used to compute garbage (errors of 1e7)."""
+    fast = _tuned("matmul", seed, m=24, n=24, k=24)
+    rng = np.random.default_rng(seed)
+    A, B = (rng.uniform(-1, 1, (24, 24)).astype(np.float32) for _ in range(2))
+    want = A.astype(np.float64) @ B
+    for which in ("A", "B"):
+        a, b = A.copy(), B.copy()
+        out = a if which == "A" else b
+        np.testing.assert_allclose(fast(a, b, out=out), want, rtol=1e-4, atol=1e-4)
+
+
+def test_overlapping_views_are_read_from_copies() -> None:
+    fast = _tuned("axpy", 1, n=64)
+    x = np.arange(65, dtype=np.float32)
+    want = 2 * x[1:] + x[:64]
+    got = fast(np.float32(2), x[1:], x[:64], out=x[:64])  # y[i] = 2 x[i + 1] + y[i]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_outputs_that_overlap_each_other_are_refused() -> None:
+    fast = _tuned("jacobi_2d", 0, n=4, steps=1)
+    A = np.zeros((6, 6), np.float32)
+    with pytest.raises(ValueError, match="outputs 'A' and 'B' share memory"):
+        fast(A, A.copy(), out={"A": A, "B": A})
+
+
+def test_bad_arguments_name_what_is_wrong() -> None:
+    fast = _tuned("axpy", 2, n=8)
+    x = np.ones(8, np.float32)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        fast(x, x)
+    with pytest.raises(TypeError, match="'alpha' must be a number"):
+        fast("2", x, x)
+    with pytest.raises(TypeError, match="'x' must have dtype float32"):
+        fast(1.0, x.astype(np.float64), x)
+    with pytest.raises(ValueError, match="'y' must have shape"):
+        fast(1.0, x, np.ones(9, np.float32))
+    with pytest.raises(TypeError, match="not outputs of axpy"):
+        fast(1.0, x, x, out={"z": x})
+    np.testing.assert_array_equal(fast(2.0, x, x), 3 * x)
+    np.testing.assert_array_equal(x, 1)  # an inout without out= is not written
