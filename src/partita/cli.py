@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -52,7 +53,24 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-@click.group()
+class _Cli(click.Group):
+    """The command group; an unreadable or damaged records database, wherever a command meets
+    it, ends the command with one line naming the file, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from partita.db import RecordsError
+
+        try:
+            return super().invoke(ctx)
+        except RecordsError as exc:
+            _fail(str(exc))
+
+
+SEED = click.IntRange(0, 2**63 - 1)
+"""Seeds of random draws: numpy and Python take non-negative integers."""
+
+
+@click.group(cls=_Cli)
 @click.version_option(package_name="partita")
 def main() -> None:
     """partita: fast kernels found by searching partially specified implementations."""
@@ -78,7 +96,7 @@ def kernels_cmd(as_json: bool) -> None:
 @target_option
 @click.option("--samples", type=click.IntRange(1), default=200, show_default=True,
               help="Random descents for the estimates.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--method", type=click.Choice(list(METHODS)), default="knuth",
               show_default=True,
               help="Size estimator: Knuth's probes, Chen's heuristic sampling, or Chen's "
@@ -150,6 +168,8 @@ def _read_decisions(path: str) -> list[Any]:
         _fail(f"cannot read decisions file {path!r}: {exc.strerror}")
     except json.JSONDecodeError as exc:
         _fail(f"decisions file {path!r} is not JSON: {exc}")
+    except RecursionError:
+        _fail(f"decisions file {path!r} nests its JSON too deeply to be decisions")
     if isinstance(data, dict):
         data = data.get("decisions")
     if not isinstance(data, list):
@@ -180,7 +200,7 @@ def machine_cmd(force: bool, no_measure: bool, as_json: bool) -> None:
 @click.argument("params", nargs=-1)
 @click.option("--count", type=click.IntRange(1), default=10, show_default=True,
               help="Random implementations to draw.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the draws and of the input data.")
 @click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True,
               help="gpu: OpenCL code run on PoCL (the CPU) to check it; not timed.")
@@ -207,7 +227,12 @@ def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, targ
             _fail(f"no OpenCL device to run GPU code on: {exc}")
     else:
         from partita.runtime import Evaluator
+        from partita.runtime.data import TooLarge, check_memory
 
+        try:
+            check_memory(root.kernel)
+        except TooLarge as exc:
+            _fail(str(exc))
         with Evaluator(seed=seed, timeout_s=timeout_s) as ev:
             report = sample_and_evaluate(root, count, random.Random(seed), ev.evaluate)
     result = report.to_json(spec.flops(**resolved))
@@ -231,17 +256,12 @@ def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, targ
 
 def _duration(text: str) -> float:
     """Seconds from ``90``, ``90s``, ``5m`` or ``1h``."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    raw = text.strip().lower()
-    scale = units.get(raw[-1:])
-    number = raw[:-1] if scale else raw
+    from partita.search.stop import parse_duration
+
     try:
-        value = float(number) * (scale or 1)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a duration (90, 90s, 5m, 1h)") from None
-    if value <= 0:
-        raise click.BadParameter(f"{text!r}: the budget must be positive")
-    return value
+        return parse_duration(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _peak_line(k: Any, t: float, cold_cache: bool = False
@@ -282,7 +302,7 @@ def _peak_line(k: Any, t: float, cold_cache: bool = False
 @click.option("--stop", "stop_expr",
               help="Stop condition, e.g. 'time=300 or evals=500 or stall=100 or bound=1.1' "
                    "(replaces --budget and --evaluations).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @db_option
 @click.option("--continue", "continue_", is_flag=True,
               help="Search further even if a best implementation is recorded.")
@@ -307,6 +327,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
     from partita.db import RecordsError
     from partita.runtime import TimingOptions
+    from partita.runtime.data import TooLarge
     from partita.search.stop import parse_stop
     from partita.tuning import budget_stop, numpy_time, tune
     from partita.variants import NotReassociable
@@ -344,7 +365,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
                      continue_=continue_, transfer=transfer, sketches=sketches,
                      cold_cache=cold_cache, choice_order=choice_order,
                      on_evaluation=progress_cb, **options)
-    except NotReassociable as exc:
+    except (NotReassociable, TooLarge) as exc:
         _fail(str(exc))
     except RecordsError as exc:
         _fail(str(exc))
@@ -450,9 +471,10 @@ def _when(stamp: Any) -> str:
 
 
 def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[Any, ...]:
-    """(kernel, records, kernel id, machine id, fingerprint) for show, export and report."""
+    """(kernel, records, kernel id, machine id, fingerprint) for show, export and report,
+    which only read: a database that does not exist is an error, never created."""
     from partita.db import Records, RecordsError
-    from partita.db.records import host_fingerprint
+    from partita.db.records import default_path, host_fingerprint
     from partita.runtime import compiler_version
     from partita.tuning import _params_of
 
@@ -460,6 +482,9 @@ def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[A
         k = library_kernel(kernel, **_params(params))
     except KernelError as exc:
         _fail(str(exc))
+    path = Path(db).expanduser() if db is not None else default_path()
+    if not path.exists():
+        _fail(f"no tuning records at {path}: run `partita tune` first, or give --db")
     try:
         rec = Records(db)
         fp = host_fingerprint(compiler_version())
@@ -582,7 +607,7 @@ def stats_group() -> None:
               help="Dives (through children below the cut) from each node kept, looking for an "
                    "implementation bounded below the cut: the nodes that hold one cap what any "
                    "bound from this model could prune (0: do not look).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @target_option
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -625,7 +650,7 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
 @click.argument("params", nargs=-1)
 @click.option("--decisions", "decisions_file", type=click.Path(dir_okay=False),
               help="JSON file of decisions (as `partita sample --json` or records give them).")
-@click.option("--seed", type=int, help="Print a random implementation drawn with this seed.")
+@click.option("--seed", type=SEED, help="Print a random implementation drawn with this seed.")
 @target_option
 @click.option("--lang", type=click.Choice(["c", "cuda", "opencl"]),
               help="Language (default: c on the cpu target, cuda on the gpu target).")

@@ -24,15 +24,21 @@ from partita.codegen.program import Param, Program, signature
 from partita.db import Records
 from partita.db.records import host_fingerprint
 from partita.ir.kernel import Kernel
-from partita.kernels.registry import get_spec, library_name, library_params
+from partita.kernels.registry import get_spec, library_name, library_params, library_reference
 from partita.model import Model
 from partita.model.cpu import cpu_rates
 from partita.paths import cache_root
 from partita.runtime import Compiler, Evaluator, TimingOptions, compiler_version
 from partita.runtime.call import KernelCall
-from partita.runtime.data import exact_inputs, generate_inputs, note_blas_call, view
+from partita.runtime.data import (
+    check_memory,
+    exact_inputs,
+    generate_inputs,
+    note_blas_call,
+    view,
+)
 from partita.search.sampling import NoImplementation, random_implementation
-from partita.search.stop import Evaluations, Stop, WallTime
+from partita.search.stop import Evaluations, Stop, WallTime, parse_duration
 from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation, TuneResult, tune_space
 from partita.space.candidate import Candidate, DeadEnd, Space
@@ -339,10 +345,11 @@ def records_target(target: str, cold_cache: bool = False) -> str:
     return f"{target}+cold" if cold_cache else target
 
 
-def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
+def budget_stop(budget_s: float | str | None, evaluations: int | None) -> Stop:
+    """Stop at ``budget_s`` (seconds, or ``"30s"``, ``"5m"``) or after ``evaluations``."""
     stops: list[Stop] = []
     if budget_s is not None:
-        stops.append(WallTime(budget_s))
+        stops.append(WallTime(parse_duration(budget_s)))
     if evaluations is not None:
         stops.append(Evaluations(evaluations))
     if not stops:
@@ -353,7 +360,8 @@ def budget_stop(budget_s: float | None, evaluations: int | None) -> Stop:
     return out
 
 
-def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None = None,
+def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
+         evaluations: int | None = None,
          stop: Stop | None = None, target: str = "cpu", search: str = "mcts", seed: int = 0,
          db: str | Path | None = None, continue_: bool = False, batch: int = 4,
          model: Model | None = None, reference: Callable[..., dict[str, Any]] | None = None,
@@ -401,6 +409,14 @@ def tune(kernel: Kernel, *, budget: float | None = 60.0, evaluations: int | None
     """
     if target not in ("cpu", "gpu"):
         raise ValueError(f"unknown target {target!r} (targets: cpu, gpu)")
+    budget = parse_duration(budget) if budget is not None else None
+    if evaluations is not None and (isinstance(evaluations, bool) or not isinstance(
+            evaluations, int) or evaluations < 1):
+        raise ValueError(f"evaluations must be a positive integer, got {evaluations!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if target == "cpu":
+        check_memory(kernel)  # TooLarge, before any array is allocated
     if cold_cache and target != "cpu":
         raise ValueError("cold_cache: caches are flushed between calls on the cpu target "
                          "only")
@@ -567,10 +583,9 @@ def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7,
     it. With ``flush_bytes``, a buffer of that size is written before every call, outside the
     timed interval, so every call starts from cold caches (as the harness's ``flush_cache``
     does for generated code)."""
-    name = library_name(kernel)
-    if name is None:
+    reference = library_reference(kernel)
+    if reference is None:
         return None
-    reference = get_spec(name).reference
     params = signature(kernel)
     values = generate_inputs(params, seed, exact_inputs(kernel))
     args = []

@@ -44,6 +44,11 @@ PRINTED_PREFIXES = ("tmp_", "v_", "reg_", "pf_", "load_", "loadn_", "store_", "s
 registers ``reg_``, vector helpers ``load_``...) and of names C reserves (``_``)."""
 
 
+INDEX_LIMIT = 2**62
+"""Bytes an array may span: every offset the printed code computes (in int64, as products of
+indices and strides) then stays far from overflow."""
+
+
 def check_kernel(k: Kernel) -> None:
     check_names(k)
     check_sizes(k)
@@ -127,6 +132,12 @@ def check_arrays(k: Kernel) -> None:
             )
         if not isinstance(a.elem_stride, int) or a.elem_stride < 1:
             raise KernelError(f"{owner}: element stride must be >= 1, got {a.elem_stride!r}")
+        static = {s.name: s.value for s in k.sizes if s.value is not None}
+        if all(isinstance(x, int) or x in static for x in a.shape):
+            span = a.footprint(static) * a.dtype.itemsize
+            if span >= INDEX_LIMIT:
+                raise KernelError(f"{owner}: {span:.3g} bytes cannot be indexed with 64-bit "
+                                  f"offsets (at most {INDEX_LIMIT:.3g})")
 
 
 def check_logical_dims(k: Kernel) -> None:

@@ -44,6 +44,7 @@ output never passes.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -261,6 +262,44 @@ def reference_kind(kernel: Kernel, given: Reference | None = None) -> str:
     return "numpy" if find_reference(kernel) is not None else "sequential semantics"
 
 
+class TooLarge(ValueError):
+    """The kernel's data cannot fit this machine's memory; the message says how much."""
+
+
+def available_memory() -> int:
+    """Bytes this machine can still give (MemAvailable), else its physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+DATA_COPIES = 4
+"""Copies of the kernel's arrays a check needs at once: the inputs, the worker's buffers, and
+the float64 reference with its tolerances (twice the float32 bytes)."""
+
+
+def check_memory(kernel: Kernel, sizes: Mapping[str, int] | None = None) -> int:
+    """The bytes of the kernel's arrays; :class:`TooLarge` before anything is allocated when
+    :data:`DATA_COPIES` of them exceed the memory this machine has available."""
+    values = {s.name: s.value for s in kernel.sizes if s.value is not None} | dict(sizes or {})
+    parts = {a.name: a.footprint(values) * a.dtype.itemsize
+             for a in kernel.arrays if not a.is_temporary}
+    total = sum(parts.values())
+    have = available_memory()
+    if DATA_COPIES * total > have:
+        biggest = ", ".join(f"{n} {b / 2**30:.3g} GiB" for n, b in
+                            sorted(parts.items(), key=lambda kv: -kv[1])[:3])
+        raise TooLarge(f"kernel {kernel.name!r}: its arrays take {total / 2**30:.3g} GiB "
+                       f"({biggest}), and checking a candidate needs about {DATA_COPIES} "
+                       f"copies; this machine has {have / 2**30:.3g} GiB available")
+    return total
+
+
 def case_key(program: Program, seed: int) -> tuple[Any, ...]:
     """Programs of one kernel with the same sizes and parameters share a case."""
     return (program.kernel.structural_hash, tuple(sorted(program.sizes)), program.params, seed)
@@ -278,6 +317,7 @@ def make_case(program: Program, seed: int, directory: Path,
                                   or (not p.shape and not p.footprint)):
             raise ValueError(f"program {program.entry!r}: array {p.name!r} has no concrete "
                              "shape (give the dynamic sizes to signature())")
+    check_memory(program.kernel, sizes)
     directory.mkdir(parents=True, exist_ok=True)
     exact = exact_inputs(program.kernel)
     values = generate_inputs(params, seed, exact)

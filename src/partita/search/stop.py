@@ -115,11 +115,48 @@ class NoImprovement(Stop):
         return f"no improvement in {self.evaluations} evaluations"
 
 
+def parse_duration(value: float | int | str, what: str = "budget") -> float:
+    """Seconds from a number or ``90``, ``90s``, ``5m``, ``1h`` (the command line's syntax);
+    ValueError naming ``what`` unless it is a positive, finite number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} {value!r} is not a duration (90, 90s, 5m, 1h)")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        raw = value.strip().lower()
+        scale = {"s": 1, "m": 60, "h": 3600}.get(raw[-1:])
+        try:
+            seconds = float(raw[:-1] if scale else raw) * (scale or 1)
+        except ValueError:
+            raise ValueError(f"{what} {value!r} is not a duration (90, 90s, 5m, 1h)") from None
+    else:
+        raise ValueError(f"{what} {value!r} is not a duration (90, 90s, 5m, 1h)")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{what} {value!r} must be a positive, finite number of seconds")
+    return seconds
+
+
+def _count(value: str, what: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise ValueError(f"{what} must be at least 1, got {n}")
+    return n
+
+
+def _slack(value: str) -> float:
+    x = float(value)
+    if not math.isfinite(x) or x < 1:
+        raise ValueError(f"bound must be a finite factor of at least 1, got {value!r}")
+    return x
+
+
 def parse_stop(text: str) -> Stop:
     """``time=60 or evals=500 or stall=100 or bound=1.05``; ``and`` binds tighter than
     ``or``. Keys: time (s), evals, stall (evaluations without improvement), bound (slack)."""
-    makers = {"time": lambda v: WallTime(float(v)), "evals": lambda v: Evaluations(int(v)),
-              "stall": lambda v: NoImprovement(int(v)), "bound": lambda v: BoundReached(float(v))}
+    makers = {"time": lambda v: WallTime(parse_duration(v, "time")),
+              "evals": lambda v: Evaluations(_count(v, "evals")),
+              "stall": lambda v: NoImprovement(_count(v, "stall")),
+              "bound": lambda v: BoundReached(_slack(v))}
     alternatives: list[Stop] = []
     for alt in text.split(" or "):
         terms: list[Stop] = []
@@ -130,9 +167,10 @@ def parse_stop(text: str) -> Stop:
                                  f"{', '.join(k + '=N' for k in makers)}")
             try:
                 terms.append(makers[key](value))
-            except ValueError:
-                raise ValueError(f"invalid stop condition {term.strip()!r}: {value!r} is not "
-                                 "a number") from None
+            except ValueError as exc:
+                reason = str(exc) if "must" in str(exc) or "duration" in str(exc) \
+                    else f"{value!r} is not a number"
+                raise ValueError(f"invalid stop condition {term.strip()!r}: {reason}") from None
         stop = terms[0]
         for t in terms[1:]:
             stop = stop & t
