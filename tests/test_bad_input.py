@@ -53,7 +53,7 @@ def test_a_damaged_database_is_one_line(tmp_path: Path) -> None:
     for command in ("show", "report", "export"):
         extra = ("--out", str(tmp_path / "o")) if command != "show" else ()
         code, out = run(command, "matmul", "m=8", "n=8", "k=8", "--db", str(bad), *extra)
-        assert code == 2 and out.startswith("error: tuning records") and "\n" == out[-1]
+        assert code == 2 and out.startswith("error: tuning records") and out.count("\n") == 1
 
 
 def test_deeply_nested_decisions_are_refused(tmp_path: Path) -> None:
