@@ -241,3 +241,12 @@ def test_no_probe_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     script = _Script(monkeypatch, [])
     t = script.run(TimingOptions(probe_iters=0))
     assert script.timings == 1 and t.slowdown is None and t.probe_s == []
+
+
+def test_a_timing_of_few_long_calls_is_judged_by_its_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # two calls, two probes: too few to judge by, but the wait window (a second of the fake
+    # clock) is long enough; a fresh AVX-512 host timed axpy so and reported no verdict
+    script = _Script(monkeypatch, [[1.0, 1.0]], waits=[0.2])
+    t = script.run()
+    assert t.slowdown == pytest.approx(1 / 0.8)
