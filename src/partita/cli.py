@@ -541,6 +541,7 @@ def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
     """Write the best implementation of KERNEL as a C library (source, header, Makefile)."""
     from partita.codegen.program import signature
     from partita.report import export_c
+    from partita.tuning import StaleRecord, rebuild_program
 
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
@@ -548,7 +549,14 @@ def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
     if best is None:
         _fail(f"no implementation of {kernel} is recorded on this machine: tune it first")
     try:
-        files = export_c(out_dir, k, best["source"], best["entry"], signature(k),
+        program, same = rebuild_program(k, best, target)
+    except StaleRecord as exc:
+        _fail(str(exc))
+    if not same:
+        click.echo("note: the code printed again from the recorded decisions differs from the "
+                   "code that was measured; the recorded time may not hold", err=True)
+    try:
+        files = export_c(out_dir, k, program.source, program.entry, signature(k),
                          best.get("flags", ""), best["decisions"], best["time_s"],
                          name=f"partita_{kernel}")
     except OSError as exc:

@@ -8,10 +8,12 @@ the best time known, and every evaluation is stored as it completes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -445,7 +447,6 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
         from partita.gpu.cuda import tuning_device
 
         device = tuning_device()
-    suffix = ".cu" if gpu else ".c"
     import partita
 
     params = _params_of(kernel)
@@ -455,7 +456,7 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
         mid = rec.machine_id(host_fingerprint(compiler_version(compiler.cc)))
         best = rec.best(kid, mid, stored)
         if best is not None and not continue_:
-            return _from_record(kernel, best, len(rec.evaluations(kid, mid)), suffix)
+            return _from_record(kernel, best, len(rec.evaluations(kid, mid)), target)
         space: Space = partita.space(kernel, target, choice_order=choice_order)
         model = model or target_model(kernel, target)
         stop = stop or budget_stop(budget, evaluations)
@@ -538,19 +539,53 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
         raise RuntimeError(f"no implementation of {kernel.name} was verified in "
                            f"{len(result.evaluations)} evaluations (statuses: "
                            f"{', '.join(sorted(failures)) or 'none'})")
-    tuned = _from_record(kernel, best, total, suffix)
+    tuned = _from_record(kernel, best, total, target)
     tuned.result = result
     return tuned
 
 
-def _from_record(kernel: Kernel, best: dict[str, Any], evaluations: int,
-                 suffix: str = ".c") -> Tuned:
+class StaleRecord(LookupError):
+    """Recorded decisions that no longer replay to an implementation of the kernel."""
+
+
+def rebuild_program(kernel: Kernel, best: dict[str, Any], target: str = "cpu"
+                    ) -> tuple[Any, bool]:
+    """The program of a recorded best, printed again from its decisions (records are data:
+    their stored source is never compiled, so a records file from elsewhere runs no code of
+    its author's), and whether it is the very source that was measured (its digest)."""
     decisions = best["decisions"]
     if isinstance(decisions, str):
         decisions = json.loads(decisions)
-    tuned = Tuned(kernel, best["source"], best["entry"], decisions, best["time_s"],
-                  signature(kernel), best.get("flags", ""), evaluations)
-    tuned.code_path = write_code(kernel, best["source"], suffix)
+    try:
+        cand = Space(space_def(target, kernel), kernel).replay(decisions)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StaleRecord(f"the recorded decisions of {kernel.name} do not replay: {exc}; "
+                          "tune it again") from exc
+    if isinstance(cand, DeadEnd) or not cand.is_implementation:
+        why = cand.reason if isinstance(cand, DeadEnd) else "choices are left open"
+        raise StaleRecord(f"the recorded decisions of {kernel.name} are no implementation of "
+                          f"this build's space ({why}): tune it again")
+    if target == "gpu":
+        from partita.codegen.gpu import print_cuda
+
+        program: Any = print_cuda(cand, best["entry"])
+    else:
+        program = print_c(cand, best["entry"])
+    measured = hashlib.sha256(str(best.get("source", "")).encode()).hexdigest()[:16]
+    return program, program.digest == measured
+
+
+def _from_record(kernel: Kernel, best: dict[str, Any], evaluations: int,
+                 target: str = "cpu") -> Tuned:
+    program, same = rebuild_program(kernel, best, target)
+    if not same:
+        warnings.warn(f"{kernel.name}: the code printed again from the recorded decisions "
+                      "differs from the code that was measured (another build of partita, or "
+                      "an edited records file); the recorded time may not hold",
+                      stacklevel=3)
+    tuned = Tuned(kernel, program.source, program.entry, list(best["decisions"]),
+                  best["time_s"], signature(kernel), best.get("flags", ""), evaluations)
+    tuned.code_path = write_code(kernel, program.source, ".cu" if target == "gpu" else ".c")
     return tuned
 
 
@@ -567,7 +602,7 @@ def load(kernel: Kernel, *, target: str = "cpu", db: str | Path | None = None,
         timed = " timed from cold caches" if cold_cache else ""
         raise LookupError(f"no implementation of {kernel.name}{timed} is recorded on this "
                           f"machine ({rec.path}): tune it first")
-    return _from_record(kernel, best, total, ".cu" if target == "gpu" else ".c")
+    return _from_record(kernel, best, total, target)
 
 
 # -- the numpy comparison ------------------------------------------------------------------------
