@@ -210,6 +210,7 @@ def machine_cmd(force: bool, no_measure: bool, as_json: bool) -> None:
 def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, target: str,
                timeout_s: float, as_json: bool) -> None:
     """Draw random implementations of KERNEL; compile, run, verify and time each one."""
+    from partita.runtime.data import reference_kind
     from partita.search.sampling import sample_and_evaluate
 
     _, root = _open_space(kernel, params, target)
@@ -236,13 +237,15 @@ def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, targ
         with Evaluator(seed=seed, timeout_s=timeout_s) as ev:
             report = sample_and_evaluate(root, count, random.Random(seed), ev.evaluate)
     result = report.to_json(spec.flops(**resolved))
+    result["reference"] = reference_kind(root.kernel)
     if as_json:
         click.echo(json.dumps(result))
         return
     where = " on OpenCL (PoCL)" if target == "gpu" else ""
     click.echo(f"{report.sampled} random {target} implementations of {kernel}{where} "
                f"({' '.join(f'{k}={v}' for k, v in resolved.items())})")
-    click.echo(f"  compiled {report.compiled}, verified against numpy {report.verified}, "
+    click.echo(f"  compiled {report.compiled}, verified {report.verified} "
+               f"(against {_AGAINST[result['reference']]}), "
                f"failed {len(report.failed)}")
     if report.best_time_s is not None:
         click.echo(f"  best {report.best_time_s * 1e3:.4g} ms "
@@ -252,6 +255,10 @@ def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, targ
         click.echo(f"  failed: {f['reason']}")
     if report.verified < report.sampled:
         sys.exit(1)
+
+
+_AGAINST = {"numpy": "the numpy reference", "given": "the given reference",
+            "sequential semantics": "the kernel's sequential semantics"}
 
 
 def _duration(text: str) -> float:
@@ -388,7 +395,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         "failed": len(result.failures) if result else 0,
         "bound_violations": len(result.violations) if result else 0,
         "slowed": len(result.slowed) if result else 0,
-        "verified": True, "code_path": str(tuned.code_path),
+        "verified": True, "reference": tuned.reference, "code_path": str(tuned.code_path),
         "from_records": result is None,
         "cold_cache": cold_cache,
         "decisions": tuned.decisions,

@@ -37,6 +37,7 @@ from partita.runtime.data import (
     exact_inputs,
     generate_inputs,
     note_blas_call,
+    reference_kind,
     view,
 )
 from partita.search.sampling import NoImplementation, random_implementation
@@ -85,6 +86,9 @@ class Tuned:
     variants: list[dict[str, Any]] | None = field(default=None, repr=False)
     """With ``reassociate``: every order of the sum tried, with its root bound, best time,
     evaluations and why it stopped (:meth:`partita.variants.Variant.to_json`)."""
+    reference: str = "numpy"
+    """What every candidate was checked against (:data:`partita.runtime.data.REFERENCE_KINDS`):
+    the library's numpy reference, one the caller gave, or the kernel's sequential meaning."""
     _fn: KernelCall | None = field(default=None, repr=False)
 
     # -- calling ---------------------------------------------------------------------------
@@ -112,7 +116,8 @@ class Tuned:
 
     def report(self) -> str:
         lines = [f"{self.kernel.name}: best {self._ms(self.time)} "
-                 f"after {self.evaluations} evaluations"]
+                 f"after {self.evaluations} evaluations, each verified against "
+                 f"{self.reference}"]
         if self.result is not None:
             acc = self.result.accuracy()
             lines.append(f"  model: {len(self.result.violations)} bound violations; "
@@ -541,6 +546,7 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
                            f"{', '.join(sorted(failures)) or 'none'})")
     tuned = _from_record(kernel, best, total, target)
     tuned.result = result
+    tuned.reference = reference_kind(kernel, reference)
     return tuned
 
 
@@ -586,6 +592,7 @@ def _from_record(kernel: Kernel, best: dict[str, Any], evaluations: int,
     tuned = Tuned(kernel, program.source, program.entry, list(best["decisions"]),
                   best["time_s"], signature(kernel), best.get("flags", ""), evaluations)
     tuned.code_path = write_code(kernel, program.source, ".cu" if target == "gpu" else ".c")
+    tuned.reference = reference_kind(kernel)
     return tuned
 
 
