@@ -503,7 +503,9 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
                     if gpu:
                         return ev.evaluate(progs, timeout_s=limit)
                     return ev.evaluate(progs, timeout_s=limit,
-                                       abandon_s=batch_abandon(state.best_time))
+                                       abandon_s=batch_abandon(state.best_time),
+                                       until=state.deadline if math.isfinite(state.deadline)
+                                       else None)
 
                 def record(e: Evaluation) -> None:
                     eid = rec.add_evaluation(run, e.to_json(), flags)

@@ -196,3 +196,11 @@ def test_timings_say_how_slowed_the_machine_was(evaluator: Evaluator) -> None:
     evaluator.evaluate([P.axpy()])
     assert evaluator.probe_reference_s <= reference
     assert json.loads(json.dumps(m.to_json()))["slowdown"] == m.slowdown
+
+
+def test_programs_past_the_deadline_are_not_started(evaluator: Evaluator) -> None:
+    import time
+
+    assert evaluator.evaluate([P.axpy(), P.axpy()], until=time.monotonic() - 1.0) == []
+    (m,) = evaluator.evaluate([P.axpy()], until=time.monotonic() + 60.0, time_it=False)
+    assert m.status == "ok"

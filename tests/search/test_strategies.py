@@ -373,3 +373,37 @@ def test_timings_on_a_slowed_machine_are_recorded_as_such() -> None:
     assert [e.slowdown for e in result.evaluations] == [1.1, 1.1, 2.0] * 3
     assert result.slowed == [e for e in result.evaluations if e.slowdown == 2.0]
     assert all(e.to_json()["slowdown"] == e.slowdown for e in result.evaluations)
+
+
+def test_a_wall_time_budget_is_kept_within_one_program() -> None:
+    """Each program takes 0.2 s to evaluate and a batch holds 6: a 0.5 s budget used to run
+    the first batch whole (1.2 s). Programs not started before the deadline are neither
+    recorded nor observed."""
+    import time
+
+    space = small_space()
+    model = Model(RATES)
+    state = SearchState()
+
+    def evaluate(progs: list[Program]) -> list[FakeMeasurement]:
+        out = []
+        for _ in progs:
+            if time.monotonic() >= state.deadline:
+                break
+            time.sleep(0.2)
+            out.append(FakeMeasurement(1e-3))
+        return out
+
+    start = time.perf_counter()
+    result = tune_space(space, model, evaluate, WallTime(0.5), strategy="random", batch=6,
+                        state=state, seed=3)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.5 + 0.2 + 0.15, elapsed
+    assert 2 <= len(result.evaluations) <= 3
+
+
+def test_wall_time_left_combines_like_the_stop() -> None:
+    p = Progress(elapsed_s=2.0, evaluations=3)
+    assert WallTime(5).time_left(p) == 3.0 and Evaluations(9).time_left(p) == math.inf
+    assert (WallTime(5) | WallTime(4)).time_left(p) == 2.0
+    assert (WallTime(5) & Evaluations(9)).time_left(p) == math.inf

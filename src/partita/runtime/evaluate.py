@@ -347,8 +347,9 @@ class Evaluator:
                  timeout_s: float | Callable[[Sequence[Measurement]], float] | None = None,
                  time_it: bool = True,
                  abandon_s: float | Callable[[Sequence[Measurement]], float] | None = None,
-                 ) -> list[Measurement]:
-        """A :class:`Measurement` per program, in order.
+                 until: float | None = None) -> list[Measurement]:
+        """A :class:`Measurement` per program, in order; with ``until`` (a
+        ``time.monotonic()`` deadline), only for the programs started before it.
 
         ``timeout_s`` overrides the per-call limit: a number, or a function of the
         measurements of the batch so far (a tuner allows a multiple of the best time, which a
@@ -363,6 +364,8 @@ class Evaluator:
             results = []
             try:
                 for i, p in enumerate(programs):
+                    if until is not None and time.monotonic() >= until:
+                        break
                     if not self.overlap and (p.entry, p.source) not in self._pending:
                         # One batch at a time: nothing compiles while a kernel is timed.
                         self.prepare(programs[i:i + self.batch_size])

@@ -28,6 +28,12 @@ class Stop:
         it, so that a budget of ``N`` evaluations evaluates ``N``."""
         return math.inf
 
+    def time_left(self, p: Progress) -> float:
+        """Seconds until this condition holds whatever is measured (``math.inf`` when no
+        clock decides it): a batch stops starting programs past it, so that a wall-time
+        budget is kept within one program's evaluation."""
+        return math.inf
+
     def __and__(self, other: Stop) -> Stop:
         return _All(self, other)
 
@@ -46,6 +52,9 @@ class _All(Stop):
     def room(self, p: Progress) -> float:
         return max(self.a.room(p), self.b.room(p))
 
+    def time_left(self, p: Progress) -> float:
+        return max(self.a.time_left(p), self.b.time_left(p))
+
     def __str__(self) -> str:
         return f"({self.a} and {self.b})"
 
@@ -61,6 +70,9 @@ class _Any(Stop):
     def room(self, p: Progress) -> float:
         return min(self.a.room(p), self.b.room(p))
 
+    def time_left(self, p: Progress) -> float:
+        return min(self.a.time_left(p), self.b.time_left(p))
+
     def __str__(self) -> str:
         return f"({self.a} or {self.b})"
 
@@ -71,6 +83,9 @@ class WallTime(Stop):
 
     def done(self, p: Progress) -> bool:
         return p.elapsed_s >= self.seconds
+
+    def time_left(self, p: Progress) -> float:
+        return max(0.0, self.seconds - p.elapsed_s)
 
     def __str__(self) -> str:
         return f"{self.seconds:g} s"

@@ -32,6 +32,9 @@ class SearchState:
     dead_ends: int = 0
     pruned: int = 0
     expanded: int = 0
+    deadline: float = math.inf
+    """``time.monotonic()`` past which the batch being evaluated starts no more programs
+    (the stop condition's wall-time budget; infinite without one)."""
 
 
 class Strategy:

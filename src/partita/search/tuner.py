@@ -136,6 +136,11 @@ evaluated, or bounded above the best time) before the search stops: a strategy t
 tell that nothing is left (random draws) would otherwise propose forever."""
 
 
+MIN_TIMED_CALLS = 3
+"""Calls the shortest timing makes (a warm-up and two timed): a program whose bound times
+this exceeds the budget left is not started."""
+
+
 def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                strategy: str = "mcts", seed: int = 0, batch: int = 4,
                known_best: float = math.inf,
@@ -154,7 +159,13 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
     ``printer`` prints an implementation under an entry name (:func:`print_c`; ``print_cuda``
     for the GPU target); a :class:`CodegenError` it raises is a ``codegen_error``.
     ``initial`` implementations (say, adapted from the best of a related kernel) are the
-    first batch, before anything the strategy proposes."""
+    first batch, before anything the strategy proposes.
+
+    A wall-time stop is kept within one program's evaluation: before each batch,
+    ``state.deadline`` is set to when the budget ends, and ``evaluate`` may return fewer
+    measurements than programs (those it did not start past the deadline are neither
+    recorded nor observed); programs whose bound leaves no time for their calls are not
+    proposed to it. (A 20 s budget on matmul 4096^3 ran 75 s: its first batch ran whole.)"""
     root = space.root()
     if isinstance(root, DeadEnd):
         raise ValueError(f"the space has no implementation: {root.reason}")
@@ -244,10 +255,17 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
         # The next batch is proposed while this one compiles; it compiles once this one is
         # measured.
         upcoming = next_batch(len(current)) if prepare is not None else []
+        progress.elapsed_s = time.perf_counter() - start
+        left = stop.time_left(progress)
+        state.deadline = time.monotonic() + left
+        # A program whose bound leaves no time for its calls cannot be timed in the budget.
+        current = [item for item in current if bound(item[0]) * MIN_TIMED_CALLS < left]
         printable = [p for _, p, _ in current if p is not None]
         measured = iter(evaluate(printable) if printable else [])
         for cand, prog, failure in current:
-            m = next(measured) if prog is not None else None
+            m = next(measured, None) if prog is not None else None
+            if prog is not None and m is None:
+                break  # the budget ran out before this program started: not evaluated
             ev = Evaluation(len(result.evaluations), [d.to_json() for d in cand.decisions],
                             bound(cand), "codegen_error" if m is None else m.status,
                             failure if m is None else m.reason,
