@@ -627,8 +627,9 @@ def numpy_time(kernel: Kernel, seed: int = 0, reps: int = 7,
     it. With ``flush_bytes``, a buffer of that size is written before every call, outside the
     timed interval, so every call starts from cold caches (as the harness's ``flush_cache``
     does for generated code)."""
+    name = library_name(kernel)
     reference = library_reference(kernel)
-    if reference is None:
+    if name is None or reference is None or not get_spec(name).baseline:
         return None
     params = signature(kernel)
     values = generate_inputs(params, seed, exact_inputs(kernel))

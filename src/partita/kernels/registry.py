@@ -59,6 +59,9 @@ class KernelSpec:
     outputs: tuple[str, ...] = field(default=())
     reference_params: tuple[str, ...] = field(default=())
     """Parameters the reference takes as keywords after the arrays (a stencil's ``steps``)."""
+    baseline: bool = True
+    """Whether the reference is what a user would call instead (a numpy routine), timed
+    beside the tuned kernel; False for a reference written as Python loops."""
     reassociations: Callable[[dict[str, Any], int], list[dict[str, Any]]] | None = None
     """For a kernel with parameters that only change the order of its floating-point additions
     (a sum split into partial sums): given the resolved parameters and the number of cores,
