@@ -81,3 +81,11 @@ def test_sizes_are_checked_before_anything_is_allocated() -> None:
         check_memory(partita.kernel("matmul", m=100000, n=100000, k=100000))
     with pytest.raises(KernelError, match="64-bit"):
         partita.kernel("axpy", n=2**70)
+
+
+def test_statistics_need_no_records_and_create_none(tmp_path: Path) -> None:
+    missing = tmp_path / "none.sqlite"
+    code, out = run("stats", "prune", "axpy", "n=4096", "--samples", "10", "--db",
+                    str(missing), "--json")
+    assert code == 0, out
+    assert not missing.exists()

@@ -477,11 +477,17 @@ def _when(stamp: Any) -> str:
         return str(stamp)
 
 
+def _records_path(db: str | None) -> Path:
+    from partita.db.records import default_path
+
+    return Path(db).expanduser() if db is not None else default_path()
+
+
 def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[Any, ...]:
     """(kernel, records, kernel id, machine id, fingerprint) for show, export and report,
     which only read: a database that does not exist is an error, never created."""
     from partita.db import Records, RecordsError
-    from partita.db.records import default_path, host_fingerprint
+    from partita.db.records import host_fingerprint
     from partita.runtime import compiler_version
     from partita.tuning import _params_of
 
@@ -489,7 +495,7 @@ def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[A
         k = library_kernel(kernel, **_params(params))
     except KernelError as exc:
         _fail(str(exc))
-    path = Path(db).expanduser() if db is not None else default_path()
+    path = _records_path(db)
     if not path.exists():
         _fail(f"no tuning records at {path}: run `partita tune` first, or give --db")
     try:
@@ -633,9 +639,12 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
     from partita.search.pruning import prune_stats
     from partita.tuning import target_model
 
-    k, rec, kid, mid, _ = _records_of(kernel, params, db)
-    with rec:
-        best = rec.best(kid, mid, target)
+    if _records_path(db).exists():
+        k, rec, kid, mid, _ = _records_of(kernel, params, db)
+        with rec:
+            best = rec.best(kid, mid, target)
+    else:  # no records: the cut defaults to 4x the root bound
+        k, best = _open_space(kernel, params, target)[1].kernel, None
     space = make_space(k, target)
     model = target_model(k, target, measure=False)  # statistics never run micro-benchmarks
     if cut is None:
