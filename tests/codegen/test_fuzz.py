@@ -48,6 +48,12 @@ CASES = [
     ("prefix_sum", {"n": 19}, 8),
     ("seidel_2d", {"n": 5, "steps": 2}, 8),
     ("jacobi_2d", {"n": 7, "steps": 1}, 6),
+    ("two_mm", {"ni": 5, "nj": 3, "nk": 7, "nl": 9}, 6),
+    ("three_mm", {"ni": 3, "nj": 5, "nk": 7, "nl": 9, "nm": 3}, 6),
+    ("atax", {"m": 7, "n": 9}, 6),
+    ("bicg", {"m": 9, "n": 7}, 6),
+    ("mvt", {"n": 11}, 6),
+    ("gemver", {"n": 7}, 6),
 ]
 
 

@@ -22,6 +22,10 @@ SMALL = {
     "matmul_chain": [{"m": 4, "n": 5, "k": 6, "l": 3}],
     "prefix_sum": [{"n": 1}, {"n": 33}], "seidel_2d": [{"n": 7, "steps": 3}],
     "jacobi_2d": [{"n": 6, "steps": 2}],
+    "two_mm": [{"ni": 4, "nj": 5, "nk": 3, "nl": 6}],
+    "three_mm": [{"ni": 4, "nj": 5, "nk": 3, "nl": 6, "nm": 2}],
+    "atax": [{"m": 5, "n": 7}], "bicg": [{"m": 5, "n": 7}], "mvt": [{"n": 1}, {"n": 6}],
+    "gemver": [{"n": 1}, {"n": 6}],
 }
 
 

@@ -22,6 +22,7 @@ from partita.space.estimate import random_descent
 
 NAMES = [s.name for s in list_kernels()]
 NEW = ("dot", "gemv", "matmul_chain")
+POLYBENCH = ("two_mm", "three_mm", "atax", "bicg", "mvt", "gemver")
 PRIMES = (7, 13, 5, 3, 11, 2)
 
 
@@ -93,6 +94,39 @@ def test_matmul_tiles_odd_sizes_with_a_remainder() -> None:
             assert ld.divisible and all(n % f == 0 for f in exact.strip_factors(ld.name))
 
 
+def test_polybench_kernels_are_registered_with_large_sizes() -> None:
+    assert set(POLYBENCH) <= set(NAMES)
+    defaults = {n: {p.name: p.default for p in get_spec(n).params} for n in POLYBENCH}
+    assert defaults["two_mm"] == {"ni": 800, "nj": 900, "nk": 1100, "nl": 1200,
+                                  "dtype": "float32"}
+    assert defaults["three_mm"] == {"ni": 800, "nj": 900, "nk": 1000, "nl": 1100, "nm": 1200,
+                                    "dtype": "float32"}
+    assert defaults["atax"] == defaults["bicg"] == {"m": 1900, "n": 2100, "dtype": "float32"}
+    assert defaults["mvt"] == defaults["gemver"] == {"n": 2000, "dtype": "float32"}
+
+
+@pytest.mark.parametrize(("name", "arrays"), [
+    ("two_mm", ["A", "B", "C", "D"]), ("three_mm", ["A", "B", "C", "D", "G"]),
+    ("atax", ["A", "x", "y"])])
+def test_polybench_intermediates_are_values(name: str, arrays: list[str]) -> None:
+    """PolyBench's ``tmp``, ``E`` and ``F`` have no array: later nests read them as values."""
+    k = kernel(name, **sizes_of(name, PRIMES))
+    assert [a.name for a in k.arrays] == arrays
+    assert len(k.reducing_insts) == {"two_mm": 2, "three_mm": 3, "atax": 2}[name]
+
+
+@pytest.mark.parametrize("name", ["bicg", "mvt"])
+def test_one_load_of_a_feeds_both_products(name: str) -> None:
+    """Both products read A through one load, which puts the rows of one and the columns of
+    the other in one fusion class: one pass over A can compute both."""
+    k = kernel(name, **sizes_of(name, PRIMES))
+    (ld_a,) = [i for i in k.instructions if i.access is not None and i.access.array == "A"]
+    readers = [i.name for i in k.instructions
+               if any(getattr(op, "inst", None) == ld_a.name for op in i.operands)]
+    assert len(readers) == 2 and all(r in k.reducing_insts for r in readers)
+    assert len(set(k.logical_class.values())) == 2
+
+
 def test_matmul_chain_has_no_array_for_the_intermediate() -> None:
     k = kernel("matmul_chain", m=4, n=8, k=2, l=16)
     assert [a.name for a in k.arrays] == ["A", "B", "C", "E"]
@@ -130,6 +164,23 @@ def _jacobi(A, B, steps):
     return {"A": A, "B": B}
 
 
+def _gemver(alpha, beta, A, u1, v1, u2, v2, w, x, y, z):
+    """PolyBench's loops, term by term."""
+    A, w, x = A.copy(), w.copy(), x.copy()
+    n = len(x)
+    for i in range(n):
+        for j in range(n):
+            A[i, j] = A[i, j] + u1[i] * v1[j] + u2[i] * v2[j]
+    for i in range(n):
+        for j in range(n):
+            x[i] = x[i] + beta * A[j, i] * y[j]
+    x = x + z
+    for i in range(n):
+        for j in range(n):
+            w[i] = w[i] + alpha * A[i, j] * x[j]
+    return {"A": A, "w": w, "x": x}
+
+
 EXPECTED = {
     "axpy": lambda p, alpha, x, y: {"y": alpha * x + y},
     "matmul": lambda p, A, B: {"C": np.einsum("ik,kj->ij", A, B)},
@@ -141,6 +192,16 @@ EXPECTED = {
     "prefix_sum": lambda p, x: {"x": np.array([x[:i + 1].sum() for i in range(len(x))])},
     "seidel_2d": lambda p, A: {"A": _seidel(A, p["steps"])},
     "jacobi_2d": lambda p, A, B: _jacobi(A, B, p["steps"]),
+    "two_mm": lambda p, alpha, beta, A, B, C, D: {
+        "D": np.einsum("ij,jl->il", alpha * np.einsum("ik,kj->ij", A, B), C) + beta * D},
+    "three_mm": lambda p, A, B, C, D: {
+        "G": np.einsum("ij,jl->il", np.einsum("ik,kj->ij", A, B), np.einsum("jm,ml->jl", C, D))},
+    "atax": lambda p, A, x: {"y": np.einsum("ij,i->j", A, np.einsum("ij,j->i", A, x))},
+    "bicg": lambda p, A, p_, r: {"s": np.einsum("ij,i->j", A, r),
+                                 "q": np.einsum("ij,j->i", A, p_)},
+    "mvt": lambda p, x1, x2, y1, y2, A: {"x1": x1 + np.einsum("ij,j->i", A, y1),
+                                         "x2": x2 + np.einsum("ji,j->i", A, y2)},
+    "gemver": lambda p, *args: _gemver(*args),
 }
 
 
@@ -185,11 +246,10 @@ def test_reference_matches_numpy(name: str, values) -> None:
 
 
 def fma_flops(k) -> int:
-    """Two flops per point of each fma's iteration space; a kernel without products counts
-    one per point of every arithmetic instruction (a stencil's additions and scaling)."""
+    """Two flops per point of each fma's iteration space, one per point of every other
+    arithmetic instruction (a stencil's additions and scaling, 2mm's ``alpha * (A @ B)``)."""
     sizes = {s.name: s.value for s in k.sizes}
-    fmas = any(inst.op == "fma" for inst in k.instructions)
-    weight = {"fma": 2} if fmas else {"add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1}
+    weight = {"fma": 2, "add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1, "min": 1}
     return sum(weight.get(inst.op, 0) * math.prod(
         resolve_size(k.logical(d).size, sizes) for d in inst.dims) for inst in k.instructions)
 
@@ -231,6 +291,8 @@ SPACE_CASES = [
     ("gemv", {"m": 7, "n": 5}),
     ("matmul_chain", {"m": 16, "n": 8, "k": 4, "l": 8}),
     ("matmul", {"m": 7, "n": 13, "k": 5}),
+    ("atax", {"m": 7, "n": 5}), ("bicg", {"m": 5, "n": 7}), ("mvt", {"n": 7}),
+    ("gemver", {"n": 5}),
 ]
 
 

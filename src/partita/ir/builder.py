@@ -49,6 +49,7 @@ class KernelBuilder:
         self._arrays: list[Array] = []
         self._dims: list[LogicalDim] = []
         self._insts: list[Instruction] = []
+        self._fusable: list[tuple[str, ...]] = []
         self._counter = 0
 
     # -- signature -------------------------------------------------------------------------
@@ -115,6 +116,19 @@ class KernelBuilder:
         ld = LogicalDim(name, like.size, like.tile_sizes, like.max_factor, like.divisible)
         self._dims.append(ld)
         return ld
+
+    def fusable(self, *dims: DimLike) -> tuple[str, ...]:
+        """Declare logical dimensions fusable although no value flows between them.
+
+        Mappings put the dimensions they pair in one fusion class (only tiles of one class
+        can be fused into one loop); independent statements ``y1[i1] = x1[i1]`` and
+        ``y2[i2] = x2[i2]`` share none. ``b.fusable(i1, i2)`` joins their classes, so that the
+        search may run both in one loop, or either one first. The dimensions must have the
+        same size and tiling (untiled, for now); :meth:`build` checks them.
+        """
+        group = _dims_of(dims)
+        self._fusable.append(group)
+        return group
 
     # -- operands --------------------------------------------------------------------------
 
@@ -183,6 +197,7 @@ class KernelBuilder:
         return Kernel(
             self.name, tuple(self._sizes), tuple(self._scalars), tuple(self._arrays),
             tuple(self._dims), tuple(self._insts), tuple(sorted(meta.items())),
+            tuple(self._fusable),
         )
 
     # -- internals -------------------------------------------------------------------------

@@ -57,6 +57,7 @@ def check_kernel(k: Kernel) -> None:
     for inst in k.instructions:
         check_instruction(k, inst)
     check_acyclic(k)
+    check_fusable(k)
 
 
 def check_names(k: Kernel) -> None:
@@ -319,3 +320,50 @@ def check_acyclic(k: Kernel) -> None:
 
     for name in graph:
         visit(name, [])
+
+
+def check_fusable(k: Kernel) -> None:
+    """Each :attr:`Kernel.fusable` group names two or more distinct logical dimensions of one
+    size and tiling (as mapped dimensions must have), untiled for now, and no instruction
+    iterates two dimensions of the fusion class the group joins (one loop cannot run two
+    indices of one iteration space)."""
+    for group in k.fusable:
+        owner = f"fusable dimensions {list(group)}"
+        if (not isinstance(group, tuple) or len(group) < 2
+                or not all(isinstance(d, str) for d in group)):
+            raise KernelError(f"{owner}: a fusable group names two or more logical dimensions")
+        if len(set(group)) != len(group):
+            raise KernelError(f"{owner}: a dimension is named twice")
+        for d in group:
+            if d not in k._logical:
+                known = ", ".join(sorted(k._logical)) or "none"
+                raise KernelError(f"{owner}: unknown logical dimension {d!r} (known: {known})")
+        dims = [k.logical(d) for d in group]
+        first = dims[0]
+        for d in dims[1:]:
+            if (d.size != first.size or d.tile_sizes != first.tile_sizes
+                    or d.max_factor != first.max_factor or d.divisible != first.divisible):
+                raise KernelError(
+                    f"{owner}: {first.name!r} (size {first.size}, tiles "
+                    f"{[list(t) for t in first.tile_sizes]}) and {d.name!r} (size {d.size}, "
+                    f"tiles {[list(t) for t in d.tile_sizes]}) must have the same size and "
+                    "tiling")
+        tiled = [d.name for d in dims if d.tile_sizes]
+        if tiled:
+            raise KernelError(
+                f"{owner}: {tiled[0]!r} is strip-mined; only untiled dimensions can be declared "
+                "fusable (without a mapping, nothing keeps the tile sizes of fused tiles equal)")
+    if not k.fusable:
+        return
+    cls = k.logical_class
+    joined = {cls[d] for group in k.fusable for d in group}
+    for inst in k.instructions:
+        seen: dict[str, str] = {}
+        for d in inst.dims:
+            c = cls[d]
+            if c in joined and c in seen:
+                raise KernelError(
+                    f"instruction {inst.name!r} iterates {seen[c]!r} and {d!r}, which the "
+                    "fusable declarations put in one fusion class: its loops could be fused "
+                    "with each other")
+            seen[c] = d

@@ -13,6 +13,11 @@ others; its ``mapping`` pairs a producer logical dimension with a consumer logic
 the same size (point-to-point communication). A :class:`Reduce` operand reads the instruction's
 own value from the previous iteration of the reduction dimensions, starting from ``init``.
 
+Mapped logical dimensions form *fusion classes*: only tiles of one class, at one level, can be
+fused into one loop. Independent statements (no value flows between them) can be fused only
+where the kernel declares their dimensions ``fusable``: each group of that field joins one
+class, as a mapping would, without making either side a producer of the other.
+
 All objects are frozen, hashable values with a JSON form; :meth:`Kernel.validate` runs when a
 kernel is built and raises :class:`KernelError` naming the offending object.
 """
@@ -177,6 +182,10 @@ class Kernel:
     logical_dims: tuple[LogicalDim, ...]
     instructions: tuple[Instruction, ...]
     meta: tuple[tuple[str, Any], ...] = field(default=())
+    fusable: tuple[tuple[str, ...], ...] = field(default=())
+    """Groups of logical dimensions declared fusable although no value flows between them
+    (see :meth:`KernelBuilder.fusable`); left out of the JSON form when empty, so kernels
+    that declare none keep their structural hash."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -285,24 +294,32 @@ class Kernel:
 
     @cached_property
     def logical_class(self) -> dict[str, str]:
-        """Logical dimensions connected by mappings share a class (named by its first member).
+        """Logical dimensions connected by mappings or declared :attr:`fusable` together share
+        a class (named by its first member in declaration order).
 
         Only tile dimensions of one class, at the same level, can be fused.
         """
         parent = {ld.name: ld.name for ld in self.logical_dims}
+        rank = {name: n for n, name in enumerate(parent)}
 
         def find(x: str) -> str:
             while parent[x] != x:
                 x = parent[x]
             return x
 
+        def union(x: str, y: str) -> None:
+            a, b = find(x), find(y)
+            if a != b:
+                first, second = sorted((a, b), key=rank.__getitem__)
+                parent[second] = first
+
         for inst in self.instructions:
             for op in inst.values():
                 for src, dst in op.mapping:
-                    a, b = find(src), find(dst)
-                    if a != b:
-                        first, second = sorted((a, b), key=list(parent).index)
-                        parent[second] = first
+                    union(src, dst)
+        for group in self.fusable:
+            for other in group[1:]:
+                union(group[0], other)
         return {ld: find(ld) for ld in parent}
 
     def element_stride(self, inst: str, logical: str) -> int | None:
@@ -379,7 +396,10 @@ class Kernel:
     # -- identity --------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        return _to_jsonable(self)
+        data = _to_jsonable(self)
+        if not self.fusable:
+            del data["fusable"]
+        return data
 
     @cached_property
     def structural_hash(self) -> str:
