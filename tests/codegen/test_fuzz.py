@@ -26,7 +26,7 @@ from partita.kernels import list_kernels
 from partita.runtime import Evaluator, TimingOptions
 from partita.runtime.compile import DEFAULT_CC, DEFAULT_FLAGS, Compiler
 from partita.search.sampling import sample_and_evaluate, sample_implementations
-from partita.targets import AVX512_REFERENCE
+from partita.targets import AVX2_REFERENCE, AVX512_REFERENCE
 
 CASES = [
     ("axpy", {"n": 37}, 16),
@@ -78,6 +78,23 @@ def test_random_implementations_match_numpy(evaluator: Evaluator, name: str, par
                                  lambda ps: evaluator.evaluate(ps, time_it=False))
     assert report.sampled == count
     assert report.verified == count, report.failed[:3]
+
+
+BOTH_WIDTHS = [("matmul", {"m": 10, "n": 37, "k": 19}), ("dot", {"n": 96, "partials": 16}),
+               ("gemv", {"m": 16, "n": 24, "transpose": 1}), ("jacobi_2d", {"n": 9, "steps": 1}),
+               ("seidel_2d", {"n": 6, "steps": 1})]
+
+
+@pytest.mark.parametrize("cpu", [AVX2_REFERENCE, AVX512_REFERENCE], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("name,params", BOTH_WIDTHS, ids=[n for n, _ in BOTH_WIDTHS])
+def test_both_vector_widths_compute_the_kernel(evaluator: Evaluator, cpu, name: str,
+                                               params: dict) -> None:
+    """The spaces of both kinds of host (16 registers of 256 bits, 32 of 512), whichever runs
+    the test: gcc lowers the other width's vector types, so both run anywhere."""
+    root = partita.space(partita.kernel(name, **params), cpu=cpu).root()
+    report = sample_and_evaluate(root, 5, random.Random(zlib.crc32(name.encode())),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 5, report.failed[:3]
 
 
 def test_printed_code_is_deterministic() -> None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from partita.ir.kernel import Kernel
 from partita.space.decl import SpaceDef, SpaceError
-from partita.targets.cpu.machine import AVX512_REFERENCE, CpuCapabilities, host
+from partita.targets.cpu.machine import (
+    AVX2_REFERENCE,
+    AVX512_REFERENCE,
+    CpuCapabilities,
+    host,
+)
 from partita.targets.cpu.space import cpu_space
 from partita.targets.gpu.device import H100
 from partita.targets.gpu.space import gpu_space
@@ -26,4 +31,4 @@ def space_def(target: str, kernel: Kernel, cpu: CpuCapabilities | None = None) -
     raise SpaceError(f"unknown target {target!r} (targets: {', '.join(TARGETS)})")
 
 
-__all__ = ["AVX512_REFERENCE", "TARGETS", "kernel_itemsize", "space_def"]
+__all__ = ["AVX2_REFERENCE", "AVX512_REFERENCE", "TARGETS", "kernel_itemsize", "space_def"]

@@ -108,3 +108,10 @@ AVX512_REFERENCE = CpuCapabilities(
     l1d_bytes=48 << 10, l2_bytes=2 << 20, l3_bytes=32 << 20,
 )
 """A fixed description, for tests and statistics that must not depend on the host."""
+
+AVX2_REFERENCE = CpuCapabilities(
+    model="reference AVX2 core", cores=2, vector_bits=256, vector_registers=16, has_fma=True,
+    l1d_bytes=32 << 10, l2_bytes=512 << 10, l3_bytes=32 << 20,
+)
+"""The other kind of host partita runs on (256-bit vectors, 16 registers): tests that depend
+on the vector width run on both descriptions, whatever the host."""
