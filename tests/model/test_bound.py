@@ -325,7 +325,11 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
             copy = _enclosing(tree, op.inst)
             assert copy is not None
             if any(n is loops[inner] for n in copy):
-                vector = next((n for n in copy if n.kind == "VECTOR"), None)
+                # Only a vector over one of the copy's own dims vectorises it: inside another
+                # instruction's vector loop (nested there with it) it loads element by element.
+                copying = set(k.iteration_dims(op.inst))
+                vector = next((n for n in copy if n.kind == "VECTOR"
+                               and copying & set(n.dims)), None)
                 size = vector.size or 1 if vector is not None else 1
                 loads += elements / size
                 if temp.space != "REGISTER":
@@ -433,7 +437,10 @@ def test_an_operand_packed_across_the_vector_is_loaded_element_by_element() -> N
     or in a buffer fused into that loop (the copy runs there, and A's rows cannot be loaded
     as a vector); a row loop loads the accumulators as well, and the column loop gives 2x
     (B and the accumulators in and out, one store port). With the rows fastest (layout 1),
-    the reduction loop's body is 1 + 4 loads: 1.25x."""
+    the reduction loop's body is 1 + 4 loads: 1.25x. B's innermost column tile is unrolled
+    (``j_b.2``), so no copy of B can load its 4 columns as one vector: where one may (B
+    copied into registers by a vector along ``j_b.2``, the FMAs broadcasting its lanes), the
+    body loads 1 + 1 vectors, and the FMAs bound it (1x)."""
     model = Model(ROLLED)
     cand = _root("matmul", {"m": 256, "n": 64, "k": 256})
     for choice, dim, value in [("size", "i.2", 8), ("dim_kind", "i.2", "VECTOR"),
@@ -444,6 +451,12 @@ def test_an_operand_packed_across_the_vector_is_loaded_element_by_element() -> N
         assert isinstance(nxt, Candidate), (choice, dim)
         cand = nxt
     fmas = 256 * 64 * 256 / 8 / ROLLED.arith_per_cycle * model.parallel_share(cand)
+    free = cand.restrict("layout", ("tmp_ld_a_acc",), [1])
+    assert isinstance(free, Candidate)
+    assert model.bound(free).terms["body"] == pytest.approx(fmas / (ROLLED.ghz * 1e9))
+    nxt = cand.restrict("dim_kind", ("j_b.2",), ["UNROLL"])
+    assert isinstance(nxt, Candidate)
+    cand = nxt
     for space, layout, ratio in [("GLOBAL", 0, 2.0), ("LOCAL", 0, 2.0), ("REGISTER", 0, 2.0),
                                  ("GLOBAL", 1, 1.25), ("LOCAL", 1, 1.25)]:
         chosen = cand.restrict("layout", ("tmp_ld_a_acc",), [layout])
@@ -810,6 +823,30 @@ def test_operands_that_read_one_load_are_loaded_once() -> None:
         loads = 1 if cand.kernel.name == "sum_of_squares" else 2
         assert model.body_time(cand, "acc") == pytest.approx(
             4096 * loads / (1 * 3.5e9))
+
+
+def test_an_operand_broadcast_from_a_copy_in_registers_costs_the_copys_loads() -> None:
+    """A row of 16 columns unrolled on scalars, ``B`` carried to them in registers by a copy
+    vectorised along the columns, the reduction tile a LOOP: the body loads one vector of
+    ``B`` (the FMAs take its lanes from the register) and one element of ``A``, not one
+    broadcast of ``B`` per column. The 16 scalar FMAs, 4 per cycle, bound it (on a single
+    load port), as they bound the printed bodies of its completions."""
+    model = Model(dataclasses.replace(ROLLED, loads_per_cycle=1, scalar_loads_per_cycle=1,
+                                      arith_per_cycle=4))
+    cand = _root("matmul", {"m": 1024, "n": 1024, "k": 1024})
+    for choice, dims, value in (
+            ("size", ("i.2",), 1), ("size", ("i.1",), 1), ("size", ("j.2",), 16),
+            ("dim_kind", ("j.2",), "UNROLL"), ("size", ("r.1",), 16),
+            ("dim_kind", ("r.1",), "LOOP"), ("dim_kind", ("j_b.2",), "VECTOR"),
+            ("mem_space", ("tmp_ld_b_acc",), "REGISTER")):
+        nxt = cand.restrict(choice, dims, [value])
+        assert isinstance(nxt, Candidate), (choice, dims, value)
+        cand = nxt
+    got = model.body_time(cand, "acc")
+    assert got == pytest.approx(1024 ** 3 / 4 / 2 / 3.5e9)  # FMAs / per cycle / cores / Hz
+    for seed in range(4):
+        impl = random_implementation(cand, random.Random(seed))
+        assert got <= _body_from_tree(model, impl, "acc") * (1 + 1e-9), seed
 
 
 def test_accumulators_reloaded_across_their_layout_move_element_by_element() -> None:

@@ -238,14 +238,24 @@ class Model:
         holders = {a.carries: a.name for a in k.arrays if a.carries is not None}
         # A temporary's axes follow one operand (_carried_operand): another reading the same
         # load through another mapping is left unpriced by it.
-        operands = tuple((frozenset(dst for _, dst in mapping),
-                          holders.get((load, inst))
-                          if _carried_operand(k, load, inst).mapping == mapping else None)
-                         for load, mapping in loaded)
+        operands = []
+        dim_pairs = set(k.dim_pairs)
+        for load, mapping in loaded:
+            carried = _carried_operand(k, load, inst).mapping == mapping
+            holder = holders.get((load, inst)) if carried else None
+            # While the load is fused, unfusing one of these pairs adds its temporary.
+            pairs = tuple(pair for src, dst in mapping
+                          for pair in zip(k.dims_of(src), k.dims_of(dst), strict=True)
+                          if pair in dim_pairs) if carried and holder is None else ()
+            # The load's innermost tiles (those that may be VECTOR), and the logical dim of
+            # the accumulation each runs along.
+            along = dict(mapping)
+            inner = tuple((k.dims_of(ld)[-1], along.get(ld)) for ld in k.inst(load).dims)
+            operands.append((frozenset(dst for _, dst in mapping), holder, pairs, inner))
         init = next(op.init for op in i.operands if isinstance(op, Reduce))
         return _BodyTerms(
             tuple((ld, k.dims_of(ld), self.logical_size(k, ld)) for ld in i.dims),
-            reduction, operands, tuple(ld for ld in i.dims if ld not in reduction),
+            reduction, tuple(operands), tuple(ld for ld in i.dims if ld not in reduction),
             holders.get((init, inst)), {ld: k.dims_of(ld)[-1] for ld in i.dims})
 
     def logical_size(self, k: Kernel, logical: str) -> int:
@@ -585,9 +595,11 @@ class Model:
 
         - each operand read from memory that varies along ``L``: one load per vector of its
           elements in the body, or per element where the vector is not along its dims (a
-          broadcast); one read through a temporary (a packed copy) moves as
-          :meth:`_operand_moves` allows; one that does not vary along ``L`` is hoisted and
-          costs nothing;
+          broadcast), or one per vector of its copy where a temporary in registers may carry
+          it (the copy runs in the body, and the FMAs take its elements from the copy's
+          vectors: see :meth:`_register_copy`), if fewer; one read through a temporary (a
+          packed copy) along the body's vector moves as :meth:`_operand_moves` allows; one
+          that does not vary along ``L`` is hoisted and costs nothing;
         - where ``L`` is not a reduction dim and a reduction loop certainly encloses it: the
           accumulators of the body, loaded and stored at every iteration (registers cannot be
           indexed by a rolled loop's counter, and each iteration updates other ones), in the
@@ -651,6 +663,9 @@ class Model:
                     strided[loop] = self._element_lanes(cand, t, body, body.accumulators,
                                                         lanes, loop)
         moves: dict[tuple[str, str, str], tuple[tuple[float, float], ...]] = {}
+        # Per operand, the vectors a copy in registers may load it in (None: no such copy).
+        copies = [self._register_copy(cand, t, holder, pairs, inner)
+                  for _, holder, pairs, inner in body.operands]
         load_rate = max(r.loads_per_cycle, r.scalar_loads_per_cycle)
         store_rate = max(r.stores_per_cycle, r.scalar_stores_per_cycle)
         best = math.inf
@@ -663,14 +678,18 @@ class Model:
                 # Per operand read through a temporary: the (loads, stores) of each way it
                 # may still be moved.
                 ways: list[list[tuple[float, float]]] = []
-                for varying, holder in body.operands:
+                for (varying, holder, _, _), copy in zip(body.operands, copies, strict=True):
                     if loop not in varying:
                         continue
                     elements = math.prod(points[ld] for ld in varying)
-                    if vec not in varying:
-                        loads += elements
-                    elif holder is None or w == 1:
-                        loads += elements / w
+                    if vec not in varying or w == 1 or holder is None:
+                        per = 1 / w if vec in varying else 1.0
+                        if copy is not None:
+                            # A copy's vector holds at most the body's points along its dim.
+                            per = min(per, 1 / max(
+                                (min(n, points[ld]) if ld is not None else n for ld, n in copy),
+                                default=1))
+                        loads += elements * per
                     else:
                         key = (holder, loop, vec)
                         if key not in moves:
@@ -705,6 +724,33 @@ class Model:
                 if (ax := where.get(body.innermost[logical])) is not None
                 and not self._contiguous(cand, temp, axes, ax,
                                          unfused_axis if logical != unfused else None)}
+
+    def _register_copy(self, cand: Candidate, t: _KernelTerms, holder: str | None,
+                       pairs: tuple[tuple[str, str], ...],
+                       inner: tuple[tuple[str, str | None], ...]
+                       ) -> tuple[tuple[str | None, int], ...] | None:
+        """The vectors a copy in registers may load an operand in: (the logical dim of the
+        accumulation they run along, their most lanes) per innermost tile of the load
+        (``inner``) that may still be VECTOR; None where no copy in registers can carry the
+        operand: its temporary ``holder`` can no longer live in registers or, while the
+        load is fused with the accumulation (``holder`` None), none of the ``pairs`` may
+        still be unfused (which would add the temporary).
+
+        A copy into registers runs in the body (every index into the temporary is unrolled
+        or fused): it loads the operand's elements of one iteration, at most the body's
+        points along the vector's dim per vector, and the accumulation takes them from the
+        copy's vectors in registers without loading them again, even where it does not
+        vectorise along them (a broadcast of a lane, or a scalar lane).
+        """
+        if holder is not None:
+            if self.rates.register_space not in cand.domain("mem_space", holder):
+                return None
+        elif not any(cand.allows("order", pair, "BEFORE") for pair in pairs):
+            return None
+        return tuple((ld, min(t.widest, self.dim_size_range(cand, d)[1]))
+                     for d, ld in inner
+                     if any(cand.allows("dim_kind", (d,), kind)
+                            for kind in self.rates.lane_kinds))
 
     def _operand_moves(self, cand: Candidate, t: _KernelTerms, body: _BodyTerms, temp: str,
                        loop: str, vec: str, w: int) -> tuple[tuple[float, float], ...]:
@@ -883,9 +929,13 @@ class _BodyTerms:
     tiles: tuple[tuple[str, tuple[str, ...], int], ...]
     """(logical dim, its tiles from the outermost, its size) per logical dim."""
     reduction: frozenset[str]
-    operands: tuple[tuple[frozenset[str], str | None], ...]
-    """Per operand loaded from memory: the logical dims it varies along, and the temporary
-    that carries its load to the accumulation (None while the two are fused)."""
+    operands: tuple[tuple[frozenset[str], str | None, tuple[tuple[str, str], ...],
+                          tuple[tuple[str, str | None], ...]], ...]
+    """Per operand loaded from memory: the logical dims it varies along, the temporary
+    that carries its load to the accumulation (None while the two are fused), (while they
+    are fused) the (load tile, accumulation tile) pairs whose unfusing would add that
+    temporary, and the load's innermost tiles with the logical dim of the accumulation
+    each maps to."""
     kept: tuple[str, ...]
     """The logical dims that index the accumulators (the non-reduction ones)."""
     accumulators: str | None
