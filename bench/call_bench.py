@@ -1,0 +1,165 @@
+"""The time a user gets: a tuned kernel called from Python, beside the time the tuner recorded.
+
+Run with ``make bench`` (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python
+bench/call_bench.py --budget 60 --write BENCHMARKS.md``). Each case is tuned (fresh records),
+then, in :data:`ROUNDS` rounds, timed four ways side by side: in the tuner's worker (the
+harness that recorded it: warm-up, then calls back to back until the median is stable), the
+bare C entry called from this process in a loop (cffi, pointers converted once), the
+``Tuned`` object called in a loop (``out=`` given: argument checks and pointers every call),
+and numpy's product. Each figure is the median of per-call times over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import partita
+from partita.codegen.program import Program
+from partita.runtime.evaluate import Evaluator
+from partita.tuning import Tuned
+from sections import machine_name, replace_section
+
+ROUNDS = 5
+
+
+@dataclass
+class Case:
+    label: str
+    params: dict
+
+
+CASES = [
+    Case("sgemm 256x256x32", {"m": 256, "n": 256, "k": 32}),
+    Case("sgemm 16x1000x2048", {"m": 16, "n": 1000, "k": 2048}),
+    Case("sgemm 1x1000x2048", {"m": 1, "n": 1000, "k": 2048}),
+    Case("sgemm 1024^3", {"m": 1024, "n": 1024, "k": 1024}),
+]
+
+
+def per_call(fn: Any, min_s: float = 0.3, min_calls: int = 20) -> float:
+    """Median per-call time of ``fn()`` over batches of calls (warm-up first)."""
+    for _ in range(3):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    batch = max(1, int(0.01 / one))
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_calls or time.perf_counter() - start < min_s:
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        times.append((time.perf_counter() - t0) / batch)
+    return statistics.median(times)
+
+
+def paired(bare: Any, through: Any, min_s: float = 0.6) -> tuple[float, float, float]:
+    """Median per-call times of ``bare()`` and ``through()`` called in alternating batches,
+    and the median of their differences batch by batch: a core that the host lends away for
+    a while slows both sides of a pair alike."""
+    for _ in range(3):
+        bare(), through()
+    t0 = time.perf_counter()
+    bare()
+    batch = max(1, int(0.005 / max(time.perf_counter() - t0, 1e-7)))
+    a: list[float] = []
+    b: list[float] = []
+    start = time.perf_counter()
+    while len(a) < 20 or time.perf_counter() - start < min_s:
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            bare()
+        t1 = time.perf_counter()
+        for _ in range(batch):
+            through()
+        t2 = time.perf_counter()
+        a.append((t1 - t0) / batch)
+        b.append((t2 - t1) / batch)
+    return (statistics.median(a), statistics.median(b),
+            statistics.median(y - x for x, y in zip(a, b, strict=True)))
+
+
+def arrays(params: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    A = rng.uniform(-1, 1, (params["m"], params["k"])).astype(np.float32)
+    B = rng.uniform(-1, 1, (params["k"], params["n"])).astype(np.float32)
+    return A, B, np.empty((params["m"], params["n"]), np.float32)
+
+
+def measure(tuned: Tuned, params: dict, ev: Evaluator) -> dict[str, float]:
+    A, B, C = arrays(params)
+    call = tuned._load()
+    tuned(A, B, out=C)
+    ptrs = [call._pointer(spec, a) for spec, a in zip(call.args, (A, B, C), strict=True)]
+    fn = call.fn
+    program = Program(tuned.kernel, tuned.entry, tuned.source, tuned.params)
+    (worker,) = ev.evaluate([program])
+    bare, through, cost = paired(lambda: fn(*ptrs), lambda: tuned(A, B, out=C))
+    blas = per_call(lambda: np.matmul(A, B, out=C))
+    time.sleep(0.3)  # OpenBLAS's threads spin a while after numpy's last call
+    return {"worker": worker.median_s or float("nan"), "bare": bare, "tuned": through,
+            "cost": cost, "numpy": blas}
+
+
+REPORT = """## Calling a tuned kernel from Python
+
+Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/call_bench.py
+--budget {budget} --write BENCHMARKS.md` (part of `make bench`) on {machine}, peak
+{peak:.0f} GFLOP/s fp32 by `partita machine`. Each case is tuned for {budget} s, then timed
+in {rounds} rounds, four ways side by side: in the tuner's worker (the harness that recorded
+the time), the bare C entry called from Python in a loop, the `Tuned` object called in a loop
+(`fast(A, B, out=C)`: argument checks and pointers at every call), and numpy. Each figure is
+the median over the rounds of per-call medians; the bare and `Tuned` calls run in alternating
+batches, and their difference is the median of the differences batch by batch.
+
+| case | recorded by the tuner | worker, again | bare call | `Tuned` call \
+| `Tuned` - bare | `Tuned` / recorded | numpy |
+|---|---|---|---|---|---|---|---|
+{rows}
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--write", help="rewrite the 'call' section of this markdown file")
+    args = ap.parse_args()
+    from partita.targets.cpu.measure import describe
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, Evaluator(seed=0) as ev:
+        for case in CASES:
+            k = partita.kernel("matmul", **case.params)
+            tuned = partita.tune(k, budget=args.budget, db=Path(tmp) / "records.sqlite")
+            rounds = [measure(tuned, case.params, ev) for _ in range(ROUNDS)]
+            med = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+            print(case.label, f"recorded {tuned.time:.4g}", {k: f"{v:.4g}" for k, v in med.items()},
+                  flush=True)
+            rows.append(f"| {case.label} | {_us(tuned.time)} | {_us(med['worker'])} | "
+                        f"{_us(med['bare'])} | {_us(med['tuned'])} | "
+                        f"{med['cost'] * 1e6:.2f} us | "
+                        f"{med['tuned'] / (tuned.time or float('nan')):.2f} | "
+                        f"{_us(med['numpy'])} |")
+    text = REPORT.format(budget=f"{args.budget:g}", machine=machine_name(),
+                         peak=describe(measure_if_missing=False).peak_gflops_fp32,
+                         rounds=ROUNDS, rows="\n".join(rows))
+    print(text)
+    if args.write:
+        replace_section(args.write, "call", text)
+
+
+def _us(t: float | None) -> str:
+    return "n/a" if t is None else f"{t * 1e6:.4g} us" if t < 1e-3 else f"{t * 1e3:.4g} ms"
+
+
+if __name__ == "__main__":
+    main()
