@@ -44,6 +44,8 @@ bench: $(STAMP)
 	$(PY) bench/space_bench.py --write BENCHMARKS.md
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/tune_bench.py --budget 300 \
 	  --write BENCHMARKS.md
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/call_bench.py --budget 60 \
+	  --write BENCHMARKS.md
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
