@@ -278,7 +278,9 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                 ev.slowed = bool(getattr(m, "slowed", False))
             result.evaluations.append(ev)
             progress.evaluations += 1
-            if ev.ok and (ev.median_s or math.inf) < state.best_time:
+            # A time taken while the machine ran slowed, even after retiming, is too high:
+            # it never becomes the best (nor sets the limits that the best time sets).
+            if ev.ok and not ev.slowed and (ev.median_s or math.inf) < state.best_time:
                 state.best_time = ev.median_s or math.inf
                 result.best, result.best_program = ev, prog
                 progress.since_improvement = 0
