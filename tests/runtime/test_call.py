@@ -63,3 +63,24 @@ def test_bad_arguments_name_what_is_wrong() -> None:
         fast(1.0, x, x, out={"z": x})
     np.testing.assert_array_equal(fast(2.0, x, x), 3 * x)
     np.testing.assert_array_equal(x, 1)  # an inout without out= is not written
+
+
+def test_the_fast_path_agrees_with_the_general_one() -> None:
+    fast = _tuned("matmul", 3, m=16, n=24, k=8)
+    rng = np.random.default_rng(0)
+    A = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
+    B = rng.uniform(-1, 1, (8, 24)).astype(np.float32)
+    general = fast._load().general((A, B), None)
+    assert fast._fn.fast is not None
+    np.testing.assert_array_equal(fast(A, B), general)
+    out = np.empty((16, 24), np.float32)
+    assert fast(A, B, out=out) is out
+    np.testing.assert_array_equal(out, general)
+    # what the fast path does not take goes the general way: a view, an overlap
+    wide = np.zeros((16, 48), np.float32)
+    with pytest.raises(ValueError, match="strides"):
+        fast(A, B, out=wide[:, ::2])
+    axpy = _tuned("axpy", 0, n=16)
+    x = np.ones(16, np.float32)
+    assert axpy._load().fast is None  # an inout output: the general path
+    np.testing.assert_array_equal(axpy(np.float32(2), x, x), 3)
