@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from partita.ir.builder import KernelBuilder
-from partita.ir.kernel import Kernel, LogicalDim
-from partita.ir.operands import Affine
+from partita.ir.kernel import Array, Kernel, LogicalDim
+from partita.ir.operands import Affine, Instruction
 from partita.ir.types import KernelError
 from partita.kernels.registry import KernelSpec, ParamSpec, register
 
@@ -210,7 +210,7 @@ def matmul_chain(m: int, n: int, k: int, l: int, dtype: str = "float32") -> Kern
     i = b.dim("i", m_, tiles=[POW2, ROW_TILES])
     j = b.dim("j", n_, tiles=[POW2, VECTOR_TILES])
     r = b.dim("r", k_, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)])
-    d = _product(b, A, B, i, j, r, "d")
+    d = product(b, A, B, i, j, r, "d")
     # E = D @ C over (i2, h, j2): D's (i, j) map onto (i2, j2)
     i2, j2 = b.mapped_dim(i, "i2"), b.mapped_dim(j, "j2")
     h = b.dim("h", l_, tiles=[POW2, VECTOR_TILES])
@@ -225,13 +225,16 @@ def matmul_chain(m: int, n: int, k: int, l: int, dtype: str = "float32") -> Kern
     return b.build()
 
 
-def _product(b: KernelBuilder, A, B, i, j, r, name: str):
-    """``A @ B`` accumulated over ``(i, j, r)`` from its own loads and init; returns the fma."""
+def product(b: KernelBuilder, A: Array, B: Array, i: LogicalDim, j: LogicalDim,
+            r: LogicalDim, name: str, loads: tuple[str, str] | None = None) -> Instruction:
+    """``A @ B`` accumulated over ``(i, j, r)`` from its own loads and a zero init; returns
+    the fma. ``loads`` names the two loads (default ``ld_a_NAME``, ``ld_b_NAME``)."""
     ia, ra = b.mapped_dim(i, f"i_a_{name}"), b.mapped_dim(r, f"r_a_{name}")
     rb, jb = b.mapped_dim(r, f"r_b_{name}"), b.mapped_dim(j, f"j_b_{name}")
     ii, ji = b.mapped_dim(i, f"i_init_{name}"), b.mapped_dim(j, f"j_init_{name}")
-    ld_a = b.load(A, [ia, ra], name=f"ld_a_{name}")
-    ld_b = b.load(B, [rb, jb], name=f"ld_b_{name}")
+    name_a, name_b = loads or (f"ld_a_{name}", f"ld_b_{name}")
+    ld_a = b.load(A, [ia, ra], name=name_a)
+    ld_b = b.load(B, [rb, jb], name=name_b)
     init = b.mov(0.0, dims=[ii, ji], name=f"init_{name}")
     return b.fma(b.value(ld_a, {ia: i, ra: r}), b.value(ld_b, {rb: r, jb: j}),
                  b.reduce(init, [r], {ii: i, ji: j}), dims=[i, j, r], name=f"acc_{name}")

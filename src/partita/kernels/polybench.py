@@ -24,6 +24,7 @@ import numpy as np
 from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Array, Instruction, Kernel, LogicalDim, ScalarParam
 from partita.ir.operands import Value
+from partita.kernels.linalg import product
 from partita.kernels.registry import KernelSpec, ParamSpec, register
 
 ROWS = ((1, 2, 4, 8, 16, 32, 64), (1, 2, 3, 4, 6, 8))
@@ -42,19 +43,6 @@ def _cols(b: KernelBuilder, name: str, size: str) -> LogicalDim:
     value = b.static_size(size)
     exact = value is None or value % EXACT_MULTIPLE == 0
     return b.dim(name, size, tiles=COLS, divisible=exact)
-
-
-def _product(b: KernelBuilder, A: Array, B: Array, i: LogicalDim, j: LogicalDim,
-             r: LogicalDim, name: str) -> Instruction:
-    """``A @ B`` accumulated over ``(i, j, r)`` from its own loads and a zero init."""
-    ia, ra = b.mapped_dim(i, f"i_a_{name}"), b.mapped_dim(r, f"r_a_{name}")
-    rb, jb = b.mapped_dim(r, f"r_b_{name}"), b.mapped_dim(j, f"j_b_{name}")
-    ii, ji = b.mapped_dim(i, f"i_init_{name}"), b.mapped_dim(j, f"j_init_{name}")
-    ld_a = b.load(A, [ia, ra], name=f"ld_{A.name}")
-    ld_b = b.load(B, [rb, jb], name=f"ld_{B.name}")
-    init = b.mov(0.0, dims=[ii, ji], name=f"init_{name}")
-    return b.fma(b.value(ld_a, {ia: i, ra: r}), b.value(ld_b, {rb: r, jb: j}),
-                 b.reduce(init, [r], {ii: i, ji: j}), dims=[i, j, r], name=f"acc_{name}")
 
 
 def _load_vector(b: KernelBuilder, x: Array, onto: LogicalDim) -> Value:
@@ -104,7 +92,7 @@ def two_mm(ni: int, nj: int, nk: int, nl: int, dtype: str = "float32") -> Kernel
     D = b.array("D", None, [ni_, nl_], role="inout")
     # tmp = alpha * (A @ B) over (i, j, r), scaled over (i_t, j_t)
     i, j, r = _rows(b, "i", ni_), _cols(b, "j", nj_), _cols(b, "r", nk_)
-    ab = _product(b, A, B, i, j, r, "ab")
+    ab = product(b, A, B, i, j, r, "ab", (f"ld_{A.name}", f"ld_{B.name}"))
     it, jt = b.mapped_dim(i, "i_t"), b.mapped_dim(j, "j_t")
     tmp = b.mul(alpha, b.value(ab, {i: it, j: jt}), dims=[it, jt], name="tmp")
     # D = tmp @ C + beta * D over (i2, l, j2)
@@ -140,9 +128,9 @@ def three_mm(ni: int, nj: int, nk: int, nl: int, nm: int, dtype: str = "float32"
     D = b.array("D", None, [nm_, nl_])
     G = b.array("G", None, [ni_, nl_], role="out")
     i_e, j_e, r_e = _rows(b, "i_e", ni_), _cols(b, "j_e", nj_), _cols(b, "r_e", nk_)
-    e = _product(b, A, B, i_e, j_e, r_e, "e")
+    e = product(b, A, B, i_e, j_e, r_e, "e", (f"ld_{A.name}", f"ld_{B.name}"))
     i_f, j_f, r_f = b.mapped_dim(j_e, "i_f"), _cols(b, "j_f", nl_), _cols(b, "r_f", nm_)
-    f = _product(b, C, D, i_f, j_f, r_f, "f")
+    f = product(b, C, D, i_f, j_f, r_f, "f", (f"ld_{C.name}", f"ld_{D.name}"))
     i_g, j_g, k_g = b.mapped_dim(i_e, "i_g"), b.mapped_dim(j_f, "j_g"), b.mapped_dim(j_e, "k_g")
     ii, ji = b.mapped_dim(i_e, "i_init_g"), b.mapped_dim(j_f, "j_init_g")
     init = b.mov(0.0, dims=[ii, ji], name="init_g")
