@@ -11,7 +11,7 @@ from __future__ import annotations
 from partita.ir.dependences import dependences
 from partita.ir.kernel import Kernel
 from partita.space.decl import Is, SpaceDef, Static, Var, values
-from partita.space.nest import NOT_IN, NOT_MERGED, own_dim
+from partita.space.nest import NOT_MERGED, declare_only_in_own_loops, own_dim
 
 
 def carries(k: Kernel, d: str) -> bool:
@@ -22,10 +22,6 @@ def carries(k: Kernel, d: str) -> bool:
 
 def _foreign_pinned(k: Kernel, inst: str, d: str) -> bool:
     return dependences(k).pinned(inst) and not own_dim(k, inst, d)
-
-
-def _has_partner(k: Kernel, inst: str, d: str) -> bool:
-    return any(k.mergeable(d, e) for e in k.iteration_dims(inst))
 
 
 def declare_memory_dependences(S: SpaceDef, sequential_kinds: tuple[str, ...]) -> None:
@@ -44,21 +40,12 @@ def declare_memory_dependences(S: SpaceDef, sequential_kinds: tuple[str, ...]) -
               Is("order", ("i", "j"), values("AFTER")),
               doc="A dependence between two accesses at the same indices of their shared "
                   "loops (a load of y[i] before the store of y[i]) keeps its source first.")
-    d, e = Var("d", "Dims"), Var("e", "Dims")
-    S.require("memory accesses are not repeated", [i, d],
-              Static(lambda k, a, b: not (_foreign_pinned(k, a, b)
-                                          and not _has_partner(k, a, b)), ("i", "d")),
-              Is("order", ("i", "d"), NOT_IN),
-              doc="An access with a dependence inside a loop it does not iterate would run "
-                  "again at every iteration, between other accesses to the same elements.")
-    S.require("memory accesses are only nested in fused loops", [i, d, e],
-              Static(lambda k, a, b: not _foreign_pinned(k, a, b), ("i", "d")),
-              Static(lambda k, a, b: not own_dim(k, a, b), ("i", "e")),
-              Static(lambda k, a, b: not k.mergeable(a, b), ("d", "e")),
-              Is("order", ("i", "d"), NOT_IN),
-              Is("order", ("d", "e"), values("MERGED")),
-              doc="As above: a foreign loop may hold such an access only when fused with one "
-                  "of its own loops.")
+    declare_only_in_own_loops(
+        S, "memory accesses", _foreign_pinned,
+        repeated="An access with a dependence inside a loop it does not iterate would run "
+                 "again at every iteration, between other accesses to the same elements.",
+        fused="As above: a foreign loop may hold such an access only when fused with one of "
+              "its own loops.")
     partner = Var("y", "Partners", of="x")
     S.require("nests with opposed memory dependences are not fused", [x, partner],
               Static(lambda k, a, b: not dependences(k).no_fusion(a, b), ("x", "y")),

@@ -9,6 +9,8 @@ fusion and distribution, loop-invariant code motion and strip-mining are all dec
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from partita.ir.kernel import Kernel
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
 
@@ -181,20 +183,31 @@ def _declare_semantics(S: SpaceDef) -> None:
               Is("order", ("d", "e"), values("BEFORE", "MERGED")),
               doc="A consumer iteration reads a value produced at the same iteration of the "
                   "mapped dim: either the loops are fused, or the producer loop completed.")
-    S.require("accumulations are not repeated", [i, d],
-              Static(lambda k, p, q: not (foreign_to_reduction(k, p, q)
-                                          and not _has_partner(k, p, q)), ("i", "d")),
-              Is("order", ("i", "d"), NOT_IN),
-              doc="Nesting a reduction in a loop it does not iterate would repeat it.")
-    S.require("accumulations are only nested in fused loops", [i, d, e],
-              Static(lambda k, p, q: not foreign_to_reduction(k, p, q), ("i", "d")),
+    declare_only_in_own_loops(
+        S, "accumulations", foreign_to_reduction,
+        repeated="Nesting a reduction in a loop it does not iterate would repeat it.",
+        fused="A reduction may be inside a foreign loop only when that loop is fused with one "
+              "of its own.")
+    _declare_enclosed_accumulations(S)
+
+
+def declare_only_in_own_loops(S: SpaceDef, what: str,
+                              foreign: Callable[[Kernel, str, str], bool], *,
+                              repeated: str, fused: str) -> None:
+    """Instructions that must not run again in a loop they do not iterate (accumulations,
+    accesses with a dependence through memory): ``foreign(k, inst, d)`` says that ``d`` is
+    such a loop for ``inst``. It may hold ``inst`` only where fused with one of its own."""
+    i, d, e = Var("i", "Insts"), Var("d", "Dims"), Var("e", "Dims")
+    S.require(f"{what} are not repeated", [i, d],
+              Static(lambda k, p, q: not (foreign(k, p, q) and not _has_partner(k, p, q)),
+                     ("i", "d")),
+              Is("order", ("i", "d"), NOT_IN), doc=repeated)
+    S.require(f"{what} are only nested in fused loops", [i, d, e],
+              Static(lambda k, p, q: not foreign(k, p, q), ("i", "d")),
               Static(lambda k, p, q: not own_dim(k, p, q), ("i", "e")),
               Static(lambda k, p, q: not k.mergeable(p, q), ("d", "e")),
               Is("order", ("i", "d"), NOT_IN),
-              Is("order", ("d", "e"), values("MERGED")),
-              doc="A reduction may be inside a foreign loop only when that loop is fused with "
-                  "one of its own.")
-    _declare_enclosed_accumulations(S)
+              Is("order", ("d", "e"), values("MERGED")), doc=fused)
 
 
 def _runs_after(k: Kernel) -> dict[str, frozenset[str]]:
