@@ -545,16 +545,7 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
             rec.finish_run(run, stopped, status=status)
         best = rec.best(kid, mid, stored)
         if best is None and slowed_best:
-            # Every verified time was taken on a slowed machine: the fastest stands in,
-            # flagged, until a quiet run times one.
-            prog = slowed_best["prog"]
-            rec.offer_best(kid, mid, stored, slowed_best["eid"], slowed_best["time_s"],
-                           slowed_best["decisions"], prog.source, prog.entry, flags)
-            best = rec.best(kid, mid, stored)
-            warnings.warn(f"{kernel.name}: every implementation was timed while the machine "
-                          "ran slowed (another process or guest sharing a core), even after "
-                          "retiming; the best time recorded is too high: tune again with "
-                          "--continue on a quiet machine", stacklevel=2)
+            best = _slowed_stand_in(rec, (kid, mid, stored), slowed_best, flags, kernel.name)
         total = len(rec.evaluations(kid, mid))
     assert result is not None
     if best is None:
@@ -566,6 +557,20 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
     tuned.result = result
     tuned.reference = reference_kind(kernel, reference)
     return tuned
+
+
+def _slowed_stand_in(rec: Records, where: tuple[int, int, str], slowed: dict[str, Any],
+                     flags: str, name: str) -> dict[str, Any] | None:
+    """Where every verified time of a tune was taken on a slowed machine, the fastest stands
+    in as the best, with a warning, until a quiet run times one."""
+    prog = slowed["prog"]
+    rec.offer_best(*where, slowed["eid"], slowed["time_s"], slowed["decisions"], prog.source,
+                   prog.entry, flags)
+    warnings.warn(f"{name}: every implementation was timed while the machine ran slowed "
+                  "(another process or guest sharing a core), even after retiming; the best "
+                  "time recorded is too high: tune again with --continue on a quiet machine",
+                  stacklevel=3)
+    return rec.best(*where)
 
 
 class StaleRecord(LookupError):

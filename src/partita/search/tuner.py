@@ -141,6 +141,14 @@ MIN_TIMED_CALLS = 3
 this exceeds the budget left is not started."""
 
 
+def _startable(batch: list[Any], bound: Callable[[Candidate], float], left: float,
+               state: SearchState) -> list[Any]:
+    """Sets the deadline ``left`` seconds from now, and leaves out the programs whose bound
+    leaves no time for their calls: they cannot be timed in the budget."""
+    state.deadline = time.monotonic() + left
+    return [item for item in batch if bound(item[0]) * MIN_TIMED_CALLS < left]
+
+
 def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                strategy: str = "mcts", seed: int = 0, batch: int = 4,
                known_best: float = math.inf,
@@ -256,10 +264,7 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
         # measured.
         upcoming = next_batch(len(current)) if prepare is not None else []
         progress.elapsed_s = time.perf_counter() - start
-        left = stop.time_left(progress)
-        state.deadline = time.monotonic() + left
-        # A program whose bound leaves no time for its calls cannot be timed in the budget.
-        current = [item for item in current if bound(item[0]) * MIN_TIMED_CALLS < left]
+        current = _startable(current, bound, stop.time_left(progress), state)
         printable = [p for _, p, _ in current if p is not None]
         measured = iter(evaluate(printable) if printable else [])
         for cand, prog, failure in current:
