@@ -29,6 +29,7 @@ $(STAMP): pyproject.toml | system
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 # Tunes a matmul for about two minutes, compares it with numpy and writes an HTML report.
@@ -49,6 +50,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis demo
