@@ -13,7 +13,7 @@ from partita.ir.operands import Access, Affine, Const, Index, Instruction, Reduc
 from partita.ir.types import DType, KernelError
 
 if TYPE_CHECKING:
-    from partita.ir.kernel import Kernel
+    from partita.ir.kernel import Kernel, SizeLike
 
 ROLES = ("in", "out", "inout", "temp")
 ARITY = {
@@ -277,11 +277,13 @@ def check_access(k: Kernel, inst: Instruction, access: Access) -> None:
         check_in_bounds(k, owner, array.name, axis, ix, extent)
 
 
-def check_in_bounds(k: Kernel, owner: str, array: str, axis: int, ix: Affine, extent) -> None:
+def check_in_bounds(k: Kernel, owner: str, array: str, axis: int, ix: Affine,
+                    extent: SizeLike) -> None:
     """The index must stay in [0, extent) for every point of the iteration space."""
-    sizes = [k.static_size(k.logical(d).size) for d, _ in ix.terms]
+    maybe_sizes = [k.static_size(k.logical(d).size) for d, _ in ix.terms]
     limit = k.static_size(extent)
-    if all(s is not None for s in sizes) and limit is not None:
+    sizes = [s for s in maybe_sizes if s is not None]
+    if len(sizes) == len(maybe_sizes) and limit is not None:
         lo = ix.const + sum(min(0, c * (s - 1)) for (_, c), s in zip(ix.terms, sizes, strict=True))
         hi = ix.const + sum(max(0, c * (s - 1)) for (_, c), s in zip(ix.terms, sizes, strict=True))
         if lo < 0 or hi >= limit:
@@ -340,15 +342,15 @@ def check_fusable(k: Kernel) -> None:
                 raise KernelError(f"{owner}: unknown logical dimension {d!r} (known: {known})")
         dims = [k.logical(d) for d in group]
         first = dims[0]
-        for d in dims[1:]:
-            if (d.size != first.size or d.tile_sizes != first.tile_sizes
-                    or d.max_factor != first.max_factor or d.divisible != first.divisible):
+        for dim in dims[1:]:
+            if (dim.size != first.size or dim.tile_sizes != first.tile_sizes
+                    or dim.max_factor != first.max_factor or dim.divisible != first.divisible):
                 raise KernelError(
                     f"{owner}: {first.name!r} (size {first.size}, tiles "
-                    f"{[list(t) for t in first.tile_sizes]}) and {d.name!r} (size {d.size}, "
-                    f"tiles {[list(t) for t in d.tile_sizes]}) must have the same size and "
+                    f"{[list(t) for t in first.tile_sizes]}) and {dim.name!r} (size {dim.size}, "
+                    f"tiles {[list(t) for t in dim.tile_sizes]}) must have the same size and "
                     "tiling")
-        tiled = [d.name for d in dims if d.tile_sizes]
+        tiled = [dim.name for dim in dims if dim.tile_sizes]
         if tiled:
             raise KernelError(
                 f"{owner}: {tiled[0]!r} is strip-mined; only untiled dimensions can be declared "

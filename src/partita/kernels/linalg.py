@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from partita.ir.builder import KernelBuilder
+from partita.ir.builder import DimLike, KernelBuilder
 from partita.ir.kernel import Array, Kernel, LogicalDim
 from partita.ir.operands import Affine, Instruction
 from partita.ir.types import KernelError
@@ -97,7 +97,7 @@ def dot(n: int, partials: int = 1, chunks: int = 1, dtype: str = "float32") -> K
         def chunk(name: str) -> list[LogicalDim]:
             return [cs[name]] if cs else []
 
-        def to(name: str, target: LogicalDim | None) -> dict[LogicalDim, LogicalDim]:
+        def to(name: str, target: LogicalDim | None) -> dict[DimLike, DimLike]:
             return {cs[name]: target} if cs and target is not None else {}
 
         ld_x = b.load(x, [index(cs.get("x"), qx, px)], dims=[*chunk("x"), qx, px],
@@ -111,7 +111,7 @@ def dot(n: int, partials: int = 1, chunks: int = 1, dtype: str = "float32") -> K
                     b.reduce(init, [q], {pi: p, **to("init", c)}), dims=[*own, p, q],
                     name="acc")
         init_f = b.mov(0.0, name="init_f")
-        back = {c: cs["f"]} if c is not None else {}
+        back: dict[DimLike, DimLike] = {c: cs["f"]} if c is not None else {}
         fin = b.add(b.value(acc, {p: pf, **back}), b.reduce(init_f, [*chunk("f"), pf]),
                     dims=[*chunk("f"), pf], name="fin")
         b.store(out, [0], b.value(fin), name="st_out")
@@ -252,7 +252,8 @@ def _exact(b: KernelBuilder, size: str) -> bool:
     return value is None or value % EXACT_MULTIPLE == 0
 
 
-def _matmul_body(b: KernelBuilder, A, B, C, m, n, k, batch) -> None:
+def _matmul_body(b: KernelBuilder, A: Array, B: Array, C: Array, m: str, n: str, k: str,
+                 batch: tuple[str, bool] | None) -> None:
     """Five nests: load A, load B, initialise, accumulate, store.
 
     The rows may take tiles that leave a remainder at any size: they are unrolled, not
@@ -266,29 +267,30 @@ def _matmul_body(b: KernelBuilder, A, B, C, m, n, k, batch) -> None:
     j = b.dim("j", n, tiles=[POW2, VECTOR_TILES], divisible=_exact(b, n))
     kk = b.dim("r", k, tiles=[(1, 2, 4, 8, 16, 32, 64, 128, 256)], divisible=_exact(b, k))
     nests = ("a", "b", "init", "st")
-    dims = {"a": (b.mapped_dim(i, "i_a"), None, b.mapped_dim(kk, "r_a")),
-            "b": (None, b.mapped_dim(j, "j_b"), b.mapped_dim(kk, "r_b"))}
-    dims |= {name: (b.mapped_dim(i, f"i_{name}"), b.mapped_dim(j, f"j_{name}"), None)
-             for name in nests[2:]}
-    pb = {}
+    ia, ka = b.mapped_dim(i, "i_a"), b.mapped_dim(kk, "r_a")
+    jb, kb_ = b.mapped_dim(j, "j_b"), b.mapped_dim(kk, "r_b")
+    ii, ji = b.mapped_dim(i, "i_init"), b.mapped_dim(j, "j_init")
+    is_, js = b.mapped_dim(i, "i_st"), b.mapped_dim(j, "j_st")
+    pb: dict[str, LogicalDim] = {}
     if batch is not None:
         p = b.dim("p", batch[0], tiles=[(1, 2, 4, 8)])
         pb = {name: b.mapped_dim(p, f"p_{name}") for name in nests}
-    ia, ka = dims["a"][0], dims["a"][2]
-    kb_, jb = dims["b"][2], dims["b"][1]
-    bat = (lambda name: [pb[name]]) if batch else (lambda name: [])
+
+    def bat(name: str) -> list[LogicalDim]:
+        return [pb[name]] if batch is not None else []
+
+    def pmap(name: str) -> dict[DimLike, DimLike]:
+        return {pb[name]: p} if batch is not None else {}
+
     ld_a = b.load(A, [*bat("a"), ia, ka], name="ld_a")
     b_batch = [] if batch is None or batch[1] else bat("b")
     ld_b = b.load(B, [*b_batch, kb_, jb], dims=[*bat("b"), kb_, jb], name="ld_b")
-    ii, ji = dims["init"][0], dims["init"][1]
     init = b.mov(0.0, dims=[*bat("init"), ii, ji], name="init")
-    pmap = (lambda name: {pb[name]: p}) if batch else (lambda name: {})
     a_val = b.value(ld_a, {ia: i, ka: kk, **pmap("a")})
     b_val = b.value(ld_b, {kb_: kk, jb: j, **pmap("b")})
     acc = b.fma(a_val, b_val, b.reduce(init, [kk], {ii: i, ji: j, **pmap("init")}),
                 dims=[*([p] if batch else []), i, j, kk], name="acc")
-    is_, js = dims["st"][0], dims["st"][1]
-    st_map = {i: is_, j: js, **({p: pb["st"]} if batch else {})}
+    st_map: dict[DimLike, DimLike] = {i: is_, j: js, **({p: pb["st"]} if batch else {})}
     b.store(C, [*bat("st"), is_, js], b.value(acc, st_map), name="st_c")
 
 

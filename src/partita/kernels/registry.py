@@ -24,11 +24,11 @@ class ParamSpec:
     def parse(self, kernel: str, raw: Any) -> Any:
         """Convert a value (from Python or a ``key=value`` string) or raise KernelError."""
         if self.kind == "dtype":
-            value = str(raw)
-            if value not in ("float32", "float64"):
+            dtype = str(raw)
+            if dtype not in ("float32", "float64"):
                 raise KernelError(f"kernel {kernel!r}: {self.name} must be float32 or float64, "
                                   f"got {raw!r}")
-            return value
+            return dtype
         try:
             value = int(raw)
         except (TypeError, ValueError):

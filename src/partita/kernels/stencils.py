@@ -9,13 +9,11 @@ the updates depend on one another, and run in float64.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from partita.ir.builder import KernelBuilder
-from partita.ir.kernel import Kernel
-from partita.ir.operands import Affine
+from partita.ir.kernel import Array, Kernel, LogicalDim
+from partita.ir.operands import Affine, Instruction
 from partita.kernels.registry import KernelSpec, ParamSpec, register
 
 ROWS = (1, 2, 4, 8)
@@ -37,15 +35,18 @@ def prefix_sum(n: int, dtype: str = "float32") -> Kernel:
     return b.build()
 
 
-def _neighbourhood(b: KernelBuilder, A: Any, dims: list, points: list[tuple[int, int]],
-                   scale: float, tag: str) -> Any:
+def _neighbourhood(b: KernelBuilder, A: Array, dims: list[LogicalDim],
+                   points: list[tuple[int, int]], scale: float, tag: str) -> Instruction:
     """``scale * sum(A[1 + i + di, 1 + j + dj])`` over ``dims = [t, i, j]``."""
     _, i, j = dims
-    total = None
-    for n, (di, dj) in enumerate(points):
-        v = b.load(A, [Affine.of(i) + 1 + di, Affine.of(j) + 1 + dj], dims=dims,
-                   name=f"ld_{tag}{n}")
-        total = v if total is None else b.add(total, v, dims=dims, name=f"add_{tag}{n}")
+
+    def load(n: int, di: int, dj: int) -> Instruction:
+        return b.load(A, [Affine.of(i) + 1 + di, Affine.of(j) + 1 + dj], dims=dims,
+                      name=f"ld_{tag}{n}")
+
+    total = load(0, *points[0])
+    for n, (di, dj) in enumerate(points[1:], start=1):
+        total = b.add(total, load(n, di, dj), dims=dims, name=f"add_{tag}{n}")
     return b.mul(total, scale, dims=dims, name=f"scale_{tag}")
 
 
