@@ -1,0 +1,17 @@
+"""Printed programs and lower bounds of fixed implementations are those recorded in
+golden.json (see :mod:`tests.codegen.golden`): a change of a printer or of the model that
+alters a byte of code or a bound shows here, and is recorded again only on purpose."""
+
+from __future__ import annotations
+
+import json
+
+from tests.codegen.golden import GOLDEN, record
+
+
+def test_programs_and_bounds_are_the_recorded_ones() -> None:
+    expected = json.loads(GOLDEN.read_text())
+    got = record()
+    assert got.keys() == expected.keys()
+    changed = sorted(key for key in got if got[key] != expected[key])
+    assert not changed, (len(changed), changed[:10])
