@@ -128,7 +128,7 @@ def _param_doc(p: Param, sizes: Mapping[str, int]) -> list[str]:
             f"strides {strides} elements, buffer of {p.footprint} elements"]
 
 
-def _header(name: str, entry: str, params: Sequence[Param], kernel_line: str,
+def _header(name: str, entry: str, params: tuple[Param, ...], kernel_line: str,
             sizes: Mapping[str, int]) -> str:
     guard = f"PARTITA_EXPORT_{name.upper()}_H"
     lines = [

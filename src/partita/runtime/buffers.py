@@ -204,6 +204,11 @@ def describe_element(name: str, where: tuple[int, ...] | None) -> str:
     return f"{name}[{', '.join(str(i) for i in where)}]"
 
 
+ScalarCType = (type[ctypes.c_float] | type[ctypes.c_double] | type[ctypes.c_int32]
+               | type[ctypes.c_int64])
+"""The ctypes classes of the scalars an entry point takes by address."""
+
+
 def pack_args(kinds: list[tuple[str, str, str]], values: Mapping[str, Any],
               addresses: Mapping[str, int]) -> tuple[ctypes.Array, list[Any]]:
     """The ``void *args[]`` of a packed entry point and the objects it points into.
@@ -213,8 +218,9 @@ def pack_args(kinds: list[tuple[str, str, str]], values: Mapping[str, Any],
     """
     keep: list[Any] = []
     args = (ctypes.c_void_p * max(1, len(kinds)))()
-    ctype = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int32": ctypes.c_int32,
-             "int64": ctypes.c_int64}
+    ctype: dict[str, ScalarCType] = {
+        "float32": ctypes.c_float, "float64": ctypes.c_double, "int32": ctypes.c_int32,
+        "int64": ctypes.c_int64}
     for i, (name, kind, dtype) in enumerate(kinds):
         if kind == "array":
             args[i] = addresses[name]

@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from partita.codegen.program import Program
 from partita.runtime.buffers import CANARY_BYTES, ArraySpec
@@ -242,7 +242,8 @@ class Evaluator:
     def __init__(self, *, seed: int = 0, timeout_s: float = 10.0,
                  setup_timeout_s: float = 300.0, timing: TimingOptions | None = None,
                  compiler: Compiler | None = None, batch_size: int = 16,
-                 memory_limit: int | str | None = "auto", env: Mapping[str, str] | None = None,
+                 memory_limit: int | Literal["auto"] | None = "auto",
+                 env: Mapping[str, str] | None = None,
                  overlap: bool = True, quiet_timing: bool = True,
                  canary_bytes: int = CANARY_BYTES, alignment: int = 64,
                  references: Mapping[str, Reference] | None = None,
@@ -361,7 +362,7 @@ class Evaluator:
         with self._lock:
             if self.overlap:
                 self.prepare(programs)
-            results = []
+            results: list[Measurement] = []
             try:
                 for i, p in enumerate(programs):
                     if until is not None and time.monotonic() >= until:
@@ -390,11 +391,11 @@ class Evaluator:
 
     def _evaluate_one(self, program: Program, timeout_s: float, time_it: bool,
                       abandon_s: float | None = None) -> Measurement:
-        info = {"flags": self.compiler.flags_text, "compiler": self.compiler.version,
-                "entry": program.entry}
         built = self._compiled(program)
         if isinstance(built, CompileError):
-            return Measurement("compile_error", built.first_error, detail=built.stderr, **info)
+            return Measurement("compile_error", built.first_error, detail=built.stderr,
+                               flags=self.compiler.flags_text, compiler=self.compiler.version,
+                               entry=program.entry)
         case = self._case(program)
         if time_it:
             settle_blas()

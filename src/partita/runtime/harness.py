@@ -506,7 +506,7 @@ def probe(lib: ctypes.CDLL, iters: int, repeats: int = 3) -> list[float]:
 def run_delays() -> dict[int, int]:
     """Nanoseconds each thread of this process has spent runnable but waiting for a CPU, from
     ``/proc/self/task/*/schedstat`` (empty where Linux does not provide it)."""
-    out = {}
+    out: dict[int, int] = {}
     try:
         tasks = list(Path("/proc/self/task").iterdir())
     except OSError:

@@ -1,4 +1,4 @@
-"""Search strategies over the candidate tree (000 §6.1): branch-and-bound and MCTS.
+"""Search strategies over the candidate tree (Beaugnon's thesis, §6.1): branch-and-bound and MCTS.
 
 A strategy proposes implementations and observes their measured times; the tuner
 (:mod:`partita.search.tuner`) evaluates them in batches. Both strategies share the model:
@@ -379,19 +379,20 @@ class MonteCarlo(Strategy):
 
     def _select(self, node: _Node) -> int | None:
         assert node.children is not None
-        live = [i for i, c in enumerate(node.children)
+        children = node.children  # the lambdas below see the narrowed list
+        live = [i for i, c in enumerate(children)
                 if not c.exhausted and c.bound < self.state.best_time]
         if not live:
             return None
-        fresh = [i for i in live if node.children[i].visits == 0]
+        fresh = [i for i in live if children[i].visits == 0]
         if fresh:
-            return fresh[self._weighted([node.children[i].bound for i in fresh])]
+            return fresh[self._weighted([children[i].bound for i in fresh])]
         if self.policy == "uct":
             logn = math.log(max(node.visits, 1))
-            return max(live, key=lambda i: node.children[i].reward_sum / node.children[i].visits
-                       + self.uct_c * math.sqrt(logn / node.children[i].visits))
-        # TAG (000 eq. 6.1); n counts the visits of the node, as in threshold ascent.
-        k = len(node.children)
+            return max(live, key=lambda i: children[i].reward_sum / children[i].visits
+                       + self.uct_c * math.sqrt(logn / children[i].visits))
+        # TAG (Beaugnon's thesis, eq. 6.1); n counts the visits of the node, as in threshold ascent.
+        k = len(children)
         alpha = math.log(2 * max(node.visits, 1) * k / self.delta)
         counts = [0] * k
         for _, i in node.top:
@@ -399,7 +400,7 @@ class MonteCarlo(Strategy):
 
         def score(i: int) -> float:
             s = counts[i]
-            return (s + alpha + math.sqrt(2 * s * alpha + alpha * alpha)) / node.children[i].visits
+            return (s + alpha + math.sqrt(2 * s * alpha + alpha * alpha)) / children[i].visits
 
         return max(live, key=score)
 

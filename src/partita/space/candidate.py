@@ -11,6 +11,7 @@ are applied in a canonical order, so the order of decisions does not matter.
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,7 +155,7 @@ class Candidate:
 
     __slots__ = ("compiled", "decisions", "lowered", "space", "vec")
 
-    def __init__(self, space: Space, compiled: CompiledSpace, vec: list[int],
+    def __init__(self, space: Space, compiled: CompiledSpace, vec: array[int],
                  decisions: tuple[Decision, ...], lowered: Lowered) -> None:
         self.space = space
         self.compiled = compiled
@@ -384,7 +385,8 @@ class Candidate:
     def _dead(self, sig: DeadEndSignal, decision: Decision | None) -> DeadEnd:
         sp = self.compiled
         constraint = sp.sdef.constraints[sig.constraint].name if sig.constraint >= 0 else None
-        choice, args = None, ()
+        choice: str | None = None
+        args: tuple[str, ...] = ()
         if 0 <= sig.slot < sp.n_choice_slots:
             inst = sp.instances[sig.slot]
             choice, args = inst.choice, inst.args

@@ -10,6 +10,7 @@ whose term would do so with any value is forced false.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,7 @@ def counter_compare_state(lo: int, hi: int, op: str, bound: Any) -> int:
     raise ValueError(f"unknown comparison {op!r}")
 
 
-def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> None:
+def recompute(sp: CompiledSpace, vec: array[int], ci: int) -> None:
     """Store the interval of counter ``ci`` in its two slots. Stored values saturate at INF
     (the C engine keeps them in 64 bits): every bound a counter is compared with is far
     below it."""
@@ -52,7 +53,7 @@ def recompute(sp: CompiledSpace, vec: list[int], ci: int) -> None:
     vec[c.lo_slot + 1] = INF if c.half else min(hi, INF)
 
 
-def _interval(sp: CompiledSpace, vec: list[int], c: CounterInstance, statuses: bool = True
+def _interval(sp: CompiledSpace, vec: array[int], c: CounterInstance, statuses: bool = True
               ) -> tuple[int, int, list[tuple[bool, bool, int, int]]]:
     """``(lo, hi, statuses)`` of a counter. This runs whenever a choice in one of its terms
     may have changed status, so it is written for speed. Integer universes are sorted: the
@@ -119,7 +120,7 @@ def _interval(sp: CompiledSpace, vec: list[int], c: CounterInstance, statuses: b
     return lo, hi, out
 
 
-def enforce_counter_bound(sp: CompiledSpace, vec: list[int], R: Callable, ci: int,
+def enforce_counter_bound(sp: CompiledSpace, vec: array[int], R: Callable, ci: int,
                           op: str, bound: Any, kid: int) -> None:
     """Remove term values and conditions that would put counter ``ci`` out of its bound."""
     c = sp.counters[ci]
@@ -133,7 +134,7 @@ def enforce_counter_bound(sp: CompiledSpace, vec: list[int], R: Callable, ci: in
         _enforce_range(sp, vec, R, c, bound, bound, kid, exact={bound})
 
 
-def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterInstance,
+def _enforce_range(sp: CompiledSpace, vec: array[int], R: Callable, c: CounterInstance,
                    low: int | None, high: int | None, kid: int,
                    exact: set[int] | None = None) -> None:
     is_mul = c.kind == "mul"
@@ -190,7 +191,7 @@ def _enforce_range(sp: CompiledSpace, vec: list[int], R: Callable, c: CounterIns
                 _force_true(vec, R, conds, kid)
 
 
-def _force_false(vec: list[int], R: Callable, conds: tuple[tuple[int, int], ...],
+def _force_false(vec: array[int], R: Callable, conds: tuple[tuple[int, int], ...],
                  kid: int) -> None:
     """Make a conjunction false when all but one of its conditions are certainly true.
 
@@ -206,7 +207,7 @@ def _force_false(vec: list[int], R: Callable, conds: tuple[tuple[int, int], ...]
         R(conds[0][0], 0, kid)
 
 
-def _force_true(vec: list[int], R: Callable, conds: tuple[tuple[int, int], ...],
+def _force_true(vec: array[int], R: Callable, conds: tuple[tuple[int, int], ...],
                 kid: int) -> None:
     for s, m in conds:
         R(s, m, kid)

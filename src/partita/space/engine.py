@@ -1,4 +1,4 @@
-"""Propagation to a fixpoint over the decision vector (000 Algorithm 1).
+"""Propagation to a fixpoint over the decision vector (Beaugnon's thesis, Algorithm 1).
 
 A worklist holds the slots whose domain shrank. Popping a slot runs the generated occurrence
 functions of the choice stored there (both orientations for a pair) whose condition may have
@@ -19,7 +19,7 @@ from partita.space.counters import recompute
 from partita.space.native import engine_of, propagate_native
 
 
-def make_restrict(vec: list[int], queue: list[int], pending: dict[int, int]) -> Callable:
+def make_restrict(vec: array[int], queue: list[int], pending: dict[int, int]) -> Callable:
     """``R``; ``pending`` maps each queued slot to its domain when it was queued."""
     def restrict(slot: int, mask: int, kid: int) -> None:
         old = vec[slot]
@@ -35,7 +35,7 @@ def make_restrict(vec: list[int], queue: list[int], pending: dict[int, int]) -> 
     return restrict
 
 
-def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
+def propagate(sp: CompiledSpace, vec: array[int], changed: Iterable[int],
               fired: set[tuple[int, tuple[int, ...]]], root: bool = False) -> None:
     """Run propagators until no domain changes. Raises DeadEndSignal on an empty domain.
 
@@ -79,12 +79,13 @@ def propagate(sp: CompiledSpace, vec: list[int], changed: Iterable[int],
             for fn, mask, flipped in occ.get(choice, ()):
                 if every or mask is None or (not now & mask and before & mask):
                     fn(vec, R, fired, *ids)
-                if both and (every or mask is None or (not now & flipped and before & flipped)):
+                if both and (every or flipped is None
+                             or (not now & flipped and before & flipped)):
                     fn(vec, R, fired, ids[1], ids[0])
             for fn, mask, flipped in tocc.get(choice, ()):
                 if every or mask is None or (not now & ~mask and before & ~mask):
                     fn(vec, R, fired, *ids)
-                if both and (every or mask is None
+                if both and (every or flipped is None
                              or (not now & ~flipped and before & ~flipped)):
                     fn(vec, R, fired, ids[1], ids[0])
             for ci, masks in watch[slot]:

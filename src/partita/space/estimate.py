@@ -256,9 +256,10 @@ def _chen_sample(root: Node, rng: random.Random, max_strata: int,
                 if n_open == 0:
                     total += w
                     continue
-                key: int | tuple[int, int] = min(n_open, max_strata)
+                n_key = min(n_open, max_strata)
+                key: int | tuple[int, int] = n_key
                 if by_size:
-                    key = (key, int(_open_log2_size(child, open_slots) // SIZE_STRATUM_BITS))
+                    key = (n_key, int(_open_log2_size(child, open_slots) // SIZE_STRATUM_BITS))
                 entry = strata.get(key)
                 if entry is None:
                     strata[key] = [child, w]

@@ -1,4 +1,5 @@
-"""Point-to-point communication through temporary arrays (000 §4.3.4), shared by targets.
+"""Point-to-point communication through temporary arrays (Beaugnon's thesis, §4.3.4), shared
+by targets.
 
 When a pair of mapped dimensions is certainly not fused, the values that cross it must be
 kept somewhere between the producer loop and the consumer loop. A trigger then lowers the
@@ -48,7 +49,7 @@ def lower_to_temporary(k: Kernel, a: str, b: str) -> Kernel:
 def temporary_dims(k: Kernel, t: str) -> list[str]:
     """Producer-side tile dimensions of the pairs a temporary carries."""
     producer, consumer = k.array(t).carries or ("", "")
-    out = []
+    out: list[str] = []
     for op in k.inst(consumer).values():
         src = op.inst if isinstance(op, Value) else op.init if isinstance(op, Reduce) else None
         if src == producer:

@@ -53,7 +53,7 @@ class CpuCapabilities:
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
-    model, flags = "unknown", set()
+    model, flags = "unknown", set[str]()
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

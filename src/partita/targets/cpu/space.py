@@ -45,8 +45,8 @@ from partita.targets.cpu.machine import CpuCapabilities
 KINDS = ("LOOP", "UNROLL", "VECTOR", "PARALLEL")
 REGISTER_KINDS = values("UNROLL", "VECTOR")
 CHOICE_ORDER = ("layout", "size", "dim_kind", "mem_space", "order", "prefetch")
-"""Decisions in the order of 000 §6.1: layouts, sizes, kinds, memory spaces, order, then the
-cache hints (prefetching)."""
+"""Decisions in the order of Beaugnon's thesis, §6.1: layouts, sizes, kinds, memory spaces,
+order, then the cache hints (prefetching)."""
 PREFETCH = ("NONE", "NEXT")
 
 
@@ -157,7 +157,10 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
 def _packs_kernel_array(k: Kernel, t: str) -> bool:
     """Temporary ``t`` holds values loaded from one of the kernel's arrays (a packed copy)
     of statically sized dims, the copies a prefetch can address ahead of time."""
-    producer = k.inst(k.array(t).carries[0])
+    carries = k.array(t).carries
+    if carries is None:  # "Temporaries" lists carried temporaries only
+        return False
+    producer = k.inst(carries[0])
     access = producer.access
     return (access is not None and producer.op == "load"
             and not k.array(access.array).is_temporary
