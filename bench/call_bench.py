@@ -22,10 +22,13 @@ from typing import Any
 import numpy as np
 
 import partita
+from host import machine_description
 from partita.codegen.program import Program
 from partita.runtime.evaluate import Evaluator
 from partita.tuning import Tuned
-from sections import machine_name, replace_section
+from results import RESULTS_DIR, Record, machine_line, record, write_results
+from sections import replace_section
+from summary import update as update_summary
 
 ROUNDS = 5
 
@@ -110,11 +113,13 @@ def measure(tuned: Tuned, params: dict, ev: Evaluator) -> dict[str, float]:
             "cost": cost, "numpy": blas}
 
 
+COMMAND = ("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/call_bench.py "
+           "--budget {budget} --write BENCHMARKS.md")
+
 REPORT = """## Calling a tuned kernel from Python
 
-Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/call_bench.py
---budget {budget} --write BENCHMARKS.md` (part of `make bench`) on {machine}, peak
-{peak:.0f} GFLOP/s fp32 by `partita machine`. Each case is tuned for {budget} s, then timed
+Measured with `{command}` (part of `make bench`) on {date}, build {commit}. Machine:
+{machine} (`partita machine`). Each case is tuned for {budget} s, then timed
 in {rounds} rounds, four ways side by side: in the tuner's worker (the harness that recorded
 the time), the bare C entry called from Python in a loop, the `Tuned` object called in a loop
 (`fast(A, B, out=C)`: argument checks and pointers at every call), and numpy. Each figure is
@@ -132,10 +137,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--write", help="rewrite the 'call' section of this markdown file")
+    ap.add_argument("--results", type=Path, default=RESULTS_DIR,
+                    help="with --write, the folder of results (default: bench/results)")
     args = ap.parse_args()
-    from partita.targets.cpu.measure import describe
-
-    rows = []
+    command = COMMAND.format(budget=f"{args.budget:g}")
+    machine = machine_description()
+    rows, records = [], []
     with tempfile.TemporaryDirectory() as tmp, Evaluator(seed=0) as ev:
         for case in CASES:
             k = partita.kernel("matmul", **case.params)
@@ -149,12 +156,27 @@ def main() -> None:
                         f"{med['cost'] * 1e6:.2f} us | "
                         f"{med['tuned'] / (tuned.time or float('nan')):.2f} | "
                         f"{_us(med['numpy'])} |")
-    text = REPORT.format(budget=f"{args.budget:g}", machine=machine_name(),
-                         peak=describe(measure_if_missing=False).peak_gflops_fp32,
+            records.append(call_record(case.label, tuned.time, med, command, machine))
+    first = records[0] if records else record("", quantity="time", unit="s", partita=None,
+                                              command=command, machine_desc=machine)
+    text = REPORT.format(budget=f"{args.budget:g}", command=command, date=first["date"],
+                         commit=first["commit"] or "unknown", machine=machine_line(machine),
                          rounds=ROUNDS, rows="\n".join(rows))
     print(text)
     if args.write:
         replace_section(args.write, "call", text)
+        write_results("call", "Calling from Python", records, args.results)
+        update_summary(args.write, args.results)
+
+
+def call_record(label: str, recorded: float | None, med: dict[str, float], command: str,
+                machine: dict[str, Any]) -> Record:
+    """The case's result: the `Tuned` call beside numpy, the other timings as details."""
+    details: dict[str, Any] = {f"{key}_s": value for key, value in med.items()}
+    details["recorded_s"] = recorded
+    return record(f"{label}, `Tuned` call", quantity="time", unit="s", partita=med["tuned"],
+                  reference_name="numpy/OpenBLAS", reference=med["numpy"], command=command,
+                  machine_desc=machine, details=details)
 
 
 def _us(t: float | None) -> str:

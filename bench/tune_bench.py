@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import partita
+from host import machine_description
 from partita.codegen.program import Program
 from partita.kernels.registry import get_spec
 from partita.runtime.data import BLAS_SETTLE_S
@@ -31,7 +32,9 @@ from partita.runtime.harness import TimingOptions
 from partita.search.stop import WallTime
 from partita.targets.cpu.measure import TriadProbe, describe
 from partita.tuning import Tuned, numpy_time
-from sections import machine_name, replace_section
+from results import RESULTS_DIR, Record, machine_line, record, target, write_results
+from sections import replace_section
+from summary import update as update_summary
 
 
 @dataclass
@@ -212,35 +215,68 @@ def accuracy_line(rows: list[dict], scope: str) -> str:
             f"measured in {scope}: {share[2]:.1%}, {share[10]:.1%} and {share[100]:.1%}.\n")
 
 
+COMMAND = ("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_bench.py "
+           "--budget {budget:g}{only} --write BENCHMARKS.md")
+
 REPORT = """## Tuning against numpy/OpenBLAS
 
-Measured with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_bench.py
---budget {budget:g}{only} --write BENCHMARKS.md` (part of `make bench`): each case is tuned for
-{budget:g} s (MCTS with the TAG policy, seed {seed}), then the best implementation is timed
-again, alternating with numpy on the same inputs over {rounds} rounds (and, for the memory-bound
-cases, with the STREAM triad on both cores), each at least {settle:g} s after numpy's last call
-(the evaluator waits for OpenBLAS's spinning threads, and times again a timing taken while a
-core ran slowed; the log prints each round's slowdown); each column is the median over the
-rounds. The search's own figure for its best (the least of many noisy medians, so biased low) is in
-brackets. Only timings taken side by side are compared: what this machine gives one process
-changes from one minute to the next (a dot product streamed at 23, then 16 GB/s a minute
-apart; sgemm 2048^3 timed 97 ms in the search, 141 ms a minute later). The records start
-empty and are shared by the cases,
-in the order of the table: a case starts from the best of the earlier cases of the same kernel
-(transfer, `partita tune --transfer`), so 2048^3 starts from what 1024^3 found, and the
-contractions and partial-sum reductions from completions of their sketches (`--sketches`).
-The case marked `--reassociate` shares its budget among the orders of its sum (the sum in
-order and splits into partial sums, `partita.variants`); one of them, 256 partial sums in one
-stretch, is the case two rows above, whose records it starts from. The memory-bound cases
-(those compared with the triad) are tuned and timed from cold caches (`partita tune
---cold-cache`), partita and numpy alike: {flush_mb:.0f} MB, twice the last-level cache, are
-written before every call, outside the timed interval, so their arrays stream from memory as
-the triad's do (warm, gemv's 64 MB and dot's 128 MB would sit in a large L3). Machine:
-{machine}.
-Peak: {peak:.0f} GFLOP/s fp32, STREAM triad {stream:.1f} GB/s when {how} by `partita machine`.
+Measured with `{command}` (part of `make bench`) on {date}, build {commit}. Machine:
+{machine} (`partita machine`).
 
 {table}{accuracy}{rerun}
+Each case is tuned for {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best
+implementation is timed again, alternating with numpy on the same inputs over {rounds} rounds
+(and, for the memory-bound cases, with the STREAM triad on both cores), each at least
+{settle:g} s after numpy's last call (the evaluator waits for OpenBLAS's spinning threads, and
+times again a timing taken while a core ran slowed; the log prints each round's slowdown);
+each column is the median over the rounds. The search's own figure for its best (the least of
+many noisy medians, so biased low) is in brackets. Only timings taken side by side are
+compared: what this machine gives one process changes from one minute to the next (a dot
+product streamed at 23, then 16 GB/s a minute apart; sgemm 2048^3 timed 97 ms in the search,
+141 ms a minute later). The records start empty and are shared by the cases, in the order of
+the table: a case starts from the best of the earlier cases of the same kernel (transfer,
+`partita tune --transfer`), so 2048^3 starts from what 1024^3 found, and the contractions and
+partial-sum reductions from completions of their sketches (`--sketches`). The case marked
+`--reassociate` shares its budget among the orders of its sum (the sum in order and splits
+into partial sums, `partita.variants`); one of them, 256 partial sums in one stretch, is the
+case two rows above, whose records it starts from. The memory-bound cases (those compared
+with the triad) are tuned and timed from cold caches (`partita tune --cold-cache`), partita
+and numpy alike: {flush_mb:.0f} MB, twice the last-level cache, are written before every call,
+outside the timed interval, so their arrays stream from memory as the triad's do (warm, gemv's
+64 MB and dot's 128 MB would sit in a large L3).
 """
+
+
+def tune_record(r: dict, command: str, machine: dict) -> Record:
+    """A row's result: partita's time beside numpy's, or (memory-bound) its bandwidth beside
+    the triad timed in the same rounds; the rest of the row as details."""
+    case: Case = r["case"]
+    kind, value = case.target.split("<=") if "<=" in case.target else case.target.split(">=")
+    n, within = r["accuracy"]
+    details = {"partita_s": r["time"], "search_s": r["search_time"], "numpy_s": r["numpy"],
+               "gflops": r["gflops"], "peak_gflops": r["peak"], "gbs": r["gbs"],
+               "evaluations": r["evals"], "failed": r["failed"], "too_slow": r["timeouts"],
+               "to_95_percent_of_best": r["reach"], "bound_violations": r["violations"],
+               "bounds_within_10x": within.get(10, 0) / n if n else None,
+               "failure": r["failure"]}
+    if kind == "ratio":
+        rec = record(case.label, quantity="time", unit="s", partita=nan_none(r["time"]),
+                     reference_name="numpy/OpenBLAS", reference=nan_none(r["numpy"]),
+                     tgt=target("<=", float(value)), command=command, machine_desc=machine,
+                     details=details)
+    else:
+        rec = record(case.label, quantity="bandwidth", unit="GB/s", partita=nan_none(r["gbs"]),
+                     reference_name="STREAM triad", reference=nan_none(r["stream"]),
+                     tgt=target(">=", float(value)), command=command, machine_desc=machine,
+                     details=details)
+    if r["failure"]:
+        rec["met"] = False  # nothing verified within the budget
+    return rec
+
+
+def nan_none(x: float) -> float | None:
+    """``None`` for a figure not measured (NaN), so that the results stay plain JSON."""
+    return None if x != x else x
 
 
 def main() -> None:
@@ -249,6 +285,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", help="comma-separated substrings of case labels")
     parser.add_argument("--write", help="rewrite the tuning section of this Markdown file")
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR,
+                        help="with --write, the folder of results (default: bench/results)")
     parser.add_argument("--db", help="keep the records in this database (default: a temporary "
                         "one); it must not exist yet, so that the cases start from nothing")
     args = parser.parse_args()
@@ -266,25 +304,37 @@ def main() -> None:
     text = table(rows, args.budget)
     print(text + accuracy_line(rows, "every row" if not args.only else "these rows"))
     if args.write:
-        d = describe()
-        only = f' --only "{args.only}"' if args.only else ""
-        rerun = ""
-        kept = kept_rows(args.write, args.budget) if args.only else {}
-        accuracy = accuracy_line(rows, "the rows rerun" if kept else "every row")
-        if kept:
-            # Rerunning some cases keeps the other rows measured with the same budget.
-            head, fresh = text.splitlines()[:2], text.splitlines()[2:]
-            new = dict(zip((r["case"].label for r in rows), fresh, strict=True))
-            lines = [new.get(c.label) or kept.get(c.label) for c in CASES]
-            text = "\n".join(head + [line for line in lines if line]) + "\n"
-            only = ""
-            rerun = (f"\nRerun afterwards with `--only \"{args.only}\"` (same command and "
-                     f"budget): {', '.join(new)}.\n")
-        replace_section(args.write, "tune", REPORT.format(
-            budget=args.budget, seed=args.seed, table=text, rounds=ROUNDS, peak=d.peak_gflops_fp32,
-            only=only, stream=d.stream_triad_gbs, machine=machine_name(), how=d.source,
-            rerun=rerun, accuracy=accuracy, settle=BLAS_SETTLE_S,
-            flush_mb=COLD.resolved_flush_bytes() / 1e6))
+        write_section(args, rows, text)
+
+
+def write_section(args: argparse.Namespace, rows: list[dict], text: str) -> None:
+    """Rewrite the tuning section, its results and the summary (a rerun of some cases with
+    ``--only`` keeps the other rows measured with the same budget)."""
+    machine = machine_description()
+    only = f' --only "{args.only}"' if args.only else ""
+    rerun = ""
+    kept = kept_rows(args.write, args.budget) if args.only else {}
+    accuracy = accuracy_line(rows, "the rows rerun" if kept else "every row")
+    if kept:
+        # Rerunning some cases keeps the other rows measured with the same budget.
+        head, fresh = text.splitlines()[:2], text.splitlines()[2:]
+        new = dict(zip((r["case"].label for r in rows), fresh, strict=True))
+        lines = [new.get(c.label) or kept.get(c.label) for c in CASES]
+        text = "\n".join(head + [line for line in lines if line]) + "\n"
+        only = ""
+        rerun = (f"\nRerun afterwards with `--only \"{args.only}\"` (same command and "
+                 f"budget): {', '.join(new)}.\n")
+    command = COMMAND.format(budget=args.budget, only=only)
+    records = [tune_record(r, command, machine) for r in rows]
+    first = records[0] if records else record("", quantity="time", unit="s", partita=None,
+                                              command=command, machine_desc=machine)
+    replace_section(args.write, "tune", REPORT.format(
+        budget=args.budget, seed=args.seed, table=text, rounds=ROUNDS, command=command,
+        date=first["date"], commit=first["commit"] or "unknown",
+        machine=machine_line(machine), rerun=rerun, accuracy=accuracy,
+        settle=BLAS_SETTLE_S, flush_mb=COLD.resolved_flush_bytes() / 1e6))
+    write_results("tune", "Tuning", records, args.results, keep_other_cases=bool(kept))
+    update_summary(args.write, args.results)
 
 
 def kept_rows(path: str, budget: float) -> dict[str, str]:
