@@ -26,7 +26,7 @@ from host import machine_description
 from partita.codegen.program import Program
 from partita.runtime.evaluate import Evaluator
 from partita.tuning import Tuned
-from results import RESULTS_DIR, Record, machine_line, record, write_results
+from results import RESULTS_DIR, Record, provenance, record, write_results
 from sections import replace_section
 from summary import update as update_summary
 
@@ -118,8 +118,9 @@ COMMAND = ("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/call_bench
 
 REPORT = """## Calling a tuned kernel from Python
 
-Measured with `{command}` (part of `make bench`) on {date}, build {commit}. Machine:
-{machine} (`partita machine`). Each case is tuned for {budget} s, then timed
+{provenance}
+
+Each case is tuned for {budget} s, then timed
 in {rounds} rounds, four ways side by side: in the tuner's worker (the harness that recorded
 the time), the bare C entry called from Python in a loop, the `Tuned` object called in a loop
 (`fast(A, B, out=C)`: argument checks and pointers at every call), and numpy. Each figure is
@@ -159,8 +160,7 @@ def main() -> None:
             records.append(call_record(case.label, tuned.time, med, command, machine))
     first = records[0] if records else record("", quantity="time", unit="s", partita=None,
                                               command=command, machine_desc=machine)
-    text = REPORT.format(budget=f"{args.budget:g}", command=command, date=first["date"],
-                         commit=first["commit"] or "unknown", machine=machine_line(machine),
+    text = REPORT.format(budget=f"{args.budget:g}", provenance=provenance(command, first),
                          rounds=ROUNDS, rows="\n".join(rows))
     print(text)
     if args.write:

@@ -24,6 +24,7 @@ import datetime
 import json
 import math
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,19 @@ def machine_line(desc: dict[str, Any]) -> str:
     if desc.get("notes"):
         text += f"; {desc['notes']}"
     return text
+
+
+def provenance(command: str, rec: Record, how: str = "") -> str:
+    """The paragraph that opens a section: the command that reproduces its figures (``how``
+    adds to it, e.g. ', seed 0'), when and on which build they were measured, and the machine
+    description, wrapped as the rest of the page."""
+    # The command is kept on one line, so that a search for its options finds them.
+    text = (f"Measured with `{command.replace(' ', NBSP)}` (part of `make bench`){how} on "
+            f"{rec['date']}, build {rec['commit'] or 'unknown'}. Machine, as `partita machine` "
+            f"describes it: {machine_line(rec['machine'])}.")
+    return textwrap.fill(text, width=96, break_long_words=False,
+                         break_on_hyphens=False).replace(NBSP, " ")
+
+
+NBSP = "\u00a0"
+"""Joins the words of a command while a paragraph is wrapped."""

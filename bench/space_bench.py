@@ -20,7 +20,7 @@ from partita.space.candidate import Candidate, DeadEnd
 from partita.space.compiler import set_bits
 from partita.space.estimate import Estimate, chen_size, space_stats
 from partita.targets import AVX512_REFERENCE
-from results import RESULTS_DIR, Record, machine_line, record, target, write_results
+from results import RESULTS_DIR, Record, provenance, record, target, write_results
 from sections import replace_section
 from summary import update as update_summary
 
@@ -152,15 +152,11 @@ def main() -> None:
     print(text)
     if args.write:
         command = COMMAND if args.seed == 0 else f"{COMMAND} --seed {args.seed}"
-        machine = machine_description(notes=f"Python {platform.python_version()}; the spaces "
-                                      "use the fixed AVX-512 reference description: 2 cores, "
-                                      "32 vector registers")
+        machine = machine_description(notes=f"Python {platform.python_version()}")
         records = [space_record(r, command, machine) for r in rows]
-        first = records[0]
         replace_section(args.write, "space", REPORT.format(
-            table=text, machine=machine_line(machine), command=command, seed=args.seed,
-            date=first["date"], commit=first["commit"] or "unknown", warmup=WARMUP,
-            notes=NOTES))
+            table=text, provenance=provenance(command, records[0], f", seed {args.seed},"),
+            warmup=WARMUP, notes=NOTES))
         write_results("space", "Decision spaces", records, args.results)
         update_summary(args.write, args.results)
 
@@ -213,10 +209,10 @@ and not taken, are in [docs/benchmark-notes.md](docs/benchmark-notes.md#decision
 
 REPORT = """## Decision spaces
 
-Measured with `{command}` (part of `make bench`), seed {seed}, on {date}, build {commit}.
-Machine: {machine} (`partita machine`). The spaces use the fixed AVX-512 reference machine
-description (2 cores, 32 vector registers) so that the figures do not depend on the host;
-only the descents per second and the times do.
+{provenance}
+
+The spaces use the fixed AVX-512 reference machine description (2 cores, 32 vector registers)
+so that the figures do not depend on the host; only the descents per second and the times do.
 
 {table}
 

@@ -32,7 +32,7 @@ from partita.runtime.harness import TimingOptions
 from partita.search.stop import WallTime
 from partita.targets.cpu.measure import TriadProbe, describe
 from partita.tuning import Tuned, numpy_time
-from results import RESULTS_DIR, Record, machine_line, record, target, write_results
+from results import RESULTS_DIR, Record, provenance, record, target, write_results
 from sections import replace_section
 from summary import update as update_summary
 
@@ -220,8 +220,7 @@ COMMAND = ("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/tune_bench
 
 REPORT = """## Tuning against numpy/OpenBLAS
 
-Measured with `{command}` (part of `make bench`) on {date}, build {commit}. Machine:
-{machine} (`partita machine`).
+{provenance}
 
 {table}{accuracy}{rerun}
 Each case is tuned for {budget:g} s (MCTS with the TAG policy, seed {seed}), then the best
@@ -329,9 +328,8 @@ def write_section(args: argparse.Namespace, rows: list[dict], text: str) -> None
     first = records[0] if records else record("", quantity="time", unit="s", partita=None,
                                               command=command, machine_desc=machine)
     replace_section(args.write, "tune", REPORT.format(
-        budget=args.budget, seed=args.seed, table=text, rounds=ROUNDS, command=command,
-        date=first["date"], commit=first["commit"] or "unknown",
-        machine=machine_line(machine), rerun=rerun, accuracy=accuracy,
+        budget=args.budget, seed=args.seed, table=text, rounds=ROUNDS,
+        provenance=provenance(command, first), rerun=rerun, accuracy=accuracy,
         settle=BLAS_SETTLE_S, flush_mb=COLD.resolved_flush_bytes() / 1e6))
     write_results("tune", "Tuning", records, args.results, keep_other_cases=bool(kept))
     update_summary(args.write, args.results)
