@@ -132,7 +132,7 @@ def plot(sections: list[tuple[str, list[Record]]], path: Path) -> int:
     ys = list(range(len(cases)))[::-1]
     height = 0.38
     ax.barh([y + height / 2 for y in ys], [1.0] * len(cases), height, color="#9e9e9e",
-            label="reference (numpy/OpenBLAS or the STREAM triad), = 1")
+            label="reference = 1 (numpy/OpenBLAS or the STREAM triad)")
     ax.barh([y - height / 2 for y in ys], [c[1] for c in cases], height, color="#1f77b4",
             label="partita")
     for y, (_, _, tgt, _) in zip(ys, cases, strict=True):
@@ -144,15 +144,15 @@ def plot(sections: list[tuple[str, list[Record]]], path: Path) -> int:
     values = [c[1] for c in cases] + [c[2] for c in cases if c[2] is not None] + [1.0]
     low, high = min(values) / 1.5, max(values) * 1.5
     ax.set_xlim(low, high)
-    ticks = [t for t in (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0) if low <= t <= high]
+    ticks = [t for t in (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0) if low <= t <= high]
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("time, normalised to the reference's (lower is faster; log scale)")
     ax.axvline(1.0, color="black", lw=0.6)
-    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=8, frameon=False)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return len(cases)
 

@@ -311,6 +311,9 @@ def write_section(args: argparse.Namespace, rows: list[dict], text: str) -> None
     ``--only`` keeps the other rows measured with the same budget)."""
     machine = machine_description()
     only = f' --only "{args.only}"' if args.only else ""
+    # Each record names the command that measured it, --only included.
+    records = [tune_record(r, COMMAND.format(budget=args.budget, only=only), machine)
+               for r in rows]
     rerun = ""
     kept = kept_rows(args.write, args.budget) if args.only else {}
     accuracy = accuracy_line(rows, "the rows rerun" if kept else "every row")
@@ -324,7 +327,6 @@ def write_section(args: argparse.Namespace, rows: list[dict], text: str) -> None
         rerun = (f"\nRerun afterwards with `--only \"{args.only}\"` (same command and "
                  f"budget): {', '.join(new)}.\n")
     command = COMMAND.format(budget=args.budget, only=only)
-    records = [tune_record(r, command, machine) for r in rows]
     first = records[0] if records else record("", quantity="time", unit="s", partita=None,
                                               command=command, machine_desc=machine)
     replace_section(args.write, "tune", REPORT.format(
