@@ -195,10 +195,10 @@ and not taken, are in [docs/benchmark-notes.md](docs/benchmark-notes.md#decision
   from one hour to the next, so builds are compared side by side, never with an older table.
   About three quarters of a descent runs in the C engine, most of it enumerating clause
   groundings; the rest in Python (candidates, decision lists).
-- **Dead ends of uniform draws** (target 15% on matmul 256x256x32): those left end at the
-  register limit on unrolled copies. Another value of the same choice always propagates (no
-  live child: 0% on the CPU), so the search's rollouts, which draw again, never backtrack
-  further.
+- **Dead ends of uniform draws** (target 15% on matmul 256x256x32): in the last look at
+  them, every one left ended at the register limit on unrolled copies. Another value of the
+  same choice always propagates (no live child: 0% on the CPU), so the search's rollouts,
+  which draw again, never backtrack further.
 - **Size intervals** (target ±50%, not met): the weights of Knuth's estimator span many orders
   of magnitude on matmul, so a handful of rare descents decide the mean; the effective sample
   size (ESS, Kish's `(sum w)^2 / sum w^2`) is a few samples out of thousands, and the
@@ -223,10 +223,10 @@ case are untimed and compile the common layouts (last column). Descents per seco
 complete descents timed on one core, a rare new layout included.
 
 *Dead ends* are the fraction of uniform random descents (first open choice in the space's
-order, a uniformly chosen value) in which a drawn value empties a domain. *No live child* reads
-Beaugnon's thesis, Table 4.3, literally ("the probability to end up with only decisions leading to a
-failed candidate"): a drawn value that fails is dropped and another drawn, and the descent
-fails only where every value of the next choice does. Size estimates come from Knuth's
+order, a uniformly chosen value) in which a drawn value empties a domain. *No live child*
+reads Beaugnon's thesis, Table 4.3, literally ("the probability to end up with only decisions
+leading to a failed candidate"): a drawn value that fails is dropped and another drawn, and the
+descent fails only where every value of the next choice does. Size estimates come from Knuth's
 estimator over the timed descents and from Chen's heuristic sampling, with strata of depth and
 number of open choices, or also of the size of the open domains (`partita space --method
 chen-size`: a stratum per factor of 16 in the product of their sizes; fewer samples, each a
