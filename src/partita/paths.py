@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from partita.config import cache_dir
 
 
 def cache_root() -> Path:
     """``$PARTITA_CACHE``, else ``~/.cache/partita``."""
-    env = os.environ.get("PARTITA_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "partita"
+    return cache_dir() or Path.home() / ".cache" / "partita"

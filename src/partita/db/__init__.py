@@ -6,12 +6,11 @@ from partita.db.records import (
     Records,
     RecordsError,
     default_path,
-    host_fingerprint,
     migrate,
 )
 from partita.db.schema import MIGRATIONS, SCHEMA_VERSION, Migration, decisions_hash
 
 __all__ = [
     "ENV_VAR", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "Records", "RecordsError",
-    "decisions_hash", "default_path", "host_fingerprint", "migrate",
+    "decisions_hash", "default_path", "migrate",
 ]

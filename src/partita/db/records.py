@@ -33,9 +33,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+from partita.config import RECORDS_VARIABLE, records_file, xdg_cache_home
 from partita.db.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration, decisions_hash
 
-ENV_VAR = "PARTITA_DB"
+ENV_VAR = RECORDS_VARIABLE
 """Environment variable naming the records file, for when no path is given."""
 
 BUSY_TIMEOUT_S = 10.0
@@ -79,35 +80,11 @@ def default_path() -> Path:
     """``$PARTITA_DB``, else ``$XDG_CACHE_HOME/partita/records.sqlite``, else
     ``~/.cache/partita/records.sqlite``: one file per user, shared by all their runs, so that
     what one run measured is known to the next."""
-    env = os.environ.get(ENV_VAR, "").strip()
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    # The XDG specification says a relative value is invalid and must be ignored.
-    root = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    named = records_file()
+    if named is not None:
+        return named
+    root = xdg_cache_home() or Path.home() / ".cache"
     return root / "partita" / "records.sqlite"
-
-
-def host_fingerprint(compiler: str, cpu: Any = None) -> dict[str, Any]:
-    """The fingerprint of this machine for :meth:`Records.machine_id`.
-
-    Its key is the machine description's key, so records and measured machine descriptions
-    agree on which measurements are interchangeable. ``cpu`` defaults to the host's
-    capabilities; ``compiler`` is the compiler's version line, which chooses the instructions
-    that are timed.
-    """
-    from partita.targets.cpu.description import machine_key
-    from partita.targets.cpu.machine import host
-
-    cpu = cpu if cpu is not None else host()
-    return {
-        "key": machine_key(cpu, compiler),
-        "model": cpu.model,
-        "flags": sorted(cpu.flags),
-        "cores": cpu.cores,
-        "compiler": compiler,
-        "cpu": cpu.to_json(),
-    }
 
 
 # ---------------------------------------------------------------------- schema upgrades
@@ -438,9 +415,10 @@ class Records:
     def machine_id(self, fingerprint: Mapping[str, Any]) -> int:
         """The id of the machine with ``fingerprint['key']`` (recorded on first use).
 
-        The key alone identifies the machine (see :func:`host_fingerprint`); ``model``,
-        ``flags``, ``cores`` and ``compiler`` are kept in columns for queries, and the whole
-        fingerprint as its description.
+        The key alone identifies the machine (see
+        :func:`partita.targets.cpu.target.host_fingerprint`); ``model``, ``flags``, ``cores``
+        and ``compiler`` are kept in columns for queries, and the whole fingerprint as its
+        description.
         """
         key = fingerprint.get("key")
         if not isinstance(key, str) or not key:

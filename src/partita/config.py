@@ -1,0 +1,66 @@
+"""Every environment variable partita reads, each behind one small function.
+
+Algorithms never read the environment themselves: they take these values as arguments or ask
+this module, so what a run depends on outside its arguments is listed here and nowhere else.
+
+=================  ==========================================================================
+``PARTITA_DB``     the tuning records database (:func:`records_file`)
+``PARTITA_CACHE``  partita's cache directory (:func:`cache_dir`)
+``XDG_CACHE_HOME`` the user's cache directory, where the records live by default
+                   (:func:`xdg_cache_home`)
+``PARTITA_NATIVE`` ``0`` keeps decision spaces on the Python engine (:func:`native_engine`)
+``CC``             the C compiler of the native constraint engine (:func:`c_compiler`)
+``CUDA_HOME``,     CUDA installations searched for nvcc (:func:`cuda_roots`)
+``CUDA_PATH``
+=================  ==========================================================================
+
+Child processes (the timing worker, the CPU micro-benchmarks) inherit the whole environment
+(:func:`child_environment`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RECORDS_VARIABLE = "PARTITA_DB"
+"""The variable that names the records database (error messages name it)."""
+
+
+def records_file() -> Path | None:
+    """``$PARTITA_DB`` (``~`` expanded), or None where it is unset or blank."""
+    value = os.environ.get(RECORDS_VARIABLE, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def xdg_cache_home() -> Path | None:
+    """``$XDG_CACHE_HOME``, or None where it is unset, blank or relative (the XDG Base
+    Directory specification says a relative value is invalid and must be ignored)."""
+    value = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return Path(value) if value and Path(value).is_absolute() else None
+
+
+def cache_dir() -> Path | None:
+    """``$PARTITA_CACHE``, or None where it is unset or empty."""
+    value = os.environ.get("PARTITA_CACHE")
+    return Path(value) if value else None
+
+
+def native_engine() -> bool:
+    """False where ``PARTITA_NATIVE=0``: every space then runs on the Python engine."""
+    return os.environ.get("PARTITA_NATIVE", "1") != "0"
+
+
+def c_compiler() -> str:
+    """``$CC``, else ``gcc``: the compiler that builds the native constraint engine."""
+    return os.environ.get("CC", "gcc")
+
+
+def cuda_roots() -> list[str]:
+    """``$CUDA_HOME`` and ``$CUDA_PATH`` (empty strings where unset), in that order."""
+    return [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
+
+
+def child_environment(**overrides: str) -> dict[str, str]:
+    """A copy of this process's environment for a child process, with ``overrides``."""
+    return {**os.environ, **overrides}
