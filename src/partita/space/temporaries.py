@@ -10,8 +10,8 @@ temporary lives and its layout are new decisions of the target's space.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
-import math
 
 from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Reduce, Value
@@ -58,16 +58,35 @@ def temporary_dims(k: Kernel, t: str) -> list[str]:
     return out
 
 
+ALL_ORDERS_RANK = 4
+"""Temporaries of up to this many axes may be stored in any order of their axes (24 orders,
+48 layouts with panels). Beyond, the orders are too many for one domain (6 axes: 720): see
+:func:`axis_orders`."""
+
+
+@functools.cache
+def axis_orders(rank: int) -> tuple[tuple[int, ...], ...]:
+    """The orders (fastest axis last) a temporary of ``rank`` axes may be stored in: every
+    permutation, in lexicographic order (the consumer's order first), up to
+    :data:`ALL_ORDERS_RANK` axes. A larger temporary (a convolution's image tile, six axes) may
+    keep the consumer's order or move one axis to the fastest place, which is what deciding
+    the contiguous axis of a copy needs; the order of the slower axes changes its footprint
+    little."""
+    if rank <= ALL_ORDERS_RANK:
+        return tuple(itertools.permutations(range(rank)))
+    base = tuple(range(rank))
+    return (base, *((*(a for a in base if a != fast), fast) for fast in range(rank - 1)))
+
+
 def plain_layouts(k: Kernel, t: str) -> int:
-    """The number of the temporary's layouts that are not panels: the permutations of its
-    axes."""
-    return math.factorial(len(k.array(t).shape))
+    """The number of the temporary's layouts that are not panels: its axis orders."""
+    return len(axis_orders(len(k.array(t).shape)))
 
 
 def layouts(k: Kernel, t: str, panels: bool = False) -> list[int]:
-    """Index of each layout of the temporary: the permutations of its axes (0 is the
-    consumer's order), then, with ``panels`` and at least two axes, the same permutations
-    stored as panels (see :func:`layout_order`)."""
+    """Index of each layout of the temporary: its axis orders (0 is the consumer's order),
+    then, with ``panels`` and at least two axes, the same orders stored as panels (see
+    :func:`layout_order`)."""
     count = plain_layouts(k, t)
     return list(range(2 * count if panels and count > 1 else count))
 
@@ -76,27 +95,29 @@ def layout_order(rank: int, index: int) -> tuple[tuple[int, ...], bool]:
     """(the permutation of the axes, fastest last; whether it is stored as panels) of the
     ``index``-th layout of a temporary of ``rank`` axes.
 
-    Indices below ``rank!`` are the permutations in lexicographic order. The next ``rank!``
+    Indices below the number of :func:`axis_orders` are those orders. The next as many
     store the same orders as *panels*: the outer tiles of the fastest axis go outermost, so
     that each inner tile of that axis is a contiguous panel through all the other axes. That
     is the order in which a register-blocked micro-kernel reads a packed operand (the rows of
     its register tile at consecutive addresses, one reduction step after the other), where
     the plain order puts successive steps a whole block of rows apart."""
-    count = math.factorial(rank)
+    count = len(axis_orders(rank))
     return permutation(rank, index % count), index >= count
 
 
 def layout_index(perm: tuple[int, ...], panels: bool = False) -> int:
     """The index of the layout storing the axes in ``perm`` (fastest last), as panels with
     ``panels`` (the inverse of :func:`layout_order`; a single axis has no panels)."""
-    rank = len(perm)
-    index = next(i for i, p in enumerate(itertools.permutations(range(rank))) if p == perm)
-    return index + math.factorial(rank) if panels and rank > 1 else index
+    orders = axis_orders(len(perm))
+    if perm not in orders:
+        raise ValueError(f"a temporary of {len(perm)} axes is not stored in the order {perm}")
+    index = orders.index(perm)
+    return index + len(orders) if panels and len(perm) > 1 else index
 
 
 def permutation(rank: int, index: int) -> tuple[int, ...]:
-    """The ``index``-th permutation of ``range(rank)`` in lexicographic order."""
-    return next(itertools.islice(itertools.permutations(range(rank)), index, None))
+    """The ``index``-th of the :func:`axis_orders` of ``rank`` axes."""
+    return axis_orders(rank)[index]
 
 
 def declare_temporaries(S: SpaceDef, places: tuple[str, ...],
