@@ -28,10 +28,10 @@ from partita.db import (
     RecordsError,
     decisions_hash,
     default_path,
-    host_fingerprint,
     migrate,
 )
 from partita.db.schema import APPLICATION_ID
+from partita.targets.cpu.target import host_fingerprint
 
 TARGET = "cpu"
 MACHINE = {"key": "m-test", "model": "Test CPU", "flags": ["sse2", "avx2"], "cores": 4,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from partita.gpu.nvcc import CudaBuild, compile_cuda, find_nvcc
-from partita.gpu.opencl import OpenclRunner, OpenclUnavailable, default_runner
+from partita.targets.gpu.nvcc import CudaBuild, compile_cuda, find_nvcc
+from partita.targets.gpu.opencl import OpenclRunner, OpenclUnavailable, default_runner
 from tests.gpu.samples import Printed, load, replay_all
 
 FAST_NVCC = ("-Xcicc", "-O0", "-Xptxas", "-O0")

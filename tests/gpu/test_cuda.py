@@ -12,8 +12,8 @@ import pytest
 
 from partita.api import kernel, space
 from partita.codegen.gpu import print_cuda
-from partita.gpu.nvcc import compile_cuda, find_nvcc
 from partita.search.sampling import random_implementation
+from partita.targets.gpu.nvcc import compile_cuda, find_nvcc
 from tests.gpu.samples import CONFIGS, Printed
 
 if TYPE_CHECKING:

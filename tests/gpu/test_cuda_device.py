@@ -1,4 +1,4 @@
-"""The CUDA device path (:mod:`partita.gpu.cuda`): build, load, run, check and time printed
+"""The CUDA device path (:mod:`partita.targets.gpu.cuda`): build, load, run, check and time printed
 CUDA kernels on a CUDA device, or refuse with the reason there is none.
 
 Without a device, the tests that need one skip (the ``device`` fixture calls
@@ -27,12 +27,14 @@ import pytest
 from click.testing import CliRunner
 
 import partita
-import partita.gpu.cuda as cuda_mod
+import partita.targets.gpu.cuda as cuda_mod
 from partita.api import kernel, space
 from partita.cli import main
 from partita.codegen.gpu import GpuProgram, UnsoundCandidate, print_cuda
-from partita.gpu.check import CaseCache, HostArgument, host_arguments, launch_of
-from partita.gpu.cuda import (
+from partita.runtime.harness import TimingOptions
+from partita.search.sampling import NoImplementation, random_implementation
+from partita.targets.gpu.check import CaseCache, HostArgument, host_arguments, launch_of
+from partita.targets.gpu.cuda import (
     CudaDevice,
     CudaRunner,
     CudaUnavailable,
@@ -41,10 +43,9 @@ from partita.gpu.cuda import (
     pack_arguments,
     time_repetitions,
 )
-from partita.gpu.nvcc import compile_module, find_nvcc
-from partita.runtime.harness import TimingOptions
-from partita.search.sampling import NoImplementation, random_implementation
-from partita.tuning import gpu_first_batch, target_model
+from partita.targets.gpu.nvcc import compile_module, find_nvcc
+from partita.targets.gpu.target import gpu_first_batch
+from partita.tuning import target_model
 from tests.gpu.conftest import FAST_NVCC
 from tests.gpu.samples import CONFIGS, Printed, _replay, load, root
 

@@ -13,7 +13,7 @@ from tests.gpu.samples import CONFIGS, Printed
 
 pytest.importorskip("pyopencl")
 
-from partita.gpu.opencl import OpenclRunner
+from partita.targets.gpu.opencl import OpenclRunner
 
 SEED = 7
 

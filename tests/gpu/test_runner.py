@@ -14,7 +14,7 @@ from tests.gpu.samples import Printed
 
 pytest.importorskip("pyopencl")
 
-from partita.gpu.opencl import (
+from partita.targets.gpu.opencl import (
     OpenclRunner,
     pocl_device,
     run_opencl,

@@ -8,9 +8,10 @@ output makes the run ``wrong``, as does an output element never written (outputs
 NaN). Workspace buffers start as NaN too, so that reading a temporary element nobody wrote
 shows in the outputs.
 
-The OpenCL runner (:mod:`partita.gpu.opencl`) and the CUDA runner (:mod:`partita.gpu.cuda`)
-both build their arguments with :func:`host_arguments` and judge the outputs with
-:func:`check_outputs`, so a candidate is checked the same way on PoCL and on a GPU.
+The OpenCL runner (:mod:`partita.targets.gpu.opencl`) and the CUDA runner
+(:mod:`partita.targets.gpu.cuda`) both build their arguments with :func:`host_arguments` and
+judge the outputs with :func:`check_outputs`, so a candidate is checked the same way on PoCL
+and on a GPU.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ A :class:`CudaRunner` evaluates :class:`~partita.codegen.gpu.GpuProgram` objects
 ``cuda``:
 
 1. the programs of a batch are compiled together by nvcc into one cubin for the device's
-   compute capability (:func:`partita.gpu.nvcc.compile_module`, in a background thread when
+   compute capability (:func:`partita.targets.gpu.nvcc.compile_module`, in a background thread when
    :meth:`CudaRunner.prepare` is called ahead); a failed batch is split so an error is charged
    to its program only;
 2. the module is loaded (``cuModuleLoadData``); buffers are allocated and filled exactly as the
-   OpenCL runner fills them (:mod:`partita.gpu.check`: the same seeds, NaN outputs and
+   OpenCL runner fills them (:mod:`partita.targets.gpu.check`: the same seeds, NaN outputs and
    workspaces, sentinel tails);
 3. the kernel is launched once with the program's grid, block and dynamic shared memory; the
    buffers are copied back and checked like the OpenCL runner's (sentinels, inputs, gaps of
@@ -50,7 +50,11 @@ from typing import Any
 import numpy as np
 
 from partita.codegen.gpu import GpuProgram
-from partita.gpu.check import (
+from partita.runtime.data import Reference
+from partita.runtime.evaluate import Measurement
+from partita.runtime.harness import TimingOptions, summarize
+from partita.targets.base import TargetUnavailable
+from partita.targets.gpu.check import (
     CaseCache,
     GpuRun,
     HostArgument,
@@ -60,13 +64,10 @@ from partita.gpu.check import (
     host_arguments,
     launch_of,
 )
-from partita.gpu.nvcc import DEFAULT_ARCH, arch_of, compile_module, find_nvcc, nvcc_version
-from partita.runtime.data import Reference
-from partita.runtime.evaluate import Measurement
-from partita.runtime.harness import TimingOptions, summarize
+from partita.targets.gpu.nvcc import DEFAULT_ARCH, arch_of, compile_module, find_nvcc, nvcc_version
 
 
-class CudaUnavailable(RuntimeError):
+class CudaUnavailable(TargetUnavailable):
     """No CUDA device can be used; the message says why, on one line."""
 
 
@@ -107,6 +108,7 @@ def _call(drv: Any, name: str, *args: Any) -> Any:
         result = getattr(drv, name)(*args)
     except Exception as exc:
         raise CudaError(name, None, _one_line(exc)) from exc
+    err: Any
     err, values = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
     if err != drv.CUresult.CUDA_SUCCESS:
         raise CudaError(name, int(getattr(err, "value", err)), str(getattr(err, "name", err)))
@@ -529,7 +531,8 @@ class CudaRunner:
                 seed: int | None = None, reference: Reference | None = None,
                 timeout_s: float = 10.0, time_it: bool = True) -> Measurement:
         """Build (unless ``image`` is given), run once, check, and time ``program``."""
-        info = {"flags": self.flags_text, "compiler": self.compiler, "entry": program.entry}
+        info: dict[str, Any] = {"flags": self.flags_text, "compiler": self.compiler,
+                                "entry": program.entry}
         check_batch([program], "cuda")
         misfit = self.device.misfit(program)
         if misfit is not None:
@@ -586,9 +589,10 @@ class CudaRunner:
             if not time_it:
                 return Measurement("ok", "", max_error=checked.max_error, **info)
             times, warmups, stop = time_repetitions(call, self.timing)
+            summary: dict[str, Any] = summarize(times)
             return Measurement("ok", "", reps=len(times), times=times,
                                max_error=checked.max_error, warmups=warmups, stop=stop,
-                               **summarize(times), **info)
+                               **summary, **info)
         except CudaError as exc:
             self._recover()
             return Measurement("crash", str(exc), **info)

@@ -4,12 +4,11 @@ nvcc starts slowly (it drives a host compiler, the front end, ptxas and fatbinar
 kernels with distinct entries are compiled as one translation unit; a failure is then charged
 to the kernels whose lines the error messages name. :func:`compile_cuda` makes object code
 (a check that needs no GPU); :func:`compile_module` makes the cubin (or fat binary) that the
-CUDA runner (:mod:`partita.gpu.cuda`) loads.
+CUDA runner (:mod:`partita.targets.gpu.cuda`) loads.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -20,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from partita.codegen.gpu import GpuProgram
-from partita.gpu.check import check_batch
+from partita.config import cuda_roots
 from partita.runtime.compile import signal_group
+from partita.targets.gpu.check import check_batch
 
 DEFAULT_ARCH = "sm_90"
 
@@ -31,7 +31,7 @@ def find_nvcc() -> str | None:
     found = shutil.which("nvcc")
     if found:
         return found
-    roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
+    roots = cuda_roots()
     roots += sorted((str(p) for p in Path("/usr/local").glob("cuda*")), reverse=True)
     for root in roots:
         if root and (Path(root) / "bin" / "nvcc").is_file():

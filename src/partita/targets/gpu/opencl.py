@@ -6,7 +6,7 @@ temporaries, vector accesses) on machines without a GPU. The PoCL CPU device is 
 explicitly: another installed driver (a GPU's, or a vendor CPU runtime) would make results
 depend on the machine.
 
-Data, tolerances and checks are those of :mod:`partita.gpu.check`, which the CUDA runner
+Data, tolerances and checks are those of :mod:`partita.targets.gpu.check`, which the CUDA runner
 shares: inputs drawn from the seed as the CPU runtime draws them, a float64 reference,
 sentinel tails after every buffer, and outputs and workspaces that start as NaN.
 
@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from partita.codegen.gpu import GpuProgram
-from partita.gpu.check import (
+from partita.runtime.data import Reference
+from partita.targets.gpu.check import (
     CaseCache,
     GpuRun,
     check_batch,
@@ -29,7 +30,6 @@ from partita.gpu.check import (
     host_arguments,
     launch_of,
 )
-from partita.runtime.data import Reference
 
 
 class OpenclUnavailable(RuntimeError):
