@@ -123,7 +123,7 @@ def test_bad_input_is_one_line_and_nonzero(args: list[str], message: str) -> Non
 
 
 def test_gpu_tuning_without_a_device_is_one_line_and_nonzero() -> None:
-    from partita.gpu.cuda import CudaUnavailable, tuning_device
+    from partita.targets.gpu.cuda import CudaUnavailable, tuning_device
 
     try:
         tuning_device()
@@ -175,12 +175,12 @@ def test_a_full_disk_is_one_line_and_keeps_the_records(tuned: partita.Tuned, db:
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import partita.tuning
+    import partita.tuning.tuned
 
     def full(*_: object) -> Path:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(partita.tuning, "write_code", full)
+    monkeypatch.setattr(partita.tuning.tuned, "write_code", full)
     code, out = run("tune", "matmul", "m=16", "n=24", "k=8", "--db", str(db))
     assert code != 0 and "No space left on device" in out and "Traceback" not in out
     monkeypatch.undo()
@@ -285,16 +285,16 @@ def test_numpy_time_of_library_kernels_warm_and_cold() -> None:
 def test_cold_cache_times_are_taken_cold_and_recorded_apart(tuned: partita.Tuned, db: Path,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
-    import partita.tuning as tuning
+    import partita.targets.cpu.target as cpu_target
 
     timings = []
 
-    class Recording(tuning.Evaluator):  # type: ignore[misc, valid-type]
+    class Recording(cpu_target.Evaluator):  # type: ignore[misc, valid-type]
         def __init__(self, *args: object, **kwargs: object) -> None:
             timings.append(kwargs.get("timing"))
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(tuning, "Evaluator", Recording)
+    monkeypatch.setattr(cpu_target, "Evaluator", Recording)
     k = partita.kernel("matmul", m=16, n=24, k=8)
     warm = partita.load(k, db=db)
     # A warm best is recorded (the fixture): a cold tune does not answer from it, and

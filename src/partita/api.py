@@ -1,4 +1,4 @@
-"""The Python API: library kernels and their decision spaces."""
+"""The Python API: library kernels, their decision spaces, and tuning them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from partita.ir.kernel import Kernel
 from partita.kernels import kernel
 from partita.space.candidate import Space
-from partita.targets import space_def
+from partita.targets import get as get_target
 from partita.targets.cpu.machine import CpuCapabilities
+from partita.tuning import Tuned, load, tune
 
 
 def space(k: Kernel, target: str = "cpu", cpu: CpuCapabilities | None = None,
@@ -16,15 +17,11 @@ def space(k: Kernel, target: str = "cpu", cpu: CpuCapabilities | None = None,
     """The decision space of kernel ``k`` on ``target`` (``cpu`` or ``gpu``).
 
     ``choice_order`` changes the order in which decisions are taken (see
-    :meth:`~partita.space.decl.SpaceDef.reordered`): ``"default"`` (source 000 §6.1: layouts,
-    sizes, kinds, memory spaces, order, prefetching), ``"reverse"``, or the choices to take first.
+    :meth:`~partita.space.decl.SpaceDef.reordered`): ``"default"`` (Beaugnon's thesis,
+    section 6.1: layouts, sizes, kinds, memory spaces, order, prefetching), ``"reverse"``, or
+    the choices to take first.
     """
-    return Space(space_def(target, k, cpu).reordered(choice_order), k)
+    return get_target(target).space(k, choice_order, cpu)
 
 
-__all__ = ["kernel", "space"]
-
-
-from partita.tuning import Tuned, load, tune  # noqa: E402  (the layers above come first)
-
-__all__ += ["Tuned", "load", "tune"]
+__all__ = ["Tuned", "kernel", "load", "space", "tune"]

@@ -2,26 +2,49 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import click
 
 from partita.api import kernel as library_kernel
 from partita.api import space as make_space
-from partita.codegen.c import CodegenError, print_c
+from partita.codegen.c import CodegenError
 from partita.codegen.looptree import loop_tree, render
+from partita.codegen.program import signature
+from partita.db import Records, RecordsError, default_path
+from partita.ir.kernel import Kernel
 from partita.ir.types import KernelError
 from partita.kernels import get_spec, list_kernels
-from partita.search.sampling import NoImplementation, random_implementation
+from partita.report import export_c, write_report
+from partita.runtime.data import TooLarge, reference_kind
+from partita.runtime.harness import TimingOptions
+from partita.search.pruning import prune_stats
+from partita.search.sampling import NoImplementation, random_implementation, sample_and_evaluate
+from partita.search.stop import parse_duration, parse_stop
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
 from partita.space.estimate import METHODS, heavy_tailed, space_stats
-from partita.targets import TARGETS, space_def
-from partita.tuning import records_target
+from partita.targets import REGISTRY, TARGETS, TargetUnavailable
+from partita.targets import get as get_target
+from partita.targets.base import printers_text
+from partita.targets.cpu.measure import describe, is_cached
+from partita.tuning import (
+    StaleRecord,
+    Tuned,
+    host_machine,
+    kernel_params,
+    kernel_rates,
+    numpy_time,
+    rebuild_program,
+    records_target,
+    target_model,
+    tune,
+)
 
 target_option = click.option("--target", type=click.Choice(TARGETS), default="cpu",
                              show_default=True)
@@ -48,7 +71,7 @@ def _params(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
 
@@ -58,8 +81,6 @@ class _Cli(click.Group):
     it, ends the command with one line naming the file, not a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from partita.db import RecordsError
-
         try:
             return super().invoke(ctx)
         except RecordsError as exc:
@@ -128,19 +149,20 @@ def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, s
     _print_space(result, example)
 
 
-def _check_choice_order(k: Any, target: str, choice_order: str) -> None:
-    """A bad --choice-order as a one-line error, before any work."""
-    try:
-        space_def(target, k).reordered(choice_order)
-    except SpaceError as exc:
-        _fail(str(exc))
-
-
 def _example(root: Candidate, rng: random.Random, tries: int = 200) -> Candidate | None:
     try:
         return random_implementation(root, rng, tries)
     except NoImplementation:
         return None
+
+
+def _library_kernel(kernel: str, params: tuple[str, ...]) -> Kernel:
+    """The library kernel ``kernel`` with ``key=value`` parameters, or a one-line error."""
+    try:
+        return library_kernel(kernel, **_params(params))
+    except KernelError as exc:
+        _fail(str(exc))
+        raise AssertionError from exc  # unreachable: _fail exits
 
 
 def _open_space(kernel: str, params: tuple[str, ...], target: str,
@@ -185,8 +207,6 @@ def _read_decisions(path: str) -> list[Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def machine_cmd(force: bool, no_measure: bool, as_json: bool) -> None:
     """Describe this CPU: cores, peak FLOP/s, latencies, bandwidths (measured once, cached)."""
-    from partita.targets.cpu.measure import describe, is_cached
-
     if force and no_measure:
         _fail("--measure and --no-measure contradict each other")
     if (force or not is_cached()) and not no_measure:
@@ -210,39 +230,21 @@ def machine_cmd(force: bool, no_measure: bool, as_json: bool) -> None:
 def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, target: str,
                timeout_s: float, as_json: bool) -> None:
     """Draw random implementations of KERNEL; compile, run, verify and time each one."""
-    from partita.runtime.data import reference_kind
-    from partita.search.sampling import sample_and_evaluate
-
     _, root = _open_space(kernel, params, target)
     spec = get_spec(kernel)
     resolved = spec.resolve(_params(params))
-    if target == "gpu":
-        from partita.codegen.gpu import print_opencl
-        from partita.gpu.opencl import OpenclUnavailable, run_opencl_batch
-
-        try:
-            report = sample_and_evaluate(root, count, random.Random(seed),
-                                         lambda ps: run_opencl_batch(ps, seed),
-                                         printer=print_opencl)
-        except OpenclUnavailable as exc:
-            _fail(f"no OpenCL device to run GPU code on: {exc}")
-    else:
-        from partita.runtime import Evaluator
-        from partita.runtime.data import TooLarge, check_memory
-
-        try:
-            check_memory(root.kernel)
-        except TooLarge as exc:
-            _fail(str(exc))
-        with Evaluator(seed=seed, timeout_s=timeout_s) as ev:
-            report = sample_and_evaluate(root, count, random.Random(seed), ev.evaluate)
+    try:
+        with get_target(target).sampling(root.kernel, seed=seed, timeout_s=timeout_s) as how:
+            report = sample_and_evaluate(root, count, random.Random(seed), how.evaluate,
+                                         printer=how.printer)
+    except (TooLarge, TargetUnavailable) as exc:
+        _fail(str(exc))
     result = report.to_json(spec.flops(**resolved))
     result["reference"] = reference_kind(root.kernel)
     if as_json:
         click.echo(json.dumps(result))
         return
-    where = " on OpenCL (PoCL)" if target == "gpu" else ""
-    click.echo(f"{report.sampled} random {target} implementations of {kernel}{where} "
+    click.echo(f"{report.sampled} random {target} implementations of {kernel}{how.where} "
                f"({' '.join(f'{k}={v}' for k, v in resolved.items())})")
     click.echo(f"  compiled {report.compiled}, verified {report.verified} "
                f"(against {_AGAINST[result['reference']]}), "
@@ -263,8 +265,6 @@ _AGAINST = {"numpy": "the numpy reference", "given": "the given reference",
 
 def _duration(text: str) -> float:
     """Seconds from ``90``, ``90s``, ``5m`` or ``1h``."""
-    from partita.search.stop import parse_duration
-
     try:
         return parse_duration(text)
     except ValueError as exc:
@@ -275,9 +275,6 @@ def _peak_line(k: Any, t: float, cold_cache: bool = False
                ) -> tuple[float | None, float | None, str]:
     """GFLOP/s, GB/s, and the speed as a fraction of the machine's peak that bounds it (for
     times from cold caches, the bandwidth is memory's)."""
-    from partita.targets.cpu.measure import describe
-    from partita.tuning import kernel_rates
-
     gflops, gbs = kernel_rates(k, t)
     if gflops is None:
         return None, None, ""
@@ -332,63 +329,46 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
              db: str | None, continue_: bool, transfer: bool, sketches: bool,
              reassociate: bool, cold_cache: bool, choice_order: str, as_json: bool) -> None:
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
-    from partita.db import RecordsError
-    from partita.runtime import TimingOptions
-    from partita.runtime.data import TooLarge
-    from partita.search.stop import parse_stop
-    from partita.tuning import budget_stop, numpy_time, tune
-    from partita.variants import NotReassociable
-
-    try:
-        k = library_kernel(kernel, **_params(params))
-    except KernelError as exc:
-        _fail(str(exc))
-    if cold_cache and target != "cpu":
-        _fail("--cold-cache: caches are flushed between calls on the cpu target only")
-    if target == "gpu":
-        from partita.gpu.cuda import CudaUnavailable, tuning_device
-
-        try:
-            tuning_device()
-        except CudaUnavailable as exc:
-            _fail(str(exc))
+    k = _library_kernel(kernel, params)
     if reassociate and stop_expr:
         _fail("--reassociate shares --budget and --evaluations among the orders of the sum; "
               "it does not take --stop")
-    _check_choice_order(k, target, choice_order)
     try:
-        seconds = _duration(budget)
-        stop = parse_stop(stop_expr) if stop_expr else budget_stop(seconds, evaluations)
-    except (ValueError, click.BadParameter) as exc:
+        stop = parse_stop(stop_expr) if stop_expr else None
+    except ValueError as exc:
         _fail(f"--stop/--budget: {exc}")
     options: dict[str, Any] = {"policy": policy} if search == "mcts" else {}
-    if reassociate:
-        options |= {"reassociate": True, "budget": seconds, "evaluations": evaluations}
-    else:
-        options["stop"] = stop
     progress_cb, finish = _progress(k, as_json)
     try:
-        tuned = tune(k, target=target, search=search, seed=seed, db=db,
-                     continue_=continue_, transfer=transfer, sketches=sketches,
-                     cold_cache=cold_cache, choice_order=choice_order,
-                     on_evaluation=progress_cb, **options)
-    except (NotReassociable, TooLarge) as exc:
-        _fail(str(exc))
-    except RecordsError as exc:
-        _fail(str(exc))
+        # tune checks the rest of the request (budget, choice order, cold caches, memory, a
+        # device) before any work, and says what is wrong in one line.
+        tuned = tune(k, budget=budget, evaluations=evaluations, stop=stop, target=target,
+                     search=search, seed=seed, db=db, continue_=continue_, transfer=transfer,
+                     sketches=sketches, reassociate=reassociate, cold_cache=cold_cache,
+                     choice_order=choice_order, on_evaluation=progress_cb, **options)
     except OSError as exc:
         _fail(f"cannot write: {exc}")
-    except RuntimeError as exc:
+    except (ValueError, RuntimeError, RecordsError) as exc:
         _fail(str(exc))
     finally:
         finish()
+    out, peak = _tune_summary(kernel, k, tuned, seed, cold_cache)
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    _print_tuned(kernel, tuned, out["numpy_time_s"], peak)
+
+
+def _tune_summary(kernel: str, k: Any, tuned: Tuned, seed: int, cold_cache: bool
+                  ) -> tuple[dict[str, Any], str]:
+    """(the JSON object of ``partita tune --json``, the text line of the speed)."""
     t = tuned.time or 0.0
     # numpy is timed as partita was: from cold caches too under --cold-cache.
     np_t = numpy_time(k, seed, flush_bytes=TimingOptions(flush_cache=cold_cache)
                       .resolved_flush_bytes())
     gflops, gbs, peak = _peak_line(k, t, cold_cache)
     result = tuned.result
-    out = {
+    out: dict[str, Any] = {
         "kernel": kernel, "best_time_s": tuned.time, "gflops": gflops, "gbs": gbs,
         "numpy_time_s": np_t, "speedup_vs_numpy": (np_t / t) if np_t and t else None,
         "evaluations": tuned.evaluations,
@@ -409,9 +389,12 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     if tuned.variant is not None:
         out["variant"] = tuned.variant
         out["variants"] = tuned.variants
-    if as_json:
-        click.echo(json.dumps(out))
-        return
+    return out, peak
+
+
+def _print_tuned(kernel: str, tuned: Tuned, np_t: float | None, peak: str) -> None:
+    """The text report of ``partita tune`` (``np_t``: numpy's time; ``peak``: the speed)."""
+    t, result = tuned.time or 0.0, tuned.result
     how = "recorded earlier" if result is None else f"after {len(result.evaluations)} " \
         f"evaluations this run ({result.stopped_by})"
     click.echo(f"best {kernel}: {t * 1e3:.4g} ms, {how}")
@@ -444,8 +427,6 @@ def _progress(k: Any, quiet: bool) -> tuple[Any, Any]:
     from rich.console import Console
     from rich.live import Live
 
-    from partita.tuning import kernel_rates
-
     console = Console(stderr=True)
     live = Live(console=console, refresh_per_second=4, transient=True)
     live.start()
@@ -468,8 +449,6 @@ def _progress(k: Any, quiet: bool) -> tuple[Any, Any]:
 
 def _when(stamp: Any) -> str:
     """A record's time (seconds since the epoch) as local date and time."""
-    import datetime
-
     try:
         return datetime.datetime.fromtimestamp(float(stamp)).isoformat(sep=" ",
                                                                        timespec="seconds")
@@ -478,30 +457,20 @@ def _when(stamp: Any) -> str:
 
 
 def _records_path(db: str | None) -> Path:
-    from partita.db.records import default_path
-
     return Path(db).expanduser() if db is not None else default_path()
 
 
 def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[Any, ...]:
     """(kernel, records, kernel id, machine id, fingerprint) for show, export and report,
     which only read: a database that does not exist is an error, never created."""
-    from partita.db import Records, RecordsError
-    from partita.db.records import host_fingerprint
-    from partita.runtime import compiler_version
-    from partita.tuning import _params_of
-
-    try:
-        k = library_kernel(kernel, **_params(params))
-    except KernelError as exc:
-        _fail(str(exc))
+    k = _library_kernel(kernel, params)
     path = _records_path(db)
     if not path.exists():
         _fail(f"no tuning records at {path}: run `partita tune` first, or give --db")
     try:
         rec = Records(db)
-        fp = host_fingerprint(compiler_version())
-        return k, rec, rec.kernel_id(k, _params_of(k)), rec.machine_id(fp), fp
+        fp = host_machine()
+        return k, rec, rec.kernel_id(k, kernel_params(k)), rec.machine_id(fp), fp
     except RecordsError as exc:
         _fail(str(exc))
         raise AssertionError from exc
@@ -552,9 +521,6 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool
 def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
                cold_cache: bool, db: str | None) -> None:
     """Write the best implementation of KERNEL as a C library (source, header, Makefile)."""
-    from partita.codegen.program import signature
-    from partita.report import export_c
-    from partita.tuning import StaleRecord, rebuild_program
 
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
@@ -589,8 +555,6 @@ def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
 def report_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
                cold_cache: bool, db: str | None) -> None:
     """Write an HTML report of KERNEL's tuning: progress, model accuracy, times, decisions."""
-    from partita.report import write_report
-
     k, rec, kid, mid, fp = _records_of(kernel, params, db)
     with rec:
         best = rec.best(kid, mid, records_target(target, cold_cache))
@@ -635,10 +599,8 @@ def stats_group() -> None:
 def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | None, order: str,
               samples: int, witness_dives: int, seed: int, target: str, db: str | None,
               as_json: bool) -> None:
-    """How much the lower bound prunes at a given depth of the search tree (000 Table 6.3)."""
-    from partita.search.pruning import prune_stats
-    from partita.tuning import target_model
-
+    """How much the lower bound prunes at a given depth of the search tree (Beaugnon's
+    thesis, table 6.3)."""
     if _records_path(db).exists():
         k, rec, kid, mid, _ = _records_of(kernel, params, db)
         with rec:
@@ -649,7 +611,7 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
     model = target_model(k, target, measure=False)  # statistics never run micro-benchmarks
     if cut is None:
         root = space.root()
-        cut = best["time_s"] if best else 4 * model.bound(root).time_s
+        cut = best["time_s"] if best else 4 * model.bound(cast(Candidate, root)).time_s
     stats = prune_stats(space, model, depth, cut, samples, random.Random(seed),
                         reverse=order == "reverse", witness_dives=witness_dives)
     result = {"kernel": kernel, "target": target, "depth": depth, "cut_s": cut, "order": order,
@@ -701,16 +663,13 @@ def codegen_cmd(kernel: str, params: tuple[str, ...], decisions_file: str | None
             cand = random_implementation(root, random.Random(seed))
         except NoImplementation as exc:
             _fail(str(exc))
-    lang = lang or ("c" if target == "cpu" else "cuda")
-    if (lang == "c") != (target == "cpu"):
-        _fail(f"--lang {lang} does not print the {target} target (cpu: c; gpu: cuda, opencl)")
+    plug = get_target(target)
+    lang = lang or plug.languages[0]
+    if lang not in plug.languages:
+        _fail(f"--lang {lang} does not print the {target} target "
+              f"({printers_text(REGISTRY.values())})")
     try:
-        if lang == "c":
-            program = print_c(cand)
-        else:
-            from partita.codegen.gpu import print_cuda, print_opencl
-
-            program = (print_cuda if lang == "cuda" else print_opencl)(cand)
+        program = plug.printer(lang)(cand, None)
     except CodegenError as exc:
         _fail(f"cannot print this implementation: {exc}")
     if as_json:

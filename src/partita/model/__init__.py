@@ -1,4 +1,4 @@
-"""The lower-bound performance model (000 Ch. 5): shared logic, target rates."""
+"""The lower-bound performance model (Beaugnon's thesis, ch. 5): shared logic, target rates."""
 
 from partita.model.bound import Bound, Model, Rates
 

@@ -1,0 +1,45 @@
+"""Tuning a kernel end to end, with records: :func:`tune`, :func:`load` and the
+:class:`Tuned` they return.
+
+:mod:`~partita.tuning.pipeline` runs a tune (checks, records, search, result), asking the
+kernel's target (:mod:`partita.targets`) for everything that depends on the hardware;
+:mod:`~partita.tuning.tuned` holds the result and reads it back from records;
+:mod:`~partita.tuning.limits` the time each candidate is allowed;
+:mod:`~partita.tuning.transfer` the start from related kernels;
+:mod:`~partita.tuning.baseline` the numpy comparison.
+"""
+
+from partita.tuning.baseline import kernel_rates, numpy_time
+from partita.tuning.limits import (
+    ABANDON_FACTOR,
+    COMPILE_LIMIT_S,
+    FIRST_CALL_BOUNDS,
+    batch_abandon,
+    batch_limit,
+    budget_stop,
+    call_limit,
+)
+from partita.tuning.pipeline import check_request, target_model, tune
+from partita.tuning.transfer import TRANSFERRED, adapt, transferred
+from partita.tuning.tuned import (
+    StaleRecord,
+    Tuned,
+    code_dir,
+    host_machine,
+    kernel_params,
+    load,
+    rebuild_program,
+    records_target,
+    write_code,
+)
+
+_params_of = kernel_params
+"""The former name of :func:`kernel_params`, kept for code that imports it."""
+
+__all__ = [
+    "ABANDON_FACTOR", "COMPILE_LIMIT_S", "FIRST_CALL_BOUNDS", "TRANSFERRED", "StaleRecord",
+    "Tuned", "adapt", "batch_abandon", "batch_limit", "budget_stop", "call_limit",
+    "check_request", "code_dir", "host_machine", "kernel_params", "kernel_rates", "load",
+    "numpy_time", "rebuild_program", "records_target", "target_model", "transferred",
+    "tune", "write_code",
+]
