@@ -215,7 +215,6 @@ The spaces use the fixed AVX-512 reference machine description (2 cores, 32 vect
 so that the figures do not depend on the host; only the descents per second and the times do.
 
 {table}
-
 Propagation runs in C (`space/native.c`, an interpreter of the compiled space's tables, the
 same algorithm as the Python engine it is tested against). A descent that fires a new set of
 lowerings (temporaries) moves to a layout compiled for it; the first {warmup} descents of each
