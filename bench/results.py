@@ -5,7 +5,9 @@ Each benchmark script writes its section of BENCHMARKS.md and, beside it, a file
 compared with, their ratio, the target and whether it is met, when and on which build it was
 measured, the command that reproduces it, and the machine description it was measured with.
 ``bench/summary.py`` reads every file to write the summary table and plot at the top of
-BENCHMARKS.md. A record (all keys always present, ``None`` where a figure does not apply)::
+BENCHMARKS.md. ``prune.json`` has no script: its records (``partita stats prune`` runs) are
+written by hand in the same form. A record (all keys always present, ``None`` where a figure
+does not apply)::
 
     {"case": "sgemm 1024^3", "quantity": "time", "unit": "s",
      "partita": 0.02024, "reference": {"name": "numpy/OpenBLAS", "value": 0.01474},
@@ -13,7 +15,9 @@ BENCHMARKS.md. A record (all keys always present, ``None`` where a figure does n
      "met": false, "date": "2026-11-26", "commit": "f4e90bc", "command": "...",
      "machine": {...}, "details": {...}}
 
-``ratio`` is partita's figure over the reference's, in the reference's unit (a time over a
+``commit`` is the build measured (for figures carried over from an earlier page, the commit
+that published them, as their ``details.provenance`` says). ``ratio`` is partita's figure
+over the reference's, in the reference's unit (a time over a
 time, a bandwidth over a bandwidth); ``target.applies_to`` says whether the target bounds the
 ratio or partita's own figure (descents per second, a pruning factor).
 """
