@@ -17,9 +17,9 @@ does not apply)::
 
 ``commit`` is the build measured (for figures carried over from an earlier page, the commit
 that published them, as their ``details.provenance`` says). ``ratio`` is partita's figure
-over the reference's, in the reference's unit (a time over a
-time, a bandwidth over a bandwidth); ``target.applies_to`` says whether the target bounds the
-ratio or partita's own figure (descents per second, a pruning factor).
+over the reference's, in the reference's unit (a time over a time, a bandwidth over a
+bandwidth); ``target.applies_to`` says whether the target bounds the ratio or partita's own
+figure (descents per second, a pruning factor).
 """
 
 from __future__ import annotations
