@@ -9,12 +9,13 @@ The decision vector is a flat list of Python ints:
   do not exist (so a constraint that needs one of them to take a value is a dead end);
 - two ints ``lo, hi`` per counter instance.
 
-Constraints are not instantiated per tuple of objects. For every occurrence of a choice in a
-constraint, the compiler generates one Python function that binds the variables of that
-occurrence from the changed instance, loops over the other variables, and applies unit
-propagation to the disjunction: a true condition satisfies it, all-false is a dead end, and a
-single unknown condition is enforced. Conditions are evaluated at the shallowest loop where
-their variables are bound, so a satisfied clause skips its inner loops.
+Besides the layout, a compiled space holds the tables both engines read (slots per choice and
+objects, static facts, which counters watch which slot, the order of decisions). Its
+propagators are the C program (:mod:`partita.space.native`) or, without one, the Python
+occurrence functions (:mod:`partita.space.occurrences`), generated on first use.
+
+:class:`DeadEndSignal` and :func:`set_bits` (defined with the conditions,
+:mod:`partita.space.conditions`) are imported from here by the engines and the search too.
 """
 
 from __future__ import annotations
@@ -28,20 +29,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from partita.ir.kernel import Kernel
-from partita.space.counters import counter_compare_state, enforce_counter_bound
+from partita.space.conditions import DeadEndSignal as DeadEndSignal
+from partita.space.conditions import any_slot, condition_args
+from partita.space.conditions import set_bits as set_bits
 from partita.space.decl import (
     Compare,
     Condition,
     CounterDecl,
+    EnumDecl,
+    IntegerDecl,
     Is,
-    Related,
-    Require,
     SpaceDef,
     SpaceError,
-    Static,
-    TriggerDecl,
     Var,
 )
+from partita.space.occurrences import OccurrenceGenerator
 
 ABSENT = 1 << 62
 """Domain of the absent slot: a bit no condition mask contains."""
@@ -52,15 +54,6 @@ MAX_VALUES = 62
 Occurrence = tuple[Callable, int | None, int | None]
 """An occurrence function with the masks that gate it (see
 :meth:`CompiledSpace.occurrence_masks`)."""
-
-
-class DeadEndSignal(Exception):
-    """Raised inside propagation when a domain empties; turned into a DeadEnd value."""
-
-    def __init__(self, slot: int, constraint: int) -> None:
-        super().__init__(slot, constraint)
-        self.slot = slot
-        self.constraint = constraint
 
 
 @dataclass
@@ -140,8 +133,9 @@ class CompiledSpace:
         self._layout_counters()
         self._static_tables: dict[Any, Any] = {}
         self._carried: dict[CompiledSpace, Carry] = {}
-        self._native: Any = False
-        """The C engine (native.py): False until first asked for, None without one."""
+        self.native_engine: Any = False
+        """The C engine (:func:`partita.space.native.engine_of`): False until first asked
+        for, None where the space keeps the Python engine."""
         self._build_tables()
         self._check_declarations()
 
@@ -192,42 +186,49 @@ class CompiledSpace:
     # ------------------------------------------------------------------ choice layout
 
     def _layout_choices(self) -> None:
-        sdef, k = self.sdef, self.kernel
+        """A slot per instance of every enum, then every integer choice, in declaration
+        order; a pair choice's instance stored once (see the module's doc)."""
         self.instances: list[Instance] = []
         self.slot_table: dict[str, Any] = {}
         self.init_domains: list[int] = []
         self.universe_of_slot: list[tuple[Any, ...]] = []
-        for name, decl in itertools.chain(sdef.enums.items(), sdef.integers.items()):
-            kind = "enum" if name in sdef.enums else "integer"
-            arity = len(decl.params)
-            table = self._empty_table(arity)
+        decls: list[EnumDecl | IntegerDecl] = [*self.sdef.enums.values(),
+                                               *self.sdef.integers.values()]
+        for decl in decls:
+            pair = isinstance(decl, EnumDecl) and decl.is_pair
+            table = self._empty_table(len(decl.params))
             for ids in itertools.product(*(self.set_ids[p] for p in decl.params)):
-                if len(set(ids)) != len(ids):
+                if len(set(ids)) != len(ids) or (pair and ids[0] > ids[1]):
                     continue
-                if kind == "enum" and decl.is_pair and ids[0] > ids[1]:
-                    continue
-                objs = self.names(ids)
-                if kind == "enum":
-                    vals = decl.values
-                    dom = self._enum_initial(decl, objs)
-                else:
-                    vals = tuple(sorted(set(decl.universe(k, *objs))))
-                    dom = (1 << len(vals)) - 1
-                if len(vals) > MAX_VALUES:
-                    raise SpaceError(
-                        f"{name}({', '.join(objs)}) has {len(vals)} values; a domain holds "
-                        f"at most {MAX_VALUES} (one 64-bit word, less the absent bit)")
-                slot = len(self.instances)
-                self.instances.append(Instance(name, objs, ids, kind, vals))
-                self.init_domains.append(dom)
-                self.universe_of_slot.append(vals)
+                slot = self._add_instance(decl, ids)
                 self._table_set(table, ids, slot)
-                if kind == "enum" and decl.is_pair:
+                if isinstance(decl, EnumDecl) and decl.is_pair:
                     self._table_set(table, ids[::-1], slot if decl.symmetric else ~slot)
-            self.slot_table[name] = table
+            self.slot_table[decl.name] = table
         self.absent_slot = len(self.instances)
         self.n_choice_slots = len(self.instances)
         self.slot_of = {(inst.choice, inst.args): s for s, inst in enumerate(self.instances)}
+
+    def _add_instance(self, decl: EnumDecl | IntegerDecl, ids: tuple[int, ...]) -> int:
+        """The slot of a new instance of ``decl`` on objects ``ids``, with its universe and
+        initial domain (an enum's values less those whose requirement fails)."""
+        objs = self.names(ids)
+        vals: tuple[Any, ...]
+        if isinstance(decl, EnumDecl):
+            kind, vals = "enum", decl.values
+            dom = self._enum_initial(decl, objs)
+        else:
+            kind, vals = "integer", tuple(sorted(set(decl.universe(self.kernel, *objs))))
+            dom = (1 << len(vals)) - 1
+        if len(vals) > MAX_VALUES:
+            raise SpaceError(
+                f"{decl.name}({', '.join(objs)}) has {len(vals)} values; a domain holds "
+                f"at most {MAX_VALUES} (one 64-bit word, less the absent bit)")
+        slot = len(self.instances)
+        self.instances.append(Instance(decl.name, objs, ids, kind, vals))
+        self.init_domains.append(dom)
+        self.universe_of_slot.append(vals)
+        return slot
 
     def _empty_table(self, arity: int) -> Any:
         n = self.n_objects
@@ -248,7 +249,7 @@ class CompiledSpace:
         else:
             table[ids[0]][ids[1]] = slot
 
-    def _enum_initial(self, decl, objs: tuple[str, ...]) -> int:
+    def _enum_initial(self, decl: EnumDecl, objs: tuple[str, ...]) -> int:
         reqs = dict(decl.requires)
         dom = 0
         for i, v in enumerate(decl.values):
@@ -327,6 +328,7 @@ class CompiledSpace:
     def _partners(self, decl: CounterDecl, terms: list) -> list[tuple[tuple[int, int], ...]]:
         """For each term, the order slots to the terms it may be fused with, with their
         indices (see :attr:`CounterInstance.partners`)."""
+        assert decl.quotient is not None, "only a counter with a quotient has partners"
         index = {self.oid[name]: i for i, (_, _, _, name) in enumerate(terms)}
         earlier: list[list[tuple[int, int]]] = [[] for _ in terms]
         later: list[list[tuple[int, int]]] = [[] for _ in terms]
@@ -564,10 +566,12 @@ class CompiledSpace:
         for what, forall, conds in clauses:
             names = {v.name for v in forall}
             for c in conds:
-                for a in _cond_args(c):
+                for a in condition_args(c):
                     if a not in names:
                         raise SpaceError(f"{what}: condition uses unbound variable {a!r}")
-                counter = self.sdef.counters.get(c.choice) if isinstance(c, Compare) else None
+                if not isinstance(c, Compare):
+                    continue
+                counter = self.sdef.counters.get(c.choice)
                 if counter is not None and counter.half and c.op not in ("<=", "<"):
                     raise SpaceError(f"half counter {c.choice!r} keeps only a lower bound: it "
                                      f"can only be bounded from above, not with {c.op!r}")
@@ -575,7 +579,7 @@ class CompiledSpace:
     @functools.cached_property
     def python(self) -> PythonPropagators:
         """The occurrence functions, generated as Python on first use."""
-        gen = _Generator(self)
+        gen = OccurrenceGenerator(self)
         py = PythonPropagators({}, {}, {}, [], "")
         for kid, req in enumerate(self.sdef.constraints):
             for target, fn, cond in gen.constraint(kid, req):
@@ -613,451 +617,8 @@ class CompiledSpace:
         always run."""
         if not isinstance(cond, Is) or cond.choice not in self.sdef.enums:
             return None, None
-        mask = self.value_mask(cond.choice, _any_slot(self, cond.choice), cond.values)
+        mask = self.value_mask(cond.choice, any_slot(self, cond.choice), cond.values)
         decl = self.sdef.enums[cond.choice]
         flipped = self.flip_table(cond.choice)[mask] \
             if self.pair_choice.get(cond.choice) and not decl.symmetric else mask
         return mask, flipped
-
-
-class _Generator:
-    """Writes the Python source of the occurrence functions of constraints and triggers."""
-
-    def __init__(self, space: CompiledSpace) -> None:
-        self.space = space
-        self.ns: dict[str, Any] = {"DeadEndSignal": DeadEndSignal}
-        self.chunks: list[str] = []
-        self.n = 0
-
-    def source(self) -> str:
-        return "\n".join(self.chunks)
-
-    def const(self, value: Any, prefix: str = "T") -> str:
-        self.n += 1
-        name = f"{prefix}{self.n}"
-        self.ns[name] = value
-        return name
-
-    # -- entry points ----------------------------------------------------------------------
-
-    def constraint(self, kid: int, req: Require) -> list[tuple[str, Callable, Condition]]:
-        out = []
-        for ci, cond in enumerate(req.any_of):
-            for choice, args in _choice_refs(cond):
-                fn = self._occurrence(f"k{kid}_{ci}_{len(out)}", req.forall, req.any_of,
-                                      choice, args, kid, trigger=None)
-                out.append((choice, fn, cond))
-        return out
-
-    def root_check(self, kid: int, req: Require) -> Callable:
-        return self._occurrence(f"r{kid}", req.forall, req.any_of, None, (), kid, trigger=None)
-
-    def trigger(self, tid: int, trig: TriggerDecl) -> list[tuple[str, Callable, Condition]]:
-        out = []
-        for ci, cond in enumerate(trig.when):
-            if isinstance(cond, Static):
-                continue
-            fn = self._occurrence(f"t{tid}_{ci}", trig.forall, trig.when, cond.choice,
-                                  cond.args, -1, trigger=tid)
-            out.append((cond.choice, fn, cond))
-        return out
-
-    # -- one occurrence --------------------------------------------------------------------
-
-    def _occurrence(self, fname: str, forall: tuple[Var, ...], conds: tuple[Condition, ...],
-                    choice: str | None, pattern: tuple[str, ...], kid: int,
-                    trigger: int | None) -> Callable:
-        var_by_name = {v.name: v for v in forall}  # every condition's variables are in it
-        self.vars = var_by_name
-        params = [f"a{i}" for i in range(len(pattern))]
-        lines = [f"def {fname}(vec, R, fired{''.join(', ' + p for p in params)}):"]
-        bound: dict[str, str] = {}
-        for p, var in zip(params, pattern, strict=True):
-            if var in bound:
-                lines.append(f"    if {p} != {bound[var]}: return")
-            else:
-                bound[var] = p
-        if len(set(pattern)) > 1:
-            uniq = [bound[v] for v in dict.fromkeys(pattern)]
-            for a, b in itertools.combinations(uniq, 2):
-                lines.append(f"    if {a} == {b}: return")
-        # Membership of pattern variables in their sets; a parametric set whose parameter is
-        # bound later is checked inside that loop.
-        deferred: list[Var] = []
-        for var in dict.fromkeys(pattern):
-            v = var_by_name[var]
-            if v.of is not None and v.of not in bound:
-                deferred.append(v)
-            else:
-                lines.extend(self._membership(v, bound, "    ", "return"))
-        rest = [v for v in forall if v.name not in bound]
-        levels = _levels(conds, [v.name for v in forall if v.name in bound], rest)
-        body_indent = "    "
-        state = ("n0", "u0")
-        lines.append(f"{body_indent}n0 = 0; u0 = -1")
-        for depth in range(len(rest) + 1):
-            if depth > 0:
-                var = rest[depth - 1]
-                name = f"v_{var.name}"
-                src = self._iter_source(var, bound)
-                lines.append(f"{body_indent}for {name} in {src}:")
-                body_indent += "    "
-                others = list(bound.values())
-                if others:
-                    lines.append(f"{body_indent}if {name} in ({', '.join(others)},): continue")
-                bound[var.name] = name
-                for v in [v for v in deferred if v.of == var.name]:
-                    lines.extend(self._membership(v, bound, body_indent, "continue"))
-                prev = state
-                state = (f"n{depth}", f"u{depth}")
-                lines.append(f"{body_indent}{state[0]} = {prev[0]}; {state[1]} = {prev[1]}")
-            exit_stmt = "return" if depth == 0 else "continue"
-            for ci in levels[depth]:
-                lines.extend(self._evaluate(ci, conds[ci], bound, body_indent, exit_stmt, state,
-                                            trigger is not None))
-        if trigger is None:
-            lines.extend(self._unit(conds, bound, body_indent, state, kid))
-        else:
-            ids = ", ".join(bound[v.name] for v in forall)
-            lines.append(f"{body_indent}if {state[0]} == 0: fired.add(({trigger}, ({ids},)))")
-        text = "\n".join(lines)
-        self.chunks.append(text)
-        code_ns = dict(self.ns)
-        exec(compile(text, f"<space {fname}>", "exec"), code_ns)
-        self.ns.update({k: v for k, v in code_ns.items() if k.startswith("T")})
-        return code_ns[fname]
-
-    def _membership(self, var: Var, bound: dict[str, str], indent: str,
-                    exit_stmt: str) -> list[str]:
-        sp = self.space
-        if var.of is None:
-            members = set(sp.set_ids[var.set])
-            if len(members) == sp.n_objects:
-                return []
-            name = self.const(frozenset(members), "S")
-            return [f"{indent}if {bound[var.name]} not in {name}: {exit_stmt}"]
-        table = {k: frozenset(v) for k, v in sp.pset_ids[var.set].items()}
-        name = self.const(table, "P")
-        parent = bound.get(var.of)
-        if parent is None:
-            raise SpaceError(f"variable {var.name!r} depends on unbound {var.of!r}")
-        return [f"{indent}if {bound[var.name]} not in {name}.get({parent}, ()): {exit_stmt}"]
-
-    def _iter_source(self, var: Var, bound: dict[str, str]) -> str:
-        sp = self.space
-        if var.of is None:
-            return self.const(tuple(sp.set_ids[var.set]), "S")
-        if var.of not in bound:
-            raise SpaceError(f"variable {var.name!r} depends on unbound {var.of!r}")
-        table = {k: tuple(v) for k, v in sp.pset_ids[var.set].items()}
-        return f"{self.const(table, 'P')}.get({bound[var.of]}, ())"
-
-    # -- conditions ------------------------------------------------------------------------
-
-    def _read(self, choice: str, args: tuple[str, ...], bound: dict[str, str], tag: str,
-              indent: str) -> list[str]:
-        """Code that sets s{tag} (signed slot) and d{tag} (domain in this orientation)."""
-        sp = self.space
-        table = self.const(sp.slot_table[choice], "L")
-        idx = "".join(f"[{bound[a]}]" for a in args) if args else "[0]"
-        lines = [f"{indent}s{tag} = {table}{idx}"]
-        if sp.pair_choice.get(choice) and not sp.sdef.enums[choice].symmetric:
-            flip = self.const(sp.flip_table(choice), "F")
-            lines.append(f"{indent}d{tag} = vec[s{tag}] if s{tag} >= 0 else {flip}[vec[~s{tag}]]")
-        else:
-            lines.append(f"{indent}d{tag} = vec[s{tag}]")
-        return lines
-
-    def _evaluate(self, ci: int, cond: Condition, bound: dict[str, str], indent: str,
-                  exit_stmt: str, state: tuple[str, str], is_trigger: bool) -> list[str]:
-        """Code that exits when the condition is true, counts it when it is unknown.
-
-        For a trigger every condition must be true: an unknown or false one exits.
-        """
-        n, u = state
-        tag = f"{ci}"
-        sp = self.space
-        if isinstance(cond, Static):
-            table = self.const(self._static_table(cond.predicate, cond.args), "T")
-            idx = "".join(f"[{bound[a]}]" for a in cond.args)
-            if is_trigger:
-                return [f"{indent}if not {table}{idx}: {exit_stmt}"]
-            return [f"{indent}if {table}{idx}: {exit_stmt}"]
-        if isinstance(cond, Is):
-            lines = self._read(cond.choice, cond.args, bound, tag, indent)
-            if cond.choice in sp.sdef.integers:
-                masks = self.const(sp.int_masks(cond.choice, cond.values), "M")
-                lines.append(f"{indent}m{tag} = {masks}[s{tag}]")
-                mask = f"m{tag}"
-            else:
-                mask = str(sp.value_mask(cond.choice, _any_slot(sp, cond.choice), cond.values))
-            if is_trigger:
-                lines.append(f"{indent}if d{tag} & ~{mask}: {exit_stmt}")
-                return lines
-            lines.append(f"{indent}if not d{tag} & ~{mask}: {exit_stmt}")
-            lines.append(f"{indent}if d{tag} & {mask}: {n} += 1; {u} = {ci}")
-            return lines
-        if isinstance(cond, Related):
-            lines = self._read(cond.choice_a, cond.args_a, bound, f"{tag}a", indent)
-            lines += self._read(cond.choice_b, cond.args_b, bound, f"{tag}b", indent)
-            rel = self.const(self._relation(cond), "Q")
-            lines.append(f"{indent}st{tag} = {rel}.state(vec, s{tag}a, d{tag}a, s{tag}b, d{tag}b)")
-            lines.append(f"{indent}if st{tag} == 1: {exit_stmt}")
-            lines.append(f"{indent}if st{tag} == 0: {n} += 1; {u} = {ci}")
-            return lines
-        if isinstance(cond, Compare):
-            return self._compare(cond, bound, tag, indent, exit_stmt, state, ci)
-        raise SpaceError(f"unknown condition {cond!r}")
-
-    def _compare(self, cond: Compare, bound: dict[str, str], tag: str, indent: str,
-                 exit_stmt: str, state: tuple[str, str], ci: int) -> list[str]:
-        sp = self.space
-        n, u = state
-        cmp = self.const(_Comparison(sp, cond), "C")
-        lines = [f"{indent}b{tag} = {self._bound_expr(cond, bound)}"]
-        if cond.choice in sp.sdef.counters:
-            table = self.const(sp.counter_table[cond.choice], "K")
-            idx = "".join(f"[{bound[a]}]" for a in cond.args) if cond.args else "[0]"
-            lines.append(f"{indent}c{tag} = {table}{idx}")
-            lines.append(f"{indent}st{tag} = {cmp}.counter_state(vec, c{tag}, b{tag})")
-        else:
-            lines += self._read(cond.choice, cond.args, bound, tag, indent)
-            lines.append(f"{indent}st{tag} = {cmp}.int_state(s{tag}, d{tag}, b{tag})")
-        lines.append(f"{indent}if st{tag} == 1: {exit_stmt}")
-        lines.append(f"{indent}if st{tag} == 0: {n} += 1; {u} = {ci}")
-        return lines
-
-    def _bound_expr(self, cond: Compare, bound: dict[str, str]) -> str:
-        if not callable(cond.bound):
-            return self.const(cond.bound, "B")
-        table = self.const(self._static_table(cond.bound, cond.bound_args), "B")
-        if not cond.bound_args:
-            return f"{table}"
-        return table + "".join(f"[{bound[a]}]" for a in cond.bound_args)
-
-    def _unit(self, conds: tuple[Condition, ...], bound: dict[str, str], indent: str,
-              state: tuple[str, str], kid: int) -> list[str]:
-        n, u = state
-        lines = [f"{indent}if {n} == 0: raise DeadEndSignal(-1, {kid})"]
-        lines.append(f"{indent}if {n} == 1:")
-        first = True
-        for ci, cond in enumerate(conds):
-            if isinstance(cond, Static):
-                continue
-            kw = "if" if first else "elif"
-            first = False
-            lines.append(f"{indent}    {kw} {u} == {ci}:")
-            lines.extend(self._enforce(ci, cond, indent + "        ", kid))
-        return lines
-
-    def _enforce(self, ci: int, cond: Condition, indent: str, kid: int) -> list[str]:
-        sp = self.space
-        tag = f"{ci}"
-        if isinstance(cond, Is):
-            if cond.choice in sp.sdef.integers:
-                mask = f"m{tag}"
-                return [f"{indent}R(s{tag}, {mask}, {kid})"]
-            mask = sp.value_mask(cond.choice, _any_slot(sp, cond.choice), cond.values)
-            if sp.pair_choice.get(cond.choice) and not sp.sdef.enums[cond.choice].symmetric:
-                fmask = sp.flip_table(cond.choice)[mask]
-                return [f"{indent}if s{tag} >= 0: R(s{tag}, {mask}, {kid})",
-                        f"{indent}else: R(~s{tag}, {fmask}, {kid})"]
-            return [f"{indent}R(s{tag}, {mask}, {kid})"]
-        if isinstance(cond, Related):
-            rel = self.const(self._relation(cond), "Q")
-            return [f"{indent}{rel}.enforce(vec, R, s{tag}a, s{tag}b, {kid})"]
-        if isinstance(cond, Compare):
-            cmp = self.const(_Comparison(sp, cond), "C")
-            if cond.choice in sp.sdef.counters:
-                return [f"{indent}{cmp}.enforce_counter(vec, R, c{tag}, b{tag}, {kid})"]
-            return [f"{indent}{cmp}.enforce_int(R, s{tag}, d{tag}, b{tag}, {kid})"]
-        raise SpaceError(f"cannot enforce {cond!r}")
-
-    # -- tables ----------------------------------------------------------------------------
-
-    def _static_table(self, predicate: Callable[..., Any], args: tuple[str, ...]) -> Any:
-        return self.space.static_table(predicate, args,
-                                       {a: self.vars[a].set for a in args})
-
-    def _relation(self, cond: Related) -> Any:
-        return _Relation(self.space, cond)
-
-
-def _any_slot(sp: CompiledSpace, choice: str) -> int:
-    for s, inst in enumerate(sp.instances):
-        if inst.choice == choice:
-            return s
-    return sp.absent_slot
-
-
-def _choice_refs(cond: Condition) -> list[tuple[str, tuple[str, ...]]]:
-    if isinstance(cond, Is):
-        return [(cond.choice, cond.args)]
-    if isinstance(cond, Related):
-        return [(cond.choice_a, cond.args_a), (cond.choice_b, cond.args_b)]
-    if isinstance(cond, Compare):
-        return [(cond.choice, cond.args)]
-    return []
-
-
-def _cond_args(cond: Condition) -> tuple[str, ...]:
-    if isinstance(cond, Is | Static):
-        return cond.args
-    if isinstance(cond, Related):
-        return cond.args_a + cond.args_b
-    if isinstance(cond, Compare):
-        return cond.args + cond.bound_args
-    return ()
-
-
-def _levels(conds: tuple[Condition, ...], bound: list[str], rest: list[Var]) -> list[list[int]]:
-    order = {v: 0 for v in bound}
-    for depth, var in enumerate(rest, start=1):
-        order[var.name] = depth
-    levels: list[list[int]] = [[] for _ in range(len(rest) + 1)]
-    for ci, cond in enumerate(conds):
-        depth = max((order[a] for a in _cond_args(cond)), default=0)
-        levels[depth].append(ci)
-    return levels
-
-
-def set_bits(d: int) -> list[int]:
-    """Indices of the set bits of a domain, lowest first."""
-    out = []
-    while d:
-        low = d & -d
-        out.append(low.bit_length() - 1)
-        d ^= low
-    return out
-
-
-def _restrict_signed(R: Callable, slot: int, mask: int, flip: list[int] | None, kid: int) -> None:
-    if slot >= 0:
-        R(slot, mask, kid)
-    else:
-        R(~slot, flip[mask] if flip is not None else mask, kid)
-
-
-def _read_signed(vec: list[int], slot: int, flip: list[int] | None) -> int:
-    if slot >= 0:
-        return vec[slot]
-    return flip[vec[~slot]] if flip is not None else vec[~slot]
-
-
-class _Relation:
-    """A binary condition between two choice instances, with support tables for enums."""
-
-    def __init__(self, sp: CompiledSpace, cond: Related) -> None:
-        self.sp = sp
-        self.absent = sp.absent_slot
-        rel = cond.relation
-        if rel == "eq":
-            self.test: Callable[[Any, Any], bool] = lambda a, b: a == b
-        elif rel == "ne":
-            self.test = lambda a, b: a != b
-        elif callable(rel):
-            self.test = rel
-        else:
-            raise SpaceError(f"unknown relation {rel!r}")
-        enums = sp.sdef.enums
-        self.is_enum = cond.choice_a in enums and cond.choice_b in enums
-        if not self.is_enum and (cond.choice_a in enums or cond.choice_b in enums):
-            raise SpaceError(f"relation between {cond.choice_a!r} and {cond.choice_b!r}: "
-                             "an enum can only be related to an enum")
-        self.flip_a = self._flip(cond.choice_a)
-        self.flip_b = self._flip(cond.choice_b)
-        if self.is_enum:
-            va, vb = enums[cond.choice_a].values, enums[cond.choice_b].values
-            ok = [[self.test(x, y) for y in vb] for x in va]
-            self.sup_a, self.all_a = self._support(ok, len(va), len(vb))
-            ok_t = [[ok[i][j] for i in range(len(va))] for j in range(len(vb))]
-            self.sup_b, _ = self._support(ok_t, len(vb), len(va))
-
-    def _flip(self, choice: str) -> list[int] | None:
-        decl = self.sp.sdef.enums.get(choice)
-        if decl is not None and decl.antisymmetric is not None:
-            return self.sp.flip_table(choice)
-        return None
-
-    @staticmethod
-    def _support(ok: list[list[bool]], na: int, nb: int) -> tuple[list[int], list[int]]:
-        sup, alls = [], []
-        for db in range(1 << nb):
-            js = set_bits(db)
-            s = sum(1 << i for i in range(na) if any(ok[i][j] for j in js))
-            a = sum(1 << i for i in range(na) if js and all(ok[i][j] for j in js))
-            sup.append(s)
-            alls.append(a)
-        return sup, alls
-
-    def state(self, vec: list[int], sa: int, da: int, sb: int, db: int) -> int:
-        """1 if the relation holds for every remaining pair, -1 if for none, else 0."""
-        if sa == self.absent or sb == self.absent:
-            return -1
-        if self.is_enum:
-            if not da & ~self.all_a[db]:
-                return 1
-            return -1 if not da & self.sup_a[db] else 0
-        ua, ub = self.sp.universe_of_slot[sa], self.sp.universe_of_slot[sb]
-        pairs = [self.test(ua[i], ub[j]) for i in set_bits(da) for j in set_bits(db)]
-        if all(pairs):
-            return 1
-        return 0 if any(pairs) else -1
-
-    def enforce(self, vec: list[int], R: Callable, sa: int, sb: int, kid: int) -> None:
-        if self.is_enum:
-            db = _read_signed(vec, sb, self.flip_b)
-            _restrict_signed(R, sa, self.sup_a[db], self.flip_a, kid)
-            da = _read_signed(vec, sa, self.flip_a)
-            _restrict_signed(R, sb, self.sup_b[da], self.flip_b, kid)
-            return
-        ua, ub = self.sp.universe_of_slot[sa], self.sp.universe_of_slot[sb]
-        da, db = vec[sa], vec[sb]
-        keep_a = sum(1 << i for i in set_bits(da)
-                     if any(self.test(ua[i], ub[j]) for j in set_bits(db)))
-        R(sa, keep_a, kid)
-        keep_b = sum(1 << j for j in set_bits(db)
-                     if any(self.test(ua[i], ub[j]) for i in set_bits(vec[sa])))
-        R(sb, keep_b, kid)
-
-
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b,
-    "<": lambda a, b: a < b, ">": lambda a, b: a > b, "in": lambda a, b: a in b,
-}
-
-
-class _Comparison:
-    """An integer choice or a counter compared with a constant expression."""
-
-    def __init__(self, sp: CompiledSpace, cond: Compare) -> None:
-        if cond.op not in _OPS:
-            raise SpaceError(f"unknown comparison {cond.op!r}")
-        self.sp = sp
-        self.op = cond.op
-        self.test = _OPS[cond.op]
-
-    def ok_mask(self, slot: int, bound: Any) -> int:
-        universe = self.sp.universe_of_slot[slot]
-        return sum(1 << i for i, v in enumerate(universe) if self.test(v, bound))
-
-    def int_state(self, slot: int, dom: int, bound: Any) -> int:
-        if slot == self.sp.absent_slot:
-            return -1
-        ok = self.ok_mask(slot, bound)
-        if not dom & ~ok:
-            return 1
-        return -1 if not dom & ok else 0
-
-    def enforce_int(self, R: Callable, slot: int, dom: int, bound: Any, kid: int) -> None:
-        R(slot, self.ok_mask(slot, bound), kid)
-
-    def counter_state(self, vec: list[int], ci: int | None, bound: Any) -> int:
-        if ci is None:
-            return -1
-        c = self.sp.counters[ci]
-        return counter_compare_state(vec[c.lo_slot], vec[c.lo_slot + 1], self.op, bound)
-
-    def enforce_counter(self, vec: list[int], R: Callable, ci: int, bound: Any,
-                        kid: int) -> None:
-        enforce_counter_bound(self.sp, vec, R, ci, self.op, bound, kid)

@@ -1,7 +1,7 @@
 """Propagation in C: a compiled space's constraints as tables for one interpreter (native.c).
 
-The Python engine (engine.py, counters.py and the occurrence functions compiler.py generates)
-runs a matmul descent at a few per second: the work per decision is thousands of small
+The Python engine (engine.py, counters.py and the occurrence functions that occurrences.py
+generates) runs a matmul descent at a few per second: the work per decision is thousands of small
 function calls. ``native.c`` runs the same algorithm over one flat ``int64`` array, the
 *program*, which :class:`_Builder` writes from a :class:`CompiledSpace`: the same occurrences
 in the same order, the same worklist, the same counters, so it reaches the same fixpoint, the
@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from partita.paths import cache_root
-from partita.space.compiler import (
-    CompiledSpace,
+from partita.space.compiler import CompiledSpace
+from partita.space.conditions import (
     DeadEndSignal,
-    _any_slot,
-    _choice_refs,
-    _levels,
-    _Relation,
+    Relation,
+    any_slot,
+    choice_refs,
+    condition_levels,
 )
 from partita.space.decl import Compare, Condition, Is, Related, SpaceError, Static, Var
 
@@ -198,9 +198,8 @@ class NativeEngine:
 
 def engine_of(sp: CompiledSpace) -> NativeEngine | None:
     """The space's C engine, built on first use (None: Python engine)."""
-    eng = getattr(sp, "_native", False)
-    if eng is not False:
-        return eng
+    if sp.native_engine is not False:
+        return sp.native_engine
     eng = None
     if enabled():
         lib = library()
@@ -209,7 +208,7 @@ def engine_of(sp: CompiledSpace) -> NativeEngine | None:
                 eng = NativeEngine(sp, lib)
             except Unsupported:
                 eng = None
-    sp._native = eng
+    sp.native_engine = eng
     return eng
 
 
@@ -223,8 +222,10 @@ class _Builder:
         self.sp = sp
         self.P: list[int] = [0] * H_BASE
         self._sets: dict[str, tuple[int, int]] = {}
-        self._psets: dict[str, int] = {}
+        self._psets: dict[str, tuple[int, int]] = {}
         self._tables: dict[Any, int] = {}
+        """Offsets of the tables written once per key (slots, flips, statics, bounds)."""
+        self._relation_tables: dict[Any, tuple[int, int, int]] = {}
         self._sets_of: dict[str, str] = {}
         """The set of each variable of the occurrence being written."""
 
@@ -257,9 +258,9 @@ class _Builder:
         P[H_SLOT_UNIV] = self.add(univ)
         occ, cocc, root = self._occurrences()
         rec = []
-        for c in choices:
-            entries = occ.get(c, [])
-            flat = [int(bool(sp.pair_choice.get(c, False))), len(entries)]
+        for choice in choices:
+            entries = occ.get(choice, [])
+            flat = [int(bool(sp.pair_choice.get(choice, False))), len(entries)]
             for off, gate, mask, flipped in entries:
                 flat += [off, 0 if mask is None else gate, mask or 0, flipped or 0]
             rec.append(self.add(flat))
@@ -302,7 +303,7 @@ class _Builder:
                 flat += [s, j]
         return self.add(flat)
 
-    # -- occurrences, in the order compiler.py registers them --------------------------------
+    # -- occurrences, in the order compiler.py registers them -------------------------------
 
     def _occurrences(self) -> tuple[dict[str, list], dict[str, list[int]], list[int]]:
         sp = self.sp
@@ -311,7 +312,7 @@ class _Builder:
         root: list[int] = []
         for kid, req in enumerate(sp.sdef.constraints):
             for cond in req.any_of:
-                for choice, args in _choice_refs(cond):
+                for choice, args in choice_refs(cond):
                     off = self._occurrence(req.forall, req.any_of, args, kid, None)
                     if choice in sp.sdef.counters:
                         cocc.setdefault(choice, []).append(off)
@@ -368,7 +369,7 @@ class _Builder:
             known.add(v.name)
             dfr = [vidx[d.name] for d in deferred if d.of == v.name]
             loops += [vidx[v.name], len(dfr), *dfr]
-        levels = _levels(conds, [v.name for v in forall if v.name in bound], rest)
+        levels = condition_levels(conds, [v.name for v in forall if v.name in bound], rest)
         cond_offs = [self._condition(ci, c, vidx, trigger is not None)
                      for ci, c in enumerate(conds)]
         lv_flat: list[int] = []
@@ -437,12 +438,12 @@ class _Builder:
             if cond.choice in sp.sdef.integers:
                 masks = sp.int_masks(cond.choice, cond.values)
                 return self.add([C_IS, ci, *read, 1, self.add(masks)])
-            mask = sp.value_mask(cond.choice, _any_slot(sp, cond.choice), cond.values)
+            mask = sp.value_mask(cond.choice, any_slot(sp, cond.choice), cond.values)
             return self.add([C_IS, ci, *read, 0, mask])
         if trigger:
             raise Unsupported("a trigger condition that is neither Is nor Static")
         if isinstance(cond, Related):
-            rel = _Relation(sp, cond)
+            rel = Relation(sp, cond)
             a = self._choice_read(cond.choice_a, cond.args_a, vidx)
             b = self._choice_read(cond.choice_b, cond.args_b, vidx)
             if rel.is_enum:
@@ -467,11 +468,11 @@ class _Builder:
             return self.add([C_CMP_INT, ci, *read, OPS[cond.op], *bound])
         raise Unsupported(f"condition {cond!r}")
 
-    def _relation_table(self, cond: Related, rel: _Relation) -> list[int]:
+    def _relation_table(self, cond: Related, rel: Relation) -> list[int]:
         """A callable relation between integer choices, tabulated for every pair of their
         instances: ``[index of a's slots, index of b's slots, pairs]`` (see native.c)."""
         key = ("relation", cond.relation, cond.choice_a, cond.choice_b)
-        found = self._tables.get(key)
+        found = self._relation_tables.get(key)
         if found is not None:
             return list(found)
         sp = self.sp
@@ -494,7 +495,7 @@ class _Builder:
                     off = rows_of[(ua, ub)] = self.add(rows)
                 pairs.append(off)
         found = (self.add(index_a), self.add(index_b), self.add(pairs))
-        self._tables[key] = found
+        self._relation_tables[key] = found
         return list(found)
 
     def _bound(self, cond: Compare, vidx: dict[str, int]) -> list[int]:
@@ -511,15 +512,18 @@ class _Builder:
         return [1, off, *self._arg_vars(cond.bound_args, vidx)]
 
     def _bound_record(self, bound: Any) -> int:
-        if isinstance(bound, bool) or not isinstance(bound, int):
-            try:
-                values = sorted(int(v) for v in bound)
-            except (TypeError, ValueError):
-                raise Unsupported(f"bound {bound!r}") from None
-            if any(int(v) != v for v in bound):
-                raise Unsupported(f"bound {bound!r}")
-            return self.add([1, len(values), *values])
-        return self.add([0, bound])
+        """``[0, value]`` for an integer bound, ``[1, n, values*]`` for a collection of
+        integers (``in``); anything else (a bool included) is unsupported."""
+        if isinstance(bound, int) and not isinstance(bound, bool):
+            return self.add([0, bound])
+        allowed: Any = bound
+        try:
+            values = sorted(int(v) for v in allowed)
+        except (TypeError, ValueError):
+            raise Unsupported(f"bound {bound!r}") from None
+        if any(int(v) != v for v in allowed):
+            raise Unsupported(f"bound {bound!r}")
+        return self.add([1, len(values), *values])
 
     def _static(self, cond: Static) -> int:
         key = ("static", cond.predicate, tuple(self._sets_of[a] for a in cond.args))
