@@ -21,7 +21,7 @@ from partita.codegen.c import CodegenError, print_c
 from partita.codegen.program import Program
 from partita.model import Model
 from partita.search.stop import Progress, Stop
-from partita.search.strategies import SearchState, make_strategy
+from partita.search.strategies import SearchState, Strategy, make_strategy
 from partita.space.candidate import Candidate, DeadEnd, Space
 
 NOISE = 0.05
@@ -149,6 +149,172 @@ def _startable(batch: list[Any], bound: Callable[[Candidate], float], left: floa
     return [item for item in batch if bound(item[0]) * MIN_TIMED_CALLS < left]
 
 
+Proposal = tuple[Candidate, Program | None, str]
+"""A proposed implementation, its program (None where printing failed), and the printer's
+error."""
+
+
+@dataclass
+class _Search:
+    """What the steps of one :func:`tune_space` share: the strategy that proposes, the stop
+    condition and its progress, the result gathered so far."""
+
+    space: Space
+    model: Model
+    evaluate: Evaluate
+    stop: Stop
+    strategy: Strategy
+    state: SearchState
+    result: TuneResult
+    progress: Progress
+    batch: int
+    seen: set[str]
+    printer: Callable[[Candidate, str], Program]
+    prepare: Callable[[list[Program]], None] | None
+    on_evaluation: Callable[[Evaluation], None] | None
+    start: float = field(default_factory=time.perf_counter)
+
+    def bound(self, cand: Candidate) -> float:
+        return self.model.bound(cand).time_s
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def room(self, pending: int = 0) -> int:
+        """How many implementations the next batch may hold: ``batch``, or fewer where the
+        stop condition allows fewer evaluations (``pending`` are not yet counted)."""
+        left = self.stop.room(self.progress) - pending
+        return self.batch if left >= self.batch else max(0, int(left))
+
+    def next_batch(self, pending: int = 0) -> list[Proposal]:
+        """Proposals, printed. With no time measured yet, the lowest bound goes first: its
+        time sets the call limit of the others (a first candidate bounded at tens of seconds
+        would otherwise run to the default limit)."""
+        n = self.room(pending)
+        return self.printed(self.strategy.propose(n)) if n else []
+
+    def printed(self, proposed: list[Candidate]) -> list[Proposal]:
+        """The proposals not evaluated before, each with its program or why printing
+        failed."""
+        out: list[Proposal] = []
+        if math.isinf(self.state.best_time):
+            proposed = sorted(proposed, key=self.bound)
+        for c in proposed:
+            key = c.decisions_json()
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            try:
+                out.append((c, self.printer(c, entry_name(self.space.kernel.name, c)), ""))
+            except CodegenError as exc:
+                out.append((c, None, str(exc)))
+        return out
+
+    def viable(self, batch: list[Proposal]) -> list[Proposal]:
+        """``batch`` less the implementations whose bound reaches the best time: proposed
+        before the last measurements, they can no longer win (the bound is valid), so they
+        are neither built nor run (on a GPU, a launch cannot be cut short: one such proposal
+        ran 57 s)."""
+        kept = []
+        for item in batch:
+            if self.bound(item[0]) >= self.state.best_time:
+                self.state.pruned += 1
+                self.strategy.observe(item[0], None)
+            else:
+                kept.append(item)
+        return kept
+
+    def compile_soon(self, batch: list[Proposal]) -> None:
+        if self.prepare is not None:
+            self.prepare([p for _, p, _ in batch if p is not None])
+
+    def first_batch(self, initial: Iterable[Candidate]) -> list[Proposal]:
+        """The ``initial`` implementations (as many as the stop condition allows), or the
+        strategy's first proposals."""
+        first = [c for c in initial if c.is_implementation]
+        left = self.stop.room(self.progress)
+        if left < len(first):  # a budget of N evaluations evaluates N
+            first = first[:int(left)]
+        return self.printed(first) if first else self.next_batch()
+
+    def nothing_left(self, empty_rounds: int) -> bool:
+        """Whether the search stops after a round that proposed nothing (the strategy
+        exhausted its space, or too many such rounds in a row), saying why."""
+        if getattr(self.strategy, "exhausted", False):
+            self.progress.exhausted = True
+            self.result.stopped_by = "the search space is exhausted"
+            return True
+        if empty_rounds > EMPTY_ROUNDS:
+            self.result.stopped_by = (f"nothing new below the best time in {EMPTY_ROUNDS} "
+                                      "rounds of proposals")
+            return True
+        return False
+
+    def measure(self, batch: list[Proposal]) -> None:
+        """Evaluate the programs of ``batch`` that can start in the budget left, and record
+        every implementation evaluated (a printing failure included)."""
+        self.progress.elapsed_s = self.elapsed()
+        batch = _startable(batch, self.bound, self.stop.time_left(self.progress), self.state)
+        printable = [p for _, p, _ in batch if p is not None]
+        measured = iter(self.evaluate(printable) if printable else [])
+        for cand, prog, failure in batch:
+            m = next(measured, None) if prog is not None else None
+            if prog is not None and m is None:
+                return  # the budget ran out before this program started: not evaluated
+            self.record(cand, prog, failure, m)
+
+    def record(self, cand: Candidate, prog: Program | None, failure: str, m: Any) -> None:
+        """One evaluation: kept in the result, the best time updated, the strategy told."""
+        result, progress, state = self.result, self.progress, self.state
+        ev = Evaluation(len(result.evaluations), [d.to_json() for d in cand.decisions],
+                        self.bound(cand), "codegen_error" if m is None else m.status,
+                        failure if m is None else m.reason,
+                        elapsed_s=self.elapsed(), source_digest=prog.digest if prog else "")
+        if m is not None and m.status == "ok":
+            ev.median_s, ev.min_s, ev.spread, ev.reps = m.median_s, m.min_s, m.spread, m.reps
+            # An evaluator without a speed probe (a caller's own) leaves them unset.
+            ev.slowdown = getattr(m, "slowdown", None)
+            ev.slowed = bool(getattr(m, "slowed", False))
+        result.evaluations.append(ev)
+        progress.evaluations += 1
+        # A time taken while the machine ran slowed, even after retiming, is too high: it
+        # never becomes the best (nor sets the limits that the best time sets).
+        if ev.ok and not ev.slowed and (ev.median_s or math.inf) < state.best_time:
+            state.best_time = ev.median_s or math.inf
+            result.best, result.best_program = ev, prog
+            progress.since_improvement = 0
+        else:
+            progress.since_improvement += 1
+        progress.best_time = state.best_time
+        self.strategy.observe(cand, ev.median_s if ev.ok else None)
+        if self.on_evaluation is not None:
+            self.on_evaluation(ev)
+
+    def run(self, current: list[Proposal]) -> None:
+        """Measure batch after batch from ``current`` until the stop condition (or nothing
+        left to propose) ends the search. With ``prepare``, the next batch is proposed while
+        this one compiles, and compiles once this one is measured."""
+        self.compile_soon(current)
+        empty_rounds = 0
+        while not self.stop.done(self.progress):
+            if not current:
+                empty_rounds += 1
+                if self.nothing_left(empty_rounds):
+                    return
+                self.progress.elapsed_s = self.elapsed()  # a wall-time stop still fires
+                current = self.next_batch()
+                self.compile_soon(current)
+                continue
+            empty_rounds = 0
+            upcoming = self.next_batch(len(current)) if self.prepare is not None else []
+            self.measure(current)
+            self.progress.elapsed_s = self.elapsed()
+            # Strategies propose below the best time; only proposals that waited can be stale.
+            current = self.viable(upcoming) if self.prepare is not None else self.next_batch()
+            self.compile_soon(current)
+        self.result.stopped_by = str(self.stop)
+
+
 def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
                strategy: str = "mcts", seed: int = 0, batch: int = 4,
                known_best: float = math.inf,
@@ -179,127 +345,16 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
         raise ValueError(f"the space has no implementation: {root.reason}")
     state = state or SearchState()
     state.best_time = min(state.best_time, known_best)
-    rng = random.Random(seed)
 
     def bound(c: Candidate) -> float:
         return model.bound(c).time_s
 
-    strat = make_strategy(strategy, root, bound, state, rng, **strategy_options)
+    strat = make_strategy(strategy, root, bound, state, random.Random(seed),
+                          **strategy_options)
     result = TuneResult(strat.name, root_bound_s=bound(root), state=state)
-    progress = Progress(root_bound=result.root_bound_s, best_time=known_best)
-    seen = set(skip)
-    start = time.perf_counter()
-
-    def room(pending: int = 0) -> int:
-        """How many implementations the next batch may hold: ``batch``, or fewer where the
-        stop condition allows fewer evaluations (``pending`` are not yet counted)."""
-        left = stop.room(progress) - pending
-        return batch if left >= batch else max(0, int(left))
-
-    def next_batch(pending: int = 0) -> list[tuple[Candidate, Program | None, str]]:
-        """Proposals, printed. With no time measured yet, the lowest bound goes first: its
-        time sets the call limit of the others (a first candidate bounded at tens of seconds
-        would otherwise run to the default limit)."""
-        n = room(pending)
-        return printed(strat.propose(n)) if n else []
-
-    def printed(proposed: list[Candidate]) -> list[tuple[Candidate, Program | None, str]]:
-        out = []
-        if math.isinf(state.best_time):
-            proposed = sorted(proposed, key=bound)
-        for c in proposed:
-            key = c.decisions_json()
-            if key in seen:
-                continue
-            seen.add(key)
-            try:
-                out.append((c, printer(c, entry_name(space.kernel.name, c)), ""))
-            except CodegenError as exc:
-                out.append((c, None, str(exc)))
-        return out
-
-    def viable(batch: list[tuple[Candidate, Program | None, str]]
-               ) -> list[tuple[Candidate, Program | None, str]]:
-        """``batch`` less the implementations whose bound reaches the best time: proposed
-        before the last measurements, they can no longer win (the bound is valid), so they
-        are neither built nor run (on a GPU, a launch cannot be cut short: one such proposal
-        ran 57 s)."""
-        kept = []
-        for item in batch:
-            if bound(item[0]) >= state.best_time:
-                state.pruned += 1
-                strat.observe(item[0], None)
-            else:
-                kept.append(item)
-        return kept
-
-    def compile_soon(batch: list[tuple[Candidate, Program | None, str]]) -> None:
-        if prepare is not None:
-            prepare([p for _, p, _ in batch if p is not None])
-
-    first = [c for c in initial if c.is_implementation]
-    left = stop.room(progress)
-    if left < len(first):  # a budget of N evaluations evaluates N
-        first = first[:int(left)]
-    current = printed(first) if first else next_batch()
-    compile_soon(current)
-    empty_rounds = 0
-    while not stop.done(progress):
-        if not current:
-            if getattr(strat, "exhausted", False):
-                progress.exhausted = True
-                result.stopped_by = "the search space is exhausted"
-                break
-            empty_rounds += 1
-            if empty_rounds > EMPTY_ROUNDS:
-                result.stopped_by = (f"nothing new below the best time in {EMPTY_ROUNDS} "
-                                     "rounds of proposals")
-                break
-            progress.elapsed_s = time.perf_counter() - start  # a wall-time stop still fires
-            current = next_batch()
-            compile_soon(current)
-            continue
-        empty_rounds = 0
-        # The next batch is proposed while this one compiles; it compiles once this one is
-        # measured.
-        upcoming = next_batch(len(current)) if prepare is not None else []
-        progress.elapsed_s = time.perf_counter() - start
-        current = _startable(current, bound, stop.time_left(progress), state)
-        printable = [p for _, p, _ in current if p is not None]
-        measured = iter(evaluate(printable) if printable else [])
-        for cand, prog, failure in current:
-            m = next(measured, None) if prog is not None else None
-            if prog is not None and m is None:
-                break  # the budget ran out before this program started: not evaluated
-            ev = Evaluation(len(result.evaluations), [d.to_json() for d in cand.decisions],
-                            bound(cand), "codegen_error" if m is None else m.status,
-                            failure if m is None else m.reason,
-                            elapsed_s=time.perf_counter() - start,
-                            source_digest=prog.digest if prog else "")
-            if m is not None and m.status == "ok":
-                ev.median_s, ev.min_s, ev.spread, ev.reps = m.median_s, m.min_s, m.spread, m.reps
-                # An evaluator without a speed probe (a caller's own) leaves them unset.
-                ev.slowdown = getattr(m, "slowdown", None)
-                ev.slowed = bool(getattr(m, "slowed", False))
-            result.evaluations.append(ev)
-            progress.evaluations += 1
-            # A time taken while the machine ran slowed, even after retiming, is too high:
-            # it never becomes the best (nor sets the limits that the best time sets).
-            if ev.ok and not ev.slowed and (ev.median_s or math.inf) < state.best_time:
-                state.best_time = ev.median_s or math.inf
-                result.best, result.best_program = ev, prog
-                progress.since_improvement = 0
-            else:
-                progress.since_improvement += 1
-            progress.best_time = state.best_time
-            strat.observe(cand, ev.median_s if ev.ok else None)
-            if on_evaluation is not None:
-                on_evaluation(ev)
-        progress.elapsed_s = time.perf_counter() - start
-        # Strategies propose below the best time; only proposals that waited can be stale.
-        current = viable(upcoming) if prepare is not None else next_batch()
-        compile_soon(current)
-    else:
-        result.stopped_by = str(stop)
-    result.elapsed_s = time.perf_counter() - start
+    search = _Search(space, model, evaluate, stop, strat, state, result,
+                     Progress(root_bound=result.root_bound_s, best_time=known_best), batch,
+                     set(skip), printer, prepare, on_evaluation)
+    search.run(search.first_batch(initial))
+    result.elapsed_s = search.elapsed()
     return result
