@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from partita.ir.kernel import Kernel
@@ -181,54 +182,70 @@ tiles ran 32-108 ms on matmul 1024^3 with A transposed where every taller one ra
 (the bound, charging FMAs and loads alone, is 7.3 ms for all of them)."""
 
 
-def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
-    """The ``packed`` and ``fused`` sketches of a contraction kernel with vectors of
-    ``lanes`` elements, ``packed_a`` where A is a strided view and ``packed_ab`` where A is
-    strided or transposed (none for another kernel)."""
-    shape = contraction_shape(k)
-    if shape is None:
-        return []
-    acc = shape.acc
-    vec_tiles = k.dims_of(shape.vector)
-    unr_tiles = k.dims_of(shape.unrolled)
-    register = [unr_tiles[-1], *vec_tiles[1:-1], vec_tiles[-1]]
-    reduction = [d for ld in shape.reduction for d in k.dims_of(ld)]
-    loads = _loads(k, acc)
-    init = _init(k, acc)
-    stores = _readers(k, acc)
-    rows_n = k.static_size(k.logical(shape.unrolled).size) or 0
+@dataclass(frozen=True)
+class _Contraction:
+    """A contraction's tiles as its sketches arrange them: the register tile (the unrolled
+    dim's innermost tile, the vector dim's inner tiles), the reduction tiles around it, and
+    the instructions around the accumulation."""
 
-    def base(parallel: str, outer: list[str]) -> list[Decision]:
+    k: Kernel
+    shape: _Shape
+    lanes: int
+    vec_tiles: tuple[str, ...]
+    unr_tiles: tuple[str, ...]
+    register: tuple[str, ...]
+    reduction: tuple[str, ...]
+    loads: tuple[str, ...]
+    init: str
+    stores: tuple[str, ...]
+    rows_n: int
+    """The unrolled dim's static size (0 if it has none)."""
+
+    @staticmethod
+    def of(k: Kernel, shape: _Shape, lanes: int) -> _Contraction:
+        vec_tiles = k.dims_of(shape.vector)
+        unr_tiles = k.dims_of(shape.unrolled)
+        return _Contraction(
+            k, shape, lanes, vec_tiles, unr_tiles,
+            register=(unr_tiles[-1], *vec_tiles[1:-1], vec_tiles[-1]),
+            reduction=tuple(d for ld in shape.reduction for d in k.dims_of(ld)),
+            loads=tuple(_loads(k, shape.acc)), init=_init(k, shape.acc),
+            stores=tuple(_readers(k, shape.acc)),
+            rows_n=k.static_size(k.logical(shape.unrolled).size) or 0)
+
+    def base(self, parallel: str, outer: list[str]) -> list[Decision]:
         """The register tile, the reduction around it, ``outer`` tiles around that, the
         ``parallel`` tile outermost, the accumulator in registers."""
-        chain = [parallel, *outer, *reduction, *register]
+        k, acc, register = self.k, self.shape.acc, self.register
+        vec_tiles, unr_tiles = self.vec_tiles, self.unr_tiles
+        chain = [parallel, *outer, *self.reduction, *register]
         tall = tuple(v for v in k.dim(unr_tiles[-1]).sizes or ()
-                     if REGISTER_ROWS <= v <= rows_n)
+                     if REGISTER_ROWS <= v <= self.rows_n)
         out = [Decision("size", (unr_tiles[-1],), tall)] if tall else []
-        out += [Decision("size", (vec_tiles[-1],), (lanes,)),
-               Decision("dim_kind", (vec_tiles[-1],), ("VECTOR",)),
-               Decision("dim_kind", (parallel,), ("PARALLEL",)),
-               Decision("dim_kind", (unr_tiles[-1],), ("UNROLL",))]
+        out += [Decision("size", (vec_tiles[-1],), (self.lanes,)),
+                Decision("dim_kind", (vec_tiles[-1],), ("VECTOR",)),
+                Decision("dim_kind", (parallel,), ("PARALLEL",)),
+                Decision("dim_kind", (unr_tiles[-1],), ("UNROLL",))]
         out += [Decision("dim_kind", (d,), ("UNROLL",)) for d in vec_tiles[1:-1]]
         out += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
         # The initial value and the store: fused with the loops around the reduction, their
         # register-tile loops beside the accumulation's (before it, after it).
-        for inst, beside in [(init, "BEFORE"), *((s, "AFTER") for s in stores)]:
+        for inst, beside in [(self.init, "BEFORE"), *((s, "AFTER") for s in self.stores)]:
             for d, e in _tile_pairs(k, inst, acc):
                 out.append(Decision("order", (d, e), ("MERGED",) if e not in register
                                     else (beside,)))
-        out += [Decision("mem_space", (temporary_name(init, acc),), ("REGISTER",))]
+        out += [Decision("mem_space", (temporary_name(self.init, acc),), ("REGISTER",))]
         out += [Decision("mem_space", (temporary_name(acc, s),), ("REGISTER",))
-                for s in stores]
+                for s in self.stores]
         return out
 
-    def packing(p: str, shared: set[str], before: str | None) -> list[Decision]:
+    def packing(self, p: str, shared: set[str], before: str | None) -> list[Decision]:
         """Load ``p`` copied into a local buffer inside the ``shared`` tiles, before the
         loop ``before``; every other load in the micro-kernel."""
-        out = [d for ld in loads if ld != p for d in _fused(k, ld, acc)]
-        return out + copy(p, shared, before)
+        out = [d for ld in self.loads if ld != p for d in _fused(self.k, ld, self.shape.acc)]
+        return out + self.copy(p, shared, before)
 
-    def copy(p: str, shared: set[str], before: str | None) -> list[Decision]:
+    def copy(self, p: str, shared: set[str], before: str | None) -> list[Decision]:
         """Load ``p`` copied into a local buffer inside the ``shared`` tiles, before the
         loop ``before``. Where the source is contiguous along a dim and the copy does not
         transpose, its loops follow the source's layout (the smallest stride innermost: a
@@ -237,6 +254,7 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
         A strided view is left to the search: there each element is its own cache line, and
         a copy along its rows (one stream of lines) took 11.7 ms where one across 8 rows (8
         streams) took 6.8."""
+        k, shape, acc = self.k, self.shape, self.shape.acc
         out = _fused(k, p, acc, shared)
         free = [d for d, e in _tile_pairs(k, p, acc) if e not in shared]
         # A dim the source does not move along (stride 0) repeats the copy: outermost.
@@ -260,73 +278,103 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
             # B's copy moves vectors (a transposing copy's are left to the search).
             out.append(Decision("dim_kind", (k.dims_of(along)[-1],), ("VECTOR",)))
         first = next((d for d, e in _tile_pairs(k, p, acc)
-                      if e not in shared and e in reduction), None)
+                      if e not in shared and e in self.reduction), None)
         if first is not None and before is not None:
             out.append(Decision("order", (first, before), ("BEFORE",)))
         out.append(Decision("mem_space", (temporary_name(p, acc),), ("LOCAL",)))
         return out
 
-    # Parallel columns: the vector dim's outer tile outermost.
-    outer = [d for ld in (*shape.others, shape.unrolled, shape.vector) for d in k.dims_of(ld)
-             if d not in register and d != vec_tiles[0]]
-    out = []
-    # Packed: the operand that does not move along the unrolled dim is copied per parallel
-    # tile, before the loops that reuse it, into a local buffer.
-    panel = [ld for ld in loads if _counterpart(k, ld, shape.unrolled) is None
-             and _counterpart(k, ld, shape.vector) is not None]
-    if len(panel) == 1 and set(shape.strided) <= set(panel):
-        (p,) = panel
-        packed = base(vec_tiles[0], outer) + packing(p, {vec_tiles[0]}, outer[0] if outer
-                                                     else None)
-        out.append(Sketch("packed", tuple(packed)))
-    if not shape.strided:
-        fused = base(vec_tiles[0], outer) + [d for ld in loads for d in _fused(k, ld, acc)]
-        out.append(Sketch("fused", tuple(fused)))
-    # Packed A: the operand broadcast along the unrolled dim, read with a stride along every
-    # one of its dims (a strided view: each element its own cache line), is copied once per
-    # block of rows: parallel rows outermost, the copy before the column loops, the rest in
-    # the micro-kernel.
-    rows = [ld for ld in loads if _counterpart(k, ld, shape.vector) is None
-            and _counterpart(k, ld, shape.unrolled) is not None]
-    if len(rows) == 1 and not shape.strided:
+    def column_sketches(self) -> list[Sketch]:
+        """``packed`` and ``fused``: parallel columns (the vector dim's outer tile
+        outermost). Packed: the operand that does not move along the unrolled dim is copied
+        per parallel tile, before the loops that reuse it, into a local buffer."""
+        k, shape, vec_tiles = self.k, self.shape, self.vec_tiles
+        outer = [d for ld in (*shape.others, shape.unrolled, shape.vector)
+                 for d in k.dims_of(ld) if d not in self.register and d != vec_tiles[0]]
+        out = []
+        panel = self.panel()
+        if len(panel) == 1 and set(shape.strided) <= set(panel):
+            (p,) = panel
+            packed = self.base(vec_tiles[0], outer) + self.packing(
+                p, {vec_tiles[0]}, outer[0] if outer else None)
+            out.append(Sketch("packed", tuple(packed)))
+        if not shape.strided:
+            fused = self.base(vec_tiles[0], outer) + [
+                d for ld in self.loads for d in _fused(k, ld, shape.acc)]
+            out.append(Sketch("fused", tuple(fused)))
+        return out
+
+    def panel(self) -> list[str]:
+        """The loads that move along the vector dim and not along the unrolled one (B)."""
+        return [ld for ld in self.loads if _counterpart(self.k, ld, self.shape.unrolled) is None
+                and _counterpart(self.k, ld, self.shape.vector) is not None]
+
+    def row_sketches(self) -> list[Sketch]:
+        """``packed_a`` and ``packed_ab``. Packed A: the operand broadcast along the
+        unrolled dim, read with a stride along every one of its dims (a strided view: each
+        element its own cache line), is copied once per block of rows: parallel rows
+        outermost, the copy before the column loops, the rest in the micro-kernel."""
+        k, shape = self.k, self.shape
+        rows = [ld for ld in self.loads if _counterpart(k, ld, shape.vector) is None
+                and _counterpart(k, ld, shape.unrolled) is not None]
+        if len(rows) != 1 or shape.strided:
+            return []
         (a,) = rows
         along = [x for x in (_counterpart(k, a, r) for r in (*shape.reduction,
                                                               shape.unrolled)) if x]
-        row_outer = [d for d in unr_tiles if d not in register]
+        row_outer = [d for d in self.unr_tiles if d not in self.register]
         others = [d for ld in shape.others for d in k.dims_of(ld)]
-        columns = [d for d in vec_tiles if d not in register]
+        columns = [d for d in self.vec_tiles if d not in self.register]
         strided = bool(along) and all(k.element_stride(a, x) not in (0, 1) for x in along)
+        out = []
         if strided:
-            packed_a = base(row_outer[0], [*row_outer[1:], *others, *columns])
-            packed_a += packing(a, set(row_outer), (others + columns)[0])
+            packed_a = self.base(row_outer[0], [*row_outer[1:], *others, *columns])
+            packed_a += self.packing(a, set(row_outer), (others + columns)[0])
             out.append(Sketch("packed_a", tuple(packed_a)))
-        # Both packed: A copied once per parallel block of rows (read once in all), B per
-        # column tile inside it, so that the micro-kernel streams two contiguous panels and
-        # B's panel stays in cache across the rows of the block (packed_a streams all of B
-        # per block of unrolled rows). For a strided A, and for A read with a stride along
-        # the reduction (transposed): there each step of the reduction reads the register
-        # tile's rows from another line, lines a power of two apart share cache sets.
+        # Both packed: for a strided A, and for A read with a stride along the reduction
+        # (transposed): there each step of the reduction reads the register tile's rows
+        # from another line, lines a power of two apart share cache sets.
         steps = [x for x in (_counterpart(k, a, r) for r in shape.reduction) if x]
         across = bool(steps) and all(k.element_stride(a, x) not in (0, 1) for x in steps)
+        panel = self.panel()
         if (strided or across) and len(panel) == 1 and len(row_outer) > 1:
-            (p,) = panel
-            inner_rows = row_outer[1:]
-            packed_ab = base(row_outer[0], [vec_tiles[0], *others, *inner_rows, *columns[1:]])
-            packed_ab += copy(a, {row_outer[0]}, vec_tiles[0])
-            packed_ab += copy(p, {vec_tiles[0]}, (others + inner_rows + columns[1:])[0])
-            # B's panel is copied once per block of rows: a copy costs a load and a store per
-            # element, the block's micro-kernels rows / lanes FMAs per element, so small
-            # blocks spend much of their time copying (4-row blocks: 63 ms against 15 ms
-            # with 128 on A transposed, the bound blind to it: each copy's panel fits in L2).
-            # The block holds at least 16 row tiles, where the rows make two such blocks of
-            # the tallest register tile (one per thread on two cores).
-            tallest = max(k.dim(unr_tiles[-1]).sizes or (1,))
-            sizes = k.dim(inner_rows[0]).sizes or ()
-            enough = tuple(v for v in sizes if v >= ROW_BLOCK_TILES)
-            if enough and rows_n >= 2 * ROW_BLOCK_TILES * tallest:
-                packed_ab.append(Decision("size", (inner_rows[0],), enough))
-            out.append(Sketch("packed_ab", tuple(packed_ab)))
-    return out
+            out.append(self.packed_ab(a, panel[0], row_outer, others, columns))
+        return out
+
+    def packed_ab(self, a: str, p: str, row_outer: list[str], others: list[str],
+                  columns: list[str]) -> Sketch:
+        """A (load ``a``) copied once per parallel block of rows (read once in all), B (load
+        ``p``) per column tile inside it, so that the micro-kernel streams two contiguous
+        panels and B's panel stays in cache across the rows of the block (packed_a streams
+        all of B per block of unrolled rows)."""
+        k, vec_tiles = self.k, self.vec_tiles
+        inner_rows = row_outer[1:]
+        packed_ab = self.base(row_outer[0], [vec_tiles[0], *others, *inner_rows, *columns[1:]])
+        packed_ab += self.copy(a, {row_outer[0]}, vec_tiles[0])
+        packed_ab += self.copy(p, {vec_tiles[0]}, (others + inner_rows + columns[1:])[0])
+        # B's panel is copied once per block of rows: a copy costs a load and a store per
+        # element, the block's micro-kernels rows / lanes FMAs per element, so small blocks
+        # spend much of their time copying (4-row blocks: 63 ms against 15 ms with 128 on A
+        # transposed, the bound blind to it: each copy's panel fits in L2). The block holds
+        # at least 16 row tiles, where the rows make two such blocks of the tallest register
+        # tile (one per thread on two cores).
+        tallest = max(k.dim(self.unr_tiles[-1]).sizes or (1,))
+        sizes = k.dim(inner_rows[0]).sizes or ()
+        enough = tuple(v for v in sizes if v >= ROW_BLOCK_TILES)
+        if enough and self.rows_n >= 2 * ROW_BLOCK_TILES * tallest:
+            packed_ab.append(Decision("size", (inner_rows[0],), enough))
+        return Sketch("packed_ab", tuple(packed_ab))
+
+
+def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
+    """The ``packed`` and ``fused`` sketches of a contraction kernel with vectors of
+    ``lanes`` elements, ``packed_a`` where A is a strided view and ``packed_ab`` where A is
+    strided or transposed (none for another kernel)."""
+    shape = contraction_shape(k)
+    if shape is None:
+        return []
+    contraction = _Contraction.of(k, shape, lanes)
+    return contraction.column_sketches() + contraction.row_sketches()
 
 
 def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str,
@@ -403,7 +451,7 @@ def _init_placement(k: Kernel, acc: str, around: set[str]) -> list[Decision]:
             for d, e in _tile_pairs(k, init, acc)]
 
 
-def _threads_kept(k: Kernel, tiles: list[str], cores: int) -> list[Decision]:
+def _threads_kept(k: Kernel, tiles: Sequence[str], cores: int) -> list[Decision]:
     """Sizes of the inner tile of a parallel dimension (``tiles``: its outer tile, made
     parallel, and the inner one, unrolled) that leave the parallel loop an iteration per
     core. A dot in two chunks on two cores, its chunks unrolled by 2 inside, runs on one
