@@ -21,6 +21,7 @@ import pytest
 import partita
 from partita import KernelBuilder
 from partita.codegen.c import CPrinter, print_c
+from partita.codegen.expr import disjoint
 from partita.codegen.looptree import loop_tree
 from partita.kernels import list_kernels
 from partita.runtime import Evaluator, TimingOptions
@@ -503,10 +504,8 @@ def test_an_accumulations_copy_is_written_once_after_its_reduction_loops(
 def test_promoted_accesses_must_cover_disjoint_elements() -> None:
     """Elements kept in variables are loaded and stored once each: accesses that could
     overlap (in their constant offsets, or at addresses that differ otherwise) are not."""
-    from partita.codegen.c import _disjoint
-
-    assert _disjoint({("16 * j_0", 8, 1): "a", ("16 * j_0 + 8", 8, 1): "b"})
-    assert _disjoint({("16 * j_0", 8, 4): "a", ("16 * j_0 + 1", 8, 4): "b"})
-    assert not _disjoint({("16 * j_0", 8, 1): "a", ("16 * j_0 + 3", 1, 1): "b"})
-    assert not _disjoint({("16 * j_0", 8, 4): "a", ("16 * j_0 + 8", 8, 4): "b"})
-    assert not _disjoint({("16 * j_0", 8, 1): "a", ("16 * i_0", 8, 1): "b"})
+    assert disjoint({("16 * j_0", 8, 1): "a", ("16 * j_0 + 8", 8, 1): "b"})
+    assert disjoint({("16 * j_0", 8, 4): "a", ("16 * j_0 + 1", 8, 4): "b"})
+    assert not disjoint({("16 * j_0", 8, 1): "a", ("16 * j_0 + 3", 1, 1): "b"})
+    assert not disjoint({("16 * j_0", 8, 4): "a", ("16 * j_0 + 8", 8, 4): "b"})
+    assert not disjoint({("16 * j_0", 8, 1): "a", ("16 * i_0", 8, 1): "b"})

@@ -1,0 +1,749 @@
+"""The walk of the loop tree that the C, CUDA and OpenCL printers share.
+
+A :class:`CFamilyPrinter` prints what a :class:`~partita.codegen.lower.LoweredPlan` says.
+Each loop binds the C index of every tile dimension fused into it; an instruction's logical
+indices are then ``sum_l index(d.l) * prod(size(d.m), m > l)``.
+
+How dimensions are printed
+    ``LOOP`` is a ``for`` loop; ``UNROLL`` repeats its body with the index as a constant;
+    ``VECTOR`` evaluates the instructions inside it on GCC vector types (the ISA comes from
+    ``-march``), with contiguous loads and stores, broadcasts, or element-wise gathers.
+    Where a strip-mining factor does not divide a size, the last tile is printed apart: the
+    innermost loop of the dim stops at the size, stores and sums along the dim are guarded,
+    other instructions run past the end on clamped indices, and a partial vector computes on
+    whole vectors whose loads from the kernel's arrays fill the lanes past the end with zeros
+    and whose stores leave them out (masked on AVX-512). Values past the end are computed but
+    never stored.
+
+Extension points
+    A language overrides the public hooks rather than the walk: :meth:`print_node` (how a
+    kind of dimension binds its indices), :meth:`print_body`, :meth:`declare`,
+    :meth:`print_inst`, :meth:`arith`, :meth:`load` and :meth:`emit_store` (the syntax of
+    accesses), :meth:`vector_mode` and :meth:`print_lanes` (whether a vector dim runs on
+    whole vectors, and how it runs lane by lane otherwise), :meth:`loop_stop`,
+    :meth:`emit_prefetch`, and :attr:`plan_class` (the lowering of its target).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from partita.codegen.expr import (
+    IDENTIFIER,
+    CodegenError,
+    c_literal,
+    c_name,
+    disjoint,
+    fold_product,
+    fold_sum,
+)
+from partita.codegen.looptree import Node
+from partita.codegen.lower import LoweredPlan, Prefetch, Storage
+from partita.codegen.vector import broadcast, vector_type_name
+from partita.ir.kernel import Array, Kernel
+from partita.ir.operands import Const, Index, Instruction, Operand, Reduce, Scalar, Value
+from partita.ir.types import DType
+from partita.space.candidate import Candidate
+
+PROMOTED_VALUES_MAX = 32
+"""At most this many elements (vectors or scalars) of memory temporaries are kept in variables
+across one loop (:meth:`CFamilyPrinter._print_promoted`): about two register files; beyond
+that gcc would spill them to the stack, memory again."""
+
+
+class CFamilyPrinter:
+    """Prints one implementation in a C-family language from its lowered plan."""
+
+    idx_t = "int64_t"
+    """The C type of loop indices."""
+
+    plan_class: type[LoweredPlan] = LoweredPlan
+    """The lowering of the target (its storage rules, what it versions and promotes)."""
+
+    def __init__(self, cand: Candidate, entry: str) -> None:
+        self.plan = self.plan_class(cand)
+        self.cand = cand
+        self.k: Kernel = cand.kernel
+        self.entry = entry
+        # The plan's parts that the walk reads at every step.
+        self.tree = self.plan.tree
+        self.sizes = self.plan.sizes
+        self.parent = self.plan.parent
+        self.node_of = self.plan.node_of
+        self.storage = self.plan.storage
+        self.temps = self.plan.temps
+        self.prefetches = self.plan.prefetches
+        self.lines: list[str] = []
+        self.vector_types: dict[tuple[DType, int], str] = {}
+        self.helpers: set[tuple[str, str]] = set()
+        self.in_partial_tile = False
+        self.partial_vector = False
+        """Printing the last, partial vector of a dim: global accesses along lanes are masked."""
+        self.full_tiles: frozenset[str] = frozenset()
+        """Logical dims known not to overflow where the printer is (inside the full-tile
+        version of their outermost tile loop): their guards are left out."""
+        self.promoted: dict[str, dict[tuple[str, int, int], str]] | None = None
+        """While a loop is printed with memory temporaries promoted: per temporary, the C
+        variable kept for each access (address of its first element, lanes, distance
+        between lanes) read or written."""
+        self.promotion_inner: set[str] = set()
+        """The loop indices bound inside the promoted loop (itself included)."""
+        self.promotion_failed = False
+        self.promotion_read: set[str] = set()
+        """The promoted temporaries read inside the loop."""
+        self.promotion_computed: set[str] = set()
+        """The promoted temporaries written inside the loop with a value other than a promoted
+        variable."""
+        self.sunk: set[str] = set()
+        """The accumulations whose copies for their consumers are written after the reduction
+        loop being printed rather than at each of its steps."""
+
+    def extent(self, logical: str) -> int | str:
+        """A logical dimension's size: its value, or the C parameter of a dynamic size."""
+        return self.plan.extent(logical)
+
+    def needs_guard(self, logical: str) -> bool:
+        """Whether indices of ``logical`` may pass its end where the printer is."""
+        return self.plan.needs_guard(logical, self.full_tiles)
+
+    def emit_prefetch(self, pf: Prefetch, env: dict[str, str], indent: int) -> None:
+        """The prefetches of one iteration of the loop that ``pf`` is planned in (only
+        targets whose space has the ``prefetch`` choice plan any)."""
+        raise CodegenError(f"prefetches of {pf.temp}: not printed in this language")
+
+    # -- C types and index expressions -------------------------------------------------------
+
+    def vtype(self, dtype: DType, lanes: int) -> str:
+        key = (dtype, lanes)
+        if key not in self.vector_types:
+            self.vector_types[key] = vector_type_name(dtype, lanes)
+        return self.vector_types[key]
+
+    def logical_index(self, env: dict[str, str], logical: str) -> str:
+        terms = []
+        stride = 1
+        for d in reversed(self.k.dims_of(logical)):
+            if d not in env:
+                raise CodegenError(f"dimension {d} is not bound where it is used")
+            if env[d] != "0":
+                terms.append(fold_product([env[d], stride]))
+            size = self.sizes[d]
+            stride = stride * size if isinstance(size, int) else stride
+        return fold_sum(list(reversed(terms)))
+
+    def lane_coeff(self, logical: str, lane_dims: set[str]) -> int:
+        """How much ``logical``'s index moves per lane of the vector dims."""
+        coeff = 0
+        stride = 1
+        for d in reversed(self.k.dims_of(logical)):
+            if d in lane_dims:
+                coeff += stride
+            size = self.sizes[d]
+            stride = stride * size if isinstance(size, int) else stride
+        return coeff
+
+    def _array_strides(self, arr: Array) -> list[int | str]:
+        strides: list[int | str] = [0] * len(arr.shape)
+        step: int | str = arr.elem_stride
+        for axis in reversed(arr.order):
+            strides[axis] = step
+            size = self.k.static_size(arr.shape[axis])
+            extent: int | str = size if size is not None else str(arr.shape[axis])
+            step = (step * extent if isinstance(step, int) and isinstance(extent, int)
+                    else fold_product([step, extent]))
+        return strides
+
+    def access_address(self, inst: Instruction, env: dict[str, str], lane_dims: set[str],
+                       clamped: frozenset[str] = frozenset()) -> tuple[str, int | str]:
+        """(element offset at lane 0, offset step per lane) of a load or store; the indices
+        of the ``clamped`` logical dims stop at their last element (see
+        :meth:`LoweredPlan.speculated`)."""
+        assert inst.access is not None
+        arr = self.k.array(inst.access.array)
+        strides = self._array_strides(arr)
+        terms = []
+        lane_terms: list[int | str] = []
+        for axis, ix in enumerate(inst.access.index):
+            parts = [str(ix.const)] if ix.const else []
+            lane = 0
+            for ld, c in ix.terms:
+                li = self.logical_index(env, ld)
+                if ld in clamped:
+                    last = self.extent(ld)
+                    last = str(last - 1) if isinstance(last, int) else f"({last} - 1)"
+                    li = f"({li} < {last} ? {li} : {last})"
+                parts.append(li if c == 1 else f"{c} * ({li})")
+                lane += c * self.lane_coeff(ld, lane_dims)
+            expr = fold_sum(parts)
+            if expr != "0":
+                terms.append(fold_product([f"({expr})" if "+" in expr else expr, strides[axis]]))
+            if lane:
+                stride = strides[axis]
+                lane_terms.append(lane * stride if isinstance(stride, int)
+                                  else fold_product([lane, stride]))
+        step: int | str
+        if all(isinstance(t, int) for t in lane_terms) or not lane_terms:
+            step = sum(int(t) for t in lane_terms)
+        else:
+            step = fold_sum([str(t) for t in lane_terms])
+        return fold_sum(terms), step
+
+    def temp_address(self, st: Storage, env: dict[str, str], side: str,
+                     lane_dims: set[str]) -> tuple[str, int | str]:
+        terms = []
+        step: int = 0
+        for s in st.slots:
+            d = s.producer_dim if side == "p" else s.consumer_dim
+            if d not in env:
+                raise CodegenError(f"{st.name}: dimension {d} is not bound where it is used")
+            if d in lane_dims:
+                if not isinstance(s.stride, int):
+                    raise CodegenError(f"{st.name}: vector access with a dynamic stride")
+                step += s.stride
+            if env[d] != "0":
+                terms.append(fold_product([env[d], s.stride]))
+        return fold_sum(terms), step
+
+    # -- printing the loop tree --------------------------------------------------------------
+
+    def emit(self, indent: int, text: str) -> None:
+        self.lines.append("    " * indent + text)
+
+    def declare(self, node: Node, indent: int, scalar: bool = False) -> None:
+        """Declare the variables and stack buffers whose innermost enclosing loop is ``node``
+        (as scalars with ``scalar``, for the one-lane-at-a-time version of a vector dim)."""
+        for st in self.plan.all_storage():
+            if st.space not in ("VAR", "REGISTER", "LOCAL"):
+                continue
+            if self.plan.lca(st.accessors) is not node:
+                continue
+            c = st.dtype.c_type
+            if st.temp is None:
+                if st.vector_dim is not None and not scalar:
+                    c = self.vtype(st.dtype, int(self.sizes[st.vector_dim]))
+                self.emit(indent, f"{c} {st.name};")
+            elif st.lanes > 1:
+                vt = self.vtype(st.dtype, st.lanes)
+                self.emit(indent, f"{vt} {st.name}[{int(st.elements) // st.lanes}];")
+            else:
+                self.emit(indent, f"{c} {st.name}[{st.elements}] __attribute__((aligned(64)));")
+
+    def print_body(self, node: Node, env: dict[str, str], indent: int) -> None:
+        self.declare(node, indent)
+        for pf in self.prefetches.get(id(node), ()):
+            self.emit_prefetch(pf, env, indent)
+        for child in node.children:
+            self.print_node(child, env, indent)
+
+    def print_node(self, node: Node, env: dict[str, str], indent: int) -> None:
+        if node.inst is not None:
+            self.print_inst(self.k.inst(node.inst), env, indent, None)
+            return
+        d = node.dims[0]
+        size = self.sizes[d]
+        if size == 1 and node.kind != "VECTOR":
+            # A loop of one iteration is a scope with its index fixed to 0.
+            self.emit(indent, f"{{ /* {d} = 0 */")
+            self.print_body(node, {**env, **dict.fromkeys(node.dims, "0")}, indent + 1)
+            self.emit(indent, "}")
+        elif node.kind == "UNROLL":
+            assert isinstance(size, int)
+            for i in range(size):
+                self.emit(indent, f"{{ /* {d} = {i} */")
+                self.print_body(node, {**env, **dict.fromkeys(node.dims, str(i))}, indent + 1)
+                self.emit(indent, "}")
+        elif node.kind == "VECTOR":
+            self._print_vector(node, env, indent)
+        else:
+            sunk = self.plan.sinkable(node, self.sunk, self.full_tiles)
+            self.sunk |= sunk.keys()
+            try:
+                promoted = self.plan.promotable(node, self.sunk) if self.promoted is None else []
+                if promoted:
+                    self._print_promoted(node, env, indent, promoted)
+                else:
+                    self._print_loop(node, env, indent)
+            finally:
+                self.sunk -= sunk.keys()
+            for inst in sorted(sunk):
+                self._print_sunk_copies(inst, sunk[inst], node, env, indent)
+
+    def _print_loop(self, node: Node, env: dict[str, str], indent: int) -> None:
+        """A sequential loop as a C ``for``."""
+        var = c_name(node.dims[0])
+        inner = {**env, **dict.fromkeys(node.dims, var)}
+        stop, clamped = self.loop_stop(node, env)
+        self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {stop}; ++{var}) {{")
+        outside = self.full_tiles
+        self.full_tiles = outside | clamped
+        try:
+            self._print_versioned([node], inner, indent + 1,
+                                  lambda at: self.print_body(node, inner, at))
+        finally:
+            self.full_tiles = outside
+        self.emit(indent, "}")
+
+    def loop_stop(self, node: Node, env: dict[str, str]) -> tuple[str, frozenset[str]]:
+        """The bound of a ``for`` loop, and the logical dims it keeps in range. The innermost
+        tile loop of a dim with a remainder stops at the dim's size rather than guarding
+        every instruction inside it (the remainder of a reduction tile would otherwise test
+        the index before each FMA of the micro-kernel). Only where every instruction inside
+        iterates the loop: one that does not must still run every iteration."""
+        size = self.sizes[node.dims[0]]
+        if not self.plan.clamps_loops:
+            return str(size), frozenset()
+        stops = set()
+        logicals = set()
+        for d in node.dims:
+            ld = self.k.dim(d).logical
+            if self.k.dims_of(ld)[-1] != d or not self.needs_guard(ld):
+                return str(size), frozenset()
+            stops.add(self._left(ld, {**env, d: "0"}))
+            logicals.add(ld)
+        if len(stops) != 1 or not all(self.plan.iterates(i, node)
+                                      for i in self.plan.insts_under(node)):
+            return str(size), frozenset()
+        (rest,) = stops
+        return f"({size} < {rest} ? {size} : {rest})", frozenset(logicals)
+
+    def _print_versioned(self, loops: list[Node], env: dict[str, str], indent: int,
+                         body: Callable[[int], None]) -> None:
+        """The body of loops that carry the outermost tile of a logical dim with a remainder,
+        twice: for the full tiles without that dim's guards, and for the last, partial tile
+        with them. Guards in a micro-kernel cost a test per instruction, and a partial vector
+        tile a branch per vector (measured 2.3x slower on a 1000x999x1001 matmul)."""
+        conds: list[str] = []
+        full: set[str] = set()
+        for node in loops:
+            for d in node.dims:
+                dim = self.k.dim(d)
+                if dim.level != 0 or not self.needs_guard(dim.logical):
+                    continue
+                n, f = self.extent(dim.logical), self.plan.factor(dim.logical)
+                cond = f"{env[d]} < {n // f if isinstance(n, int) else f'({n}) / {f}'}"
+                if cond not in conds:
+                    conds.append(cond)
+                full.add(dim.logical)
+        if not conds or self.in_partial_tile:
+            body(indent)
+            return
+        self.emit(indent, f"if ({' && '.join(conds)}) {{")
+        outside = self.full_tiles
+        self.full_tiles = outside | full
+        try:
+            body(indent + 1)
+        finally:
+            self.full_tiles = outside
+        self.emit(indent, "} else {")
+        # The partial tile keeps every guard inside it rather than versioning again: g
+        # guarded dims then print g + 1 copies of the innermost code, not 2^g (gcc took a
+        # minute on a register-blocked 1000x999x1001 matmul with eight).
+        self.in_partial_tile = True
+        try:
+            body(indent + 1)
+        finally:
+            self.in_partial_tile = False
+        self.emit(indent, "}")
+
+    # -- copies after a reduction loop, temporaries kept in variables ------------------------
+
+    def _print_sunk_copies(self, inst: str, path: list[Node], node: Node,
+                           env: dict[str, str], indent: int) -> None:
+        """After the loop ``node``, the copies of accumulation ``inst`` for its consumers, at
+        every index the loops ``path`` between them bind (see :meth:`LoweredPlan.sinkable`): each
+        unrolled and one-iteration dim at its constants, a vector dim on whole vectors."""
+        names = ", ".join(t.name for t in self.plan.copies_of(inst))
+        self.emit(indent, f"{{ /* {names} written after {node.dims[0]} */")
+
+        def walk(at: int, scope: dict[str, str]) -> None:
+            if at == len(path):
+                self._write_copies(inst, scope, indent + 1, None)
+                return
+            n = path[at]
+            size = self.sizes[n.dims[0]]
+            if n.kind == "VECTOR" and size != 1:
+                assert at == len(path) - 1 and isinstance(size, int)
+                lane = (n, size) if self.plan.iterates(inst, n) else None
+                self._write_copies(inst, {**scope, **dict.fromkeys(n.dims, "0")}, indent + 1,
+                                   lane)
+                return
+            for i in range(size if n.kind == "UNROLL" and isinstance(size, int) else 1):
+                walk(at + 1, {**scope, **dict.fromkeys(n.dims, str(i))})
+
+        walk(0, env)
+        self.emit(indent, "}")
+
+    def _write_copies(self, inst: str, env: dict[str, str], indent: int,
+                      lane: tuple[Node, int] | None) -> None:
+        """The copies of the value of ``inst`` for its consumers in other nests."""
+        lane_dims = set(lane[0].dims) if lane else set()
+        lanes = lane[1] if lane else 1
+        src = self._read_storage(self.storage[inst], env, self.plan.value_side(inst), lane_dims,
+                                 lanes)
+        for tst in self.plan.copies_of(inst):
+            self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
+
+    def _print_promoted(self, node: Node, env: dict[str, str], indent: int,
+                        stores: list[Storage]) -> None:
+        """The loop ``node`` with the elements of ``stores`` it accesses kept in variables:
+        loaded before the loop, stored back after it, in a scope of their own. Where the
+        printed accesses do not allow it after all (an element read as a vector and as a
+        scalar, overlapping vectors, an address that moves inside the loop, too many
+        elements), the loop is printed again as it was."""
+        start = len(self.lines)
+        self.promoted = {st.name: {} for st in stores}
+        self.promotion_inner = {c_name(n.dims[0]) for n in self.plan.subtree(node)
+                                if n.inst is None}
+        self.promotion_failed = False
+        self.promotion_read, self.promotion_computed = set(), set()
+        try:
+            self._print_loop(node, env, indent + 1)
+        finally:
+            promoted, self.promoted = self.promoted, None
+        count = sum(len(v) for v in promoted.values())
+        if (self.promotion_failed or count > PROMOTED_VALUES_MAX
+                or not all(disjoint(v) for v in promoted.values())):
+            del self.lines[start:]
+            self._print_loop(node, env, indent)
+            return
+        # A copy only written in the loop costs nothing in variables when it copies a
+        # promoted accumulator (the same value); one computed from registers would keep
+        # values live across the loop that its stores had let go (a copy of a register tile
+        # through its lanes took 16 more vector registers, spilt: 2.4x slower).
+        costly = self.promotion_computed - self.promotion_read
+        if costly:
+            del self.lines[start:]
+            kept = [st for st in stores if st.name not in costly]
+            if kept:
+                self._print_promoted(node, env, indent, kept)
+            else:
+                self._print_loop(node, env, indent)
+            return
+        loop = self.lines[start:]
+        del self.lines[start:]
+        self.emit(indent, f"{{ /* {', '.join(promoted)} kept in variables across {node.dims[0]} */")
+        by_name = {st.name: st for st in stores}
+        for name, accesses in promoted.items():
+            st = by_name[name]
+            for (base, width, step), var in accesses.items():
+                if width == 1:
+                    self.emit(indent + 1, f"{st.dtype.c_type} {var} = {name}[{base}];")
+                    continue
+                value = self.load(name, base, step, st.dtype, width)
+                self.emit(indent + 1, f"{self.vtype(st.dtype, width)} {var} = {value};")
+        self.lines += loop
+        for name, accesses in promoted.items():
+            st = by_name[name]
+            for (base, width, step), var in accesses.items():
+                self.emit_store(indent + 1, name, base, step, var, st.dtype, width)
+        self.emit(indent, "}")
+
+    def _promoted_var(self, st: Storage, base: str, width: int, step: int | str,
+                      value: str | None = None) -> str | None:
+        """The variable that holds the ``width`` elements of ``st`` from ``base``, ``step``
+        apart, while a loop is printed with ``st`` promoted (None: not promoted, or the
+        access does not allow it, which fails the promotion); a write of ``value``, or a
+        read."""
+        if self.promoted is None or st.name not in self.promoted:
+            return None
+        if value is None:
+            self.promotion_read.add(st.name)
+        elif not any(value in acc.values() for acc in self.promoted.values()):
+            self.promotion_computed.add(st.name)
+        if not isinstance(step, int) or any(
+                tok in self.promotion_inner for tok in IDENTIFIER.findall(base)):
+            self.promotion_failed = True
+            return None
+        key = (base, width, step if width > 1 else 1)
+        accesses = self.promoted[st.name]
+        if key not in accesses:
+            accesses[key] = f"reg_{st.name}_{len(accesses)}"
+        return accesses[key]
+
+    # -- vector dimensions -------------------------------------------------------------------
+
+    def _print_vector(self, node: Node, env: dict[str, str], indent: int) -> None:
+        lanes = self.sizes[node.dims[0]]
+        assert isinstance(lanes, int)
+        venv = {**env, **dict.fromkeys(node.dims, "0")}
+        if not self.vector_mode(node, venv, lanes):
+            self.print_lanes(node, env, indent, lanes)
+            return
+        partial = self._partial_guard(node, venv, lanes)
+        if not partial:
+            self._print_whole_vectors(node, venv, indent, lanes)
+            return
+        masked = self.plan.masked_lanes_safe(node, self.full_tiles)
+        if masked and not self.plan.masks(node, self.full_tiles):
+            # On whole vectors, and nothing inside reads or writes the kernel's arrays along
+            # the lanes: the last tile prints as the others.
+            self._print_whole_vectors(node, venv, indent, lanes)
+            return
+        self.emit(indent, f"if ({partial}) {{")
+        self._print_whole_vectors(node, venv, indent + 1, lanes)
+        self.emit(indent, "} else {")
+        if masked:
+            # The last tile of a dimension with a remainder, on whole vectors: what the lanes
+            # past the end compute is never stored (scalar lanes cost 5-16x on that tile).
+            self.partial_vector = True
+            try:
+                self._print_whole_vectors(node, venv, indent + 1, lanes)
+            finally:
+                self.partial_vector = False
+        else:
+            self.print_lanes(node, env, indent + 1, lanes)
+        self.emit(indent, "}")
+
+    def _print_whole_vectors(self, node: Node, venv: dict[str, str], indent: int,
+                             lanes: int) -> None:
+        self.declare(node, indent)
+        for child in node.children:
+            assert child.inst is not None, "only instructions are inside vector dims"
+            inst = self.k.inst(child.inst)
+            lane = (node, lanes) if self.plan.iterates(inst.name, node) else None
+            self.print_inst(inst, venv, indent, lane)
+
+    def _lane_count(self, inst: Instruction, env: dict[str, str],
+                    lane_dims: set[str]) -> str | None:
+        """In a partial vector, the C expression of how many leading lanes are in range."""
+        if not self.partial_vector or not lane_dims:
+            return None
+        logicals = self.plan.lane_logicals(inst, lane_dims, self.full_tiles)
+        if not logicals:
+            return None
+        (ld,) = logicals
+        left = self._left(ld, env)
+        coeff = self.lane_coeff(ld, lane_dims)
+        return f"({left})" if coeff == 1 else f"({left} + {coeff - 1}) / {coeff}"
+
+    def _left(self, logical: str, env: dict[str, str]) -> str:
+        """The C expression of how many indices of ``logical`` remain from where ``env``
+        is (its size less the index there)."""
+        first = self.logical_index(env, logical)
+        return f"{self.extent(logical)} - ({first})" if first != "0" else str(
+            self.extent(logical))
+
+    def vector_mode(self, node: Node, venv: dict[str, str], lanes: int) -> bool:
+        """Whether the vector dimension can be printed on whole vectors (always, in C)."""
+        return True
+
+    def print_lanes(self, node: Node, env: dict[str, str], indent: int, lanes: int) -> None:
+        """A vector dimension printed one lane at a time (a scalar loop)."""
+        var = c_name(node.dims[0])
+        self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {lanes}; ++{var}) {{")
+        self.declare(node, indent + 1, scalar=True)
+        for child in node.children:
+            self.print_inst(self.k.inst(child.inst or ""),
+                             {**env, **dict.fromkeys(node.dims, var)}, indent + 1, None)
+        self.emit(indent, "}")
+
+    def _partial_guard(self, node: Node, venv: dict[str, str], lanes: int) -> str:
+        """The condition for a full vector when a logical dim of it may overflow, else ''."""
+        conds = []
+        for d in node.dims:
+            ld = self.k.dim(d).logical
+            if self.needs_guard(ld):
+                last = {**venv, d: str(lanes - 1)}
+                conds.append(f"{self.logical_index(last, ld)} < {self.extent(ld)}")
+        return " && ".join(conds)
+
+    # -- instructions ------------------------------------------------------------------------
+
+    def print_inst(self, inst: Instruction, env: dict[str, str], indent: int,
+                    lane: tuple[Node, int] | None) -> None:
+        lane_logicals = {self.k.dim(d).logical for d in lane[0].dims} if lane else set()
+        open_dims = [ld for ld in inst.dims
+                     if self.needs_guard(ld) and ld not in lane_logicals]
+        clamped = frozenset(ld for ld in open_dims if self.plan.speculated(inst, ld))
+        guards = [f"{self.logical_index(env, ld)} < {self.extent(ld)}"
+                  for ld in open_dims if ld not in clamped]
+        if guards:
+            self.emit(indent, f"if ({' && '.join(guards)}) {{")
+            indent += 1
+        lane_dims = set(lane[0].dims) if lane else set()
+        lanes = lane[1] if lane else 1
+        vt = self.vtype(inst.dtype, lanes) if lane else None
+        ops = [self._operand(inst, op, env, lane_dims, lanes) for op in inst.operands]
+        count = self._lane_count(inst, env, lane_dims)
+        if inst.op == "store":
+            assert inst.access is not None
+            base, step = self.access_address(inst, env, lane_dims)
+            arr = inst.access.array
+            self.emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes, count)
+        else:
+            if inst.op == "load":
+                base, step = self.access_address(inst, env, lane_dims, clamped)
+                expr = self.load(inst.access.array if inst.access else "", base, step,
+                                  inst.dtype, lanes, count)
+            else:
+                expr = self.arith(inst, ops, vt)
+            self._emit_write(indent, self.storage[inst.name], env, self.plan.value_side(inst.name),
+                             lane_dims, lanes, expr)
+            if inst.name not in self.sunk:
+                self._write_copies(inst.name, env, indent, lane)
+        if guards:
+            self.emit(indent - 1, "}")
+
+    def arith(self, inst: Instruction, ops: list[str], vt: str | None) -> str:
+        c = inst.dtype.c_type
+        a = ops
+        match inst.op:
+            case "add":
+                return f"{a[0]} + {a[1]}"
+            case "sub":
+                return f"{a[0]} - ({a[1]})"
+            case "mul":
+                return f"({a[0]}) * ({a[1]})"
+            case "div":
+                return f"({a[0]}) / ({a[1]})"
+            case "fma":
+                return f"({a[0]}) * ({a[1]}) + {a[2]}"
+            case "neg":
+                return f"-({a[0]})"
+            case "mov":
+                return a[0]
+            case "cast":
+                return f"__builtin_convertvector({a[0]}, {vt})" if vt else f"({c})({a[0]})"
+            case "max" | "min":
+                if vt:
+                    self.helpers.add((inst.op, vt))
+                    return f"{inst.op}_{vt}({a[0]}, {a[1]})"
+                fn = ("fmax" if inst.op == "max" else "fmin") + ("f" if c == "float" else "")
+                if not inst.dtype.is_float:
+                    cmp = ">" if inst.op == "max" else "<"
+                    return f"(({a[0]}) {cmp} ({a[1]}) ? ({a[0]}) : ({a[1]}))"
+                return f"{fn}({a[0]}, {a[1]})"
+        raise CodegenError(f"instruction {inst.name}: unknown op {inst.op!r}")
+
+    def _operand(self, inst: Instruction, op: Operand, env: dict[str, str],
+                 lane_dims: set[str], lanes: int) -> str:
+        vt = self.vtype(inst.dtype, lanes) if lane_dims else None
+        if isinstance(op, Const):
+            lit = c_literal(op.value, op.dtype)
+            return broadcast(vt, lit) if vt else lit
+        if isinstance(op, Scalar):
+            return broadcast(vt, op.name) if vt else op.name
+        if isinstance(op, Index):
+            c = inst.dtype.c_type
+            base = f"({c})({self.logical_index(env, op.dim)})"
+            if not vt:
+                return base
+            coeff = self.lane_coeff(op.dim, lane_dims)
+            lanes_init = ", ".join(str(coeff * i) for i in range(lanes))
+            return f"(({vt}){{{lanes_init}}} + {base})"
+        producer = op.inst if isinstance(op, Value) else op.init
+        # Readers index temporaries by their own (consumer-side) dims: the value of a
+        # producer, the temporary between them, or the accumulator of this instruction.
+        st = (self.storage[inst.name] if isinstance(op, Reduce)
+              else self.temps.get((producer, inst.name), self.storage[producer]))
+        return self._read_storage(st, env, "c", lane_dims, lanes, vt)
+
+    def _read_storage(self, st: Storage, env: dict[str, str], side: str,
+                      lane_dims: set[str], lanes: int, vt: str | None = None) -> str:
+        if st.temp is None:
+            if lane_dims and st.vector_dim is None:
+                return broadcast(vt or self.vtype(st.dtype, lanes), st.name)
+            return st.name
+        base, step = self.temp_address(st, env, side, lane_dims)
+        if st.lanes > 1:
+            return self._vector_temp_load(st, base, step, lanes if lane_dims else 1)
+        n = lanes if lane_dims else 1
+        if n == 1 or step == 0:
+            var = self._promoted_var(st, base, 1, 1)
+            if var is not None:
+                return var if n == 1 else broadcast(self.vtype(st.dtype, n), var)
+        else:
+            var = self._promoted_var(st, base, n, step)
+            if var is not None:
+                return var
+        return self.load(st.name, base, step, st.dtype, n)
+
+    def _vector_element(self, st: Storage, index: str) -> str:
+        """One element of an array-of-vectors register temporary."""
+        if index.isdigit():
+            q, r = divmod(int(index), st.lanes)
+            return f"{st.name}[{q}][{r}]"
+        return f"(({st.dtype.c_type} *){st.name})[{index}]"
+
+    def _vector_temp_load(self, st: Storage, base: str, step: int | str, lanes: int) -> str:
+        if lanes == 1:
+            return self._vector_element(st, base)
+        if step == 1 and lanes == st.lanes and base.isdigit() and int(base) % lanes == 0:
+            return f"{st.name}[{int(base) // lanes}]"
+        vt = self.vtype(st.dtype, lanes)
+        if step == 0:
+            return broadcast(vt, self._vector_element(st, base))
+        elems = ", ".join(self._vector_element(st, fold_sum([base, str(i * int(step))]))
+                          for i in range(lanes))
+        return f"(({vt}){{{elems}}})"
+
+    def load(self, arr: str, base: str, step: int | str, dtype: DType, lanes: int,
+              count: str | None = None) -> str:
+        """A load of ``lanes`` elements; with ``count``, only the leading ``count`` lanes
+        are read and the others are zero."""
+        if lanes == 1:
+            return f"{arr}[{base}]"
+        vt = self.vtype(dtype, lanes)
+        if step == 0:
+            return broadcast(vt, f"{arr}[{base}]")
+        if step == 1 and count is None:
+            return f"load_{vt}(&{arr}[{base}])"
+        if step == 1:
+            self.helpers.add(("loadn", vt))
+            return f"loadn_{vt}(&{arr}[{base}], {count})"
+        if count is not None:
+            raise CodegenError(f"a partial vector gathers from {arr}: vector accesses to the "
+                               "kernel's arrays are contiguous")
+        elems = ", ".join(f"{arr}[{base} + {fold_product([i, step])}]" for i in range(lanes))
+        return f"(({vt}){{{elems}}})"
+
+    def emit_store(self, indent: int, arr: str, base: str, step: int | str, value: str,
+                    dtype: DType, lanes: int, count: str | None = None) -> None:
+        """A store of ``lanes`` elements; with ``count``, of the leading ``count`` only."""
+        if lanes == 1:
+            self.emit(indent, f"{arr}[{base}] = {value};")
+        elif step == 0:
+            raise CodegenError(f"store to {arr} inside a vector dim it does not index")
+        elif step == 1 and count is None:
+            self.emit(indent, f"store_{self.vtype(dtype, lanes)}(&{arr}[{base}], {value});")
+        elif step == 1:
+            vt = self.vtype(dtype, lanes)
+            self.helpers.add(("storen", vt))
+            self.emit(indent, f"storen_{vt}(&{arr}[{base}], {value}, {count});")
+        elif count is not None:
+            raise CodegenError(f"a partial vector scatters to {arr}: vector accesses to the "
+                               "kernel's arrays are contiguous")
+        else:
+            vt = self.vtype(dtype, lanes)
+            self.emit(indent, f"{{ {vt} s_ = {value};")
+            for i in range(lanes):
+                self.emit(indent + 1, f"{arr}[{base} + {fold_product([i, step])}] = s_[{i}];")
+            self.emit(indent, "}")
+
+    def _emit_write(self, indent: int, st: Storage, env: dict[str, str], side: str,
+                    lane_dims: set[str], lanes: int, expr: str) -> None:
+        if st.temp is None:
+            if lane_dims and st.vector_dim is None:
+                raise CodegenError(f"{st.name}: a vector value kept in a scalar")
+            self.emit(indent, f"{st.name} = {expr};")
+            return
+        base, step = self.temp_address(st, env, side, lane_dims)
+        n = lanes if lane_dims else 1
+        if st.lanes > 1:
+            if n == 1:
+                self.emit(indent, f"{self._vector_element(st, base)} = {expr};")
+            elif step == 1 and n == st.lanes and base.isdigit() and int(base) % n == 0:
+                self.emit(indent, f"{st.name}[{int(base) // n}] = {expr};")
+            else:
+                self.emit(indent, f"{{ {self.vtype(st.dtype, n)} s_ = {expr};")
+                for i in range(n):
+                    target = self._vector_element(st, fold_sum([base, str(i * int(step))]))
+                    self.emit(indent + 1, f"{target} = s_[{i}];")
+                self.emit(indent, "}")
+            return
+        if n == 1 or step != 0:
+            var = self._promoted_var(st, base, n, step, expr)
+            if var is not None:
+                self.emit(indent, f"{var} = {expr};")
+                return
+        self.emit_store(indent, st.name, base, step if lane_dims else 0, expr, st.dtype, n)

@@ -1,0 +1,76 @@
+"""C expressions every printer builds: index arithmetic with constants folded, names of loop
+indices, literals, and the error a printer raises on a construct it cannot print."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from partita.ir.types import DType
+
+IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+"""A C identifier (to find the indices an address expression names)."""
+
+
+class CodegenError(ValueError):
+    """A candidate cannot be printed (a construct the printer does not support)."""
+
+
+def c_name(dim: str) -> str:
+    """The C index variable of a tile dimension (``i.1`` is ``i_1``)."""
+    return dim.replace(".", "_")
+
+
+def fold_product(factors: list[str | int]) -> str:
+    """The product of integer and expression factors, constants folded."""
+    const = 1
+    exprs = []
+    for f in factors:
+        if isinstance(f, str) and f.isdigit():
+            f = int(f)
+        if isinstance(f, int):
+            const *= f
+        else:
+            exprs.append(f)
+    if const == 0:
+        return "0"
+    parts = ([] if const == 1 and exprs else [str(const)]) + exprs
+    return " * ".join(parts)
+
+
+def fold_sum(terms: list[str]) -> str:
+    """The sum of expressions, with the constant ones folded into one last term."""
+    const = sum(int(t) for t in terms if t.isdigit())
+    terms = [t for t in terms if not t.isdigit()] + ([str(const)] if const else [])
+    return " + ".join(terms) if terms else "0"
+
+
+def c_literal(value: float | int, dtype: DType) -> str:
+    """A constant as C source: ``1.5f`` in float, ``1.5`` in double, ``INFINITY``,
+    ``-INFINITY`` and ``NAN`` (from math.h, OpenCL C and CUDA alike) for the non-finite,
+    which ``repr`` would print as names no compiler knows (``inff``)."""
+    if not dtype.is_float:
+        return str(int(value))
+    x = float(value)
+    if math.isnan(x):
+        return "NAN"
+    if math.isinf(x):
+        return "INFINITY" if x > 0 else "-INFINITY"
+    return repr(x) + ("f" if dtype is DType.FP32 else "")
+
+
+def disjoint(accesses: dict[tuple[str, int, int], str]) -> bool:
+    """Whether the promoted accesses of one temporary ((address, lanes, distance between
+    lanes): variable) cover disjoint elements: addresses that differ only in their constant
+    term, no element in two accesses. Addresses that differ otherwise might overlap."""
+    symbolic: set[str] = set()
+    seen: set[int] = set()
+    for base, width, step in accesses:
+        terms = base.split(" + ")
+        const = int(terms.pop()) if terms[-1].isdigit() else 0
+        symbolic.add(" + ".join(terms))
+        elements = {const + lane * step for lane in range(width)}
+        if len(elements) < width or elements & seen:
+            return False
+        seen |= elements
+    return len(symbolic) <= 1

@@ -1,0 +1,79 @@
+"""SIMD lanes in C: GCC vector types, their broadcasts, and the masked loads and stores of a
+partial vector (AVX-512 masked moves where the ISA has them, a lane loop elsewhere)."""
+
+from __future__ import annotations
+
+from partita.ir.types import DType
+
+
+def vector_type_name(dtype: DType, lanes: int) -> str:
+    """The C name of a GCC vector of ``lanes`` elements of ``dtype`` (``v16f32``)."""
+    return f"v{lanes}{dtype.c_type[0]}{dtype.itemsize * 8}"
+
+
+def broadcast(vt: str | None, scalar: str) -> str:
+    """``scalar`` in every lane of a ``vt``. Subtracting a zero vector is exact for every
+    value (-0.0 included), so gcc folds it into a plain broadcast, which it embeds in the
+    FMA that reads it; adding a zero is not exact (-0.0 + 0.0 is +0.0) and costs an
+    addition before every broadcast."""
+    return f"({scalar} - ({vt}){{}})"
+
+
+def masked_access(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
+    """``loadn_vt(p, n)`` (the first ``n`` lanes from ``p``, zeros after) or ``storen_vt(p, v,
+    n)`` (the first ``n`` lanes of ``v`` to ``p``): AVX-512 masked moves where the vector is
+    a whole AVX-512 register (or, with AVX512VL, a narrower one), a lane loop elsewhere."""
+    c = dtype.c_type
+    nbytes = lanes * dtype.itemsize
+    head = (f"static inline {vt} loadn_{vt}(const {c} *p, int64_t n)" if op == "loadn"
+            else f"static inline void storen_{vt}({c} *p, {vt} v, int64_t n)")
+    lane_loop = f"for (int64_t l = 0; l < n && l < {lanes}; ++l)"
+    loop = ([f"{head} {{ {vt} v = {{}};", f"#pragma GCC unroll {lanes}",
+             f"{lane_loop} v[l] = p[l]; return v; }}"] if op == "loadn"
+            else [f"{head} {{", f"#pragma GCC unroll {lanes}", f"{lane_loop} p[l] = v[l]; }}"])
+    prefix = {64: "_mm512", 32: "_mm256", 16: "_mm"}.get(nbytes)
+    if prefix is None or lanes > 16:
+        return loop
+    suffix = {"float": "ps", "double": "pd", "int": "epi32"}[c]
+    reg = {"float": "", "double": "d", "int": "i"}[c]
+    mtype = "__mmask16" if lanes == 16 else "__mmask8"
+    mask = (f"({mtype})(n <= 0 ? 0 : n >= {lanes} ? {(1 << lanes) - 1}u "
+            f": (1u << n) - 1u)")
+    masked = (f"return ({vt}){prefix}_maskz_loadu_{suffix}({mask}, p);" if op == "loadn"
+              else f"{prefix}_mask_storeu_{suffix}(p, {mask}, (__m{nbytes * 8}{reg})v);")
+    need = "defined(__AVX512F__)" + ("" if nbytes == 64 else " && defined(__AVX512VL__)")
+    return [f"#if {need}", f"{head} {{ {masked} }}", "#else", *loop, "#endif"]
+
+
+def vector_header(vector_types: dict[tuple[DType, int], str],
+                  helpers: set[tuple[str, str]]) -> list[str]:
+    """The typedefs and helpers of the vector types a program uses: contiguous loads and
+    stores (through memcpy: no alignment is assumed), masked ones (``loadn``, ``storen``)
+    and lane-wise ``max``/``min``."""
+    out = []
+    for (dtype, lanes), name in sorted(vector_types.items(), key=lambda x: x[1]):
+        c = dtype.c_type
+        nbytes = lanes * dtype.itemsize
+        out.append(f"typedef {c} {name} __attribute__((vector_size({nbytes})));")
+        out.append(f"static inline {name} load_{name}(const {c} *p) "
+                   f"{{ {name} v; memcpy(&v, p, sizeof v); return v; }}")
+        out.append(f"static inline void store_{name}({c} *p, {name} v) "
+                   f"{{ memcpy(p, &v, sizeof v); }}")
+    types = {name: key for key, name in vector_types.items()}
+    for op, vt in sorted(helpers):
+        dtype, lanes = types[vt]
+        if op in ("loadn", "storen"):
+            out += masked_access(op, vt, dtype, lanes)
+            continue
+        cmp = ">" if op == "max" else "<"
+        # Loops are compiled rolled (see DEFAULT_FLAGS): a lane loop asks to be unrolled.
+        out += [f"static inline {vt} {op}_{vt}({vt} a, {vt} b) {{ {vt} r;",
+                f"#pragma GCC unroll {lanes}",
+                f"for (int l = 0; l < {lanes}; ++l) "
+                f"r[l] = a[l] {cmp} b[l] ? a[l] : b[l]; return r; }}"]
+    return out
+
+
+def needs_intrinsics(helpers: set[tuple[str, str]]) -> bool:
+    """Whether the helpers use AVX-512 intrinsics (``immintrin.h``, where available)."""
+    return any(op in ("loadn", "storen") for op, _ in helpers)
