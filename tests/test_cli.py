@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 import partita
@@ -82,7 +83,8 @@ def test_bad_parameters_name_the_parameter() -> None:
     assert code != 0 and "key=value" in out
 
 
-def test_speed_line_names_the_resource_that_bounds_the_kernel(monkeypatch) -> None:
+def test_speed_line_names_the_resource_that_bounds_the_kernel(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
     from partita.cli import _peak_line
     from partita.targets import AVX512_REFERENCE
     from partita.targets.cpu import measure

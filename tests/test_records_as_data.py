@@ -22,7 +22,8 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, partita.Tun
     return db, tuned
 
 
-def test_a_recorded_best_is_printed_again_identically(records) -> None:
+def test_a_recorded_best_is_printed_again_identically(records: tuple[Path, partita.Tuned]
+                                                      ) -> None:
     db, tuned = records
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -30,7 +31,8 @@ def test_a_recorded_best_is_printed_again_identically(records) -> None:
     assert again.source == tuned.source and again.decisions == tuned.decisions
 
 
-def test_a_stored_source_is_never_run(records, tmp_path: Path) -> None:
+def test_a_stored_source_is_never_run(records: tuple[Path, partita.Tuned], tmp_path: Path
+                                      ) -> None:
     db, tuned = records
     edited = tmp_path / "edited.sqlite"
     edited.write_bytes(db.read_bytes())
@@ -48,7 +50,8 @@ def test_a_stored_source_is_never_run(records, tmp_path: Path) -> None:
     assert "abort" not in (out / "partita_axpy.c").read_text()
 
 
-def test_decisions_that_no_longer_replay_are_a_clear_error(records, tmp_path: Path) -> None:
+def test_decisions_that_no_longer_replay_are_a_clear_error(
+        records: tuple[Path, partita.Tuned], tmp_path: Path) -> None:
     db, _ = records
     edited = tmp_path / "stale.sqlite"
     edited.write_bytes(db.read_bytes())

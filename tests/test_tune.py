@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -287,10 +288,10 @@ def test_cold_cache_times_are_taken_cold_and_recorded_apart(tuned: partita.Tuned
                                                              ) -> None:
     import partita.targets.cpu.target as cpu_target
 
-    timings = []
+    timings: list[Any] = []
 
-    class Recording(cpu_target.Evaluator):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: object, **kwargs: object) -> None:
+    class Recording(cpu_target.Evaluator):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             timings.append(kwargs.get("timing"))
             super().__init__(*args, **kwargs)
 
@@ -349,3 +350,14 @@ def test_a_search_in_another_choice_order_finds_verified_implementations(tmp_pat
     assert run["options"]["choice_order"][:2] == ["prefetch", "order"]
     with pytest.raises(ValueError, match="'tiles' is not a choice"):
         partita.tune(k, stop=Evaluations(1), db=db, choice_order=["tiles"])
+
+
+def test_an_unknown_target_is_named_with_the_known_ones() -> None:
+    from partita.targets import TARGETS, get
+
+    with pytest.raises(ValueError, match=r"unknown target 'tpu' \(targets: cpu, gpu\)"):
+        get("tpu")
+    with pytest.raises(ValueError, match="unknown target 'tpu'"):
+        partita.tune(partita.kernel("axpy", n=64), target="tpu")
+    assert TARGETS == ("cpu", "gpu")
+    assert [get(name).name for name in TARGETS] == list(TARGETS)

@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -65,7 +66,7 @@ def _compile_all(printed: list[Printed]) -> CudaBuilds:
     programs = [p.cuda for p in printed if p.status == "printed"]
     programs += [p.unaligned[0] for p in printed if p.unaligned]
     fast = compile_cuda(programs, extra_flags=FAST_NVCC)
-    first = {}
+    first: dict[str, Any] = {}
     for p in printed:
         if p.status == "printed":
             first.setdefault(p.config, p.cuda)
@@ -85,7 +86,8 @@ def cuda_build(printed: list[Printed]) -> Iterator[Future[CudaBuilds] | None]:
 @pytest.fixture(scope="session", autouse=True)
 def _start_nvcc_early(request: pytest.FixtureRequest) -> None:
     """Request the nvcc run at the start of the session when the CUDA tests are selected."""
-    names = {item.module.__name__ for item in request.session.items if item.module}
+    items: list[Any] = list(request.session.items)  # pytest.Function items carry .module
+    names = {item.module.__name__ for item in items if item.module}
     if any(n.endswith("test_cuda") for n in names):
         request.getfixturevalue("cuda_build")
 
