@@ -13,7 +13,8 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from results import machine, record, target, write_results  # noqa: E402
+from results import RESULTS_DIR, load_results, machine, record, target, write_results  # noqa: E402
+from summary import table  # noqa: E402
 
 NO_AVX = machine(model="AMD EPYC", cores=2, avx512=False, peak_gflops_fp32=200.0,
                  stream_triad_gbs=28.7, source="measured")
@@ -113,3 +114,15 @@ def test_a_target_must_say_what_it_bounds() -> None:
         target("<", 1.0)
     with pytest.raises(ValueError, match="unit"):
         record("x", quantity="time", unit="ms", partita=1.0, command="", machine_desc=AVX)
+
+
+def test_the_committed_summary_is_made_from_the_committed_results() -> None:
+    """BENCHMARKS.md's summary is what bench/summary.py makes of bench/results (a results file
+    edited by hand, prune.json, needs the summary made again)."""
+    page = (BENCH.parent / "BENCHMARKS.md").read_text()
+    assert table(load_results(RESULTS_DIR)) in page
+    # Every section a script rewrites is there once, each with its markers.
+    for name in ("summary", "tune", "call", "space"):
+        assert page.count(f"<!-- {name} -->") == 1 and page.count(f"<!-- /{name} -->") == 1
+    assert page.index("<!-- summary -->") < min(page.index(f"<!-- {name} -->")
+                                                  for name in ("tune", "call", "space"))
