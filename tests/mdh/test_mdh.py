@@ -105,6 +105,7 @@ CASES: list[tuple[str, Kernel, Callable[..., dict[str, np.ndarray]], int]] = [
     ("matmul16", matmul(16, 16, 8), lambda A, B: {"C": A @ B}, 10),
     ("conv2d", conv2d(2, 3, 4, 4, 3, 3, 2, 2), _conv_ref(2, 3, 4), 8),
     ("jacobi1d", jacobi1d(37), _jacobi_ref, 8),
+    ("jacobi1d_remainders", jacobi1d(101), _jacobi_ref, 10),  # 99 points: tiles leave some
     ("row_max", row_max(6, 24), lambda A: {"out": A.max(axis=1)}, 8),
     ("sum_of_squares", sum_of_squares(40), lambda x: {"out": np.array([(x * x).sum()])}, 8),
     ("transpose", transpose(8, 12), lambda A: {"T": A.T}, 8),

@@ -107,13 +107,16 @@ def ps(op: str) -> PrefixSum:
 def md_hom(name: str, dims: Mapping[str, int], combine: Sequence[Any] | Mapping[str, Any], *,
            f: Callable[..., Any], inputs: Sequence[View], output: View,
            dtype: str = "float32",
-           tiles: Mapping[str, Sequence[Sequence[int]]] | None = None) -> Kernel:
+           tiles: Mapping[str, Sequence[Sequence[int]]] | None = None,
+           sizes: Mapping[str, str] | None = None) -> Kernel:
     """The kernel ``output ∘ md_hom(f, combine) ∘ inputs`` (see the module's docstring).
 
     ``dims`` names the iteration dimensions and their extents, in order; ``combine`` gives
     one operator per dimension (a sequence in the same order, or a mapping by name); ``f``
     takes one value per input view, in order. ``tiles`` overrides the tile sizes offered to
-    the search for a dimension (one tuple of sizes per tiling level)."""
+    the search for a dimension (one tuple of sizes per tiling level). ``sizes`` names the
+    kernel's size parameter of a dimension (default ``n_<dim>``); dimensions of one extent
+    may share a name."""
     extents = _extents(name, dims)
     ops = _combine(extents, combine)
     DType.parse(dtype)
@@ -142,7 +145,8 @@ def md_hom(name: str, dims: Mapping[str, int], combine: Sequence[Any] | Mapping[
               if isinstance(o, PointWise)}
     plan = Plan(name, dtype, extents, pw_ops, scans, traced_in, traced_out, shapes,
                 covers(traced_out, shapes[traced_out.buffer], extents),
-                trace_f(f, len(inputs)), _tiles(extents, ops, tiles))
+                trace_f(f, len(inputs)), _tiles(extents, ops, tiles),
+                _size_names(extents, sizes))
     return lower(plan)
 
 
@@ -177,6 +181,21 @@ def _combine(extents: Mapping[str, int],
         if o is not cc and not isinstance(o, PointWise | PrefixSum):
             raise MdhError(f"combine: dimension {d} has {o!r}, not cc, pw(...) or ps(...)")
     return ops
+
+
+def _size_names(extents: Mapping[str, int], given: Mapping[str, str] | None) -> dict[str, str]:
+    given = given or {}
+    unknown = [d for d in given if d not in extents]
+    if unknown:
+        raise MdhError(f"sizes: unknown dimensions {unknown}")
+    names = {d: given.get(d, f"n_{d}") for d in extents}
+    for d, name in names.items():
+        other = next((e for e, o in names.items() if o == name and extents[e] != extents[d]),
+                     None)
+        if other is not None:
+            raise MdhError(f"sizes: dimensions {d} and {other} share size {name!r} but have "
+                           f"extents {extents[d]} and {extents[other]}")
+    return names
 
 
 def _shared(o: PointWise, ops: Mapping[str, Any]) -> Op | str:

@@ -4,7 +4,9 @@
 written by hand (every nest with its own logical dimensions, mapped to its consumer's):
 
 - one logical dimension per iteration dimension (its tiles chosen by the search);
-- one load per input view, over the dimensions its index uses;
+- one load per input view, over the dimensions its index uses (its own, mapped to the
+  computation's, so that a copy can be hoisted out of the loops it does not depend on; a view
+  that depends on every dimension is read in the computation's own loops);
 - the instructions of ``f`` over the whole iteration space;
 - with ``pw`` dimensions: an initialisation at the combine operator's neutral element over the
   ``cc`` dimensions, and one accumulating instruction (``f``'s last product folded into an fma
@@ -37,15 +39,22 @@ SMALL = 64
 dimensions then unroll completely)."""
 
 
+EXACT_MULTIPLE = 16
+"""A dimension whose extent is a multiple of this (a full vector of fp32 on AVX-512), or at
+most :data:`SMALL`, is tiled exactly; another (a stencil's interior of 1,022 points) may take
+tiles that leave a remainder, which the printed code handles, as the library's matmul does
+for odd sizes."""
+
+
 def default_tiles(size: int, reduction: bool) -> tuple[tuple[int, ...], ...]:
     """Tile sizes offered to the search: two levels for ``cc`` dimensions (a parallel or
-    cache tile, then a register or vector tile), one for ``pw`` dimensions; only sizes that
-    divide the dimension, so no remainder is printed."""
+    cache tile, then a register or vector tile), one for ``pw`` and ``ps`` dimensions."""
     if size == 1:
         return ()
+    exact = divisible(size)
 
     def fit(options: tuple[int, ...]) -> tuple[int, ...]:
-        chosen = {t for t in options if size % t == 0}
+        chosen = {t for t in options if t <= size and (size % t == 0 or not exact)}
         if size <= SMALL:
             chosen.add(size)
         return tuple(sorted(chosen))
@@ -53,6 +62,12 @@ def default_tiles(size: int, reduction: bool) -> tuple[tuple[int, ...], ...]:
     if reduction:
         return (fit(REDUCTION_TILES),)
     return (fit(OUTER_TILES), fit(INNER_TILES))
+
+
+def divisible(size: int) -> bool:
+    """Whether a dimension of this extent takes only tiles that divide it (see
+    :data:`EXACT_MULTIPLE`)."""
+    return size % EXACT_MULTIPLE == 0 or size <= SMALL
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,8 @@ class Plan:
     output_covered: bool
     f: Node
     tiles: Mapping[str, tuple[tuple[int, ...], ...]]
+    size_names: Mapping[str, str]
+    """The size parameter of each dimension."""
 
 
 class _Lowering:
@@ -89,9 +106,13 @@ class _Lowering:
 
     def build(self) -> Kernel:
         p = self.plan
+        declared: set[str] = set()
         for d, n in p.extents.items():
-            size = self.b.size(f"n_{d}", n)
-            self.dims[d] = self.b.dim(d, size, tiles=p.tiles[d])
+            size = p.size_names[d]
+            if size not in declared:
+                self.b.size(size, n)
+                declared.add(size)
+            self.dims[d] = self.b.dim(d, size, tiles=p.tiles[d], divisible=divisible(n))
         self._declare_arrays()
         for position, v in enumerate(p.inputs):
             self._load(position, v)
@@ -113,8 +134,9 @@ class _Lowering:
         dependence analysis keeps in order (the other dimensions stay free)."""
         out = self.plan.output
         own = {c: self.b.mapped_dim(self.dims[c], f"{c}_scan") for c in others}
-        step = self.b.dim(f"{d}_scan", self.plan.extents[d] - 1,
-                          tiles=default_tiles(self.plan.extents[d] - 1, reduction=True))
+        extent = self.plan.extents[d] - 1
+        step = self.b.dim(f"{d}_scan", extent, tiles=default_tiles(extent, reduction=True),
+                          divisible=divisible(extent))
         dims = [*own.values(), step]
 
         def at(shift: int) -> list[Affine]:
@@ -152,6 +174,15 @@ class _Lowering:
     def _load(self, position: int, v: TracedView) -> None:
         taken = sum(w.buffer == v.buffer for w in self.plan.inputs[:position])
         tag = v.buffer if taken == 0 else f"{v.buffer}{taken + 1}"
+        if set(v.dims()) == set(self.plan.extents):
+            # Every iteration point reads its own element: no loop could reuse a copy, so the
+            # load runs in the computation's own loops (a stencil's neighbours), and the space
+            # is spared a temporary per view.
+            index = [self._index(ax.affine(), self.dims) for ax in v.axes]
+            ld = self.b.load(self.arrays[v.buffer], index, dims=list(self.plan.extents),
+                             name=f"ld_{tag}")
+            self.loads[position] = self.b.value(ld)
+            return
         own = {d: self.b.mapped_dim(self.dims[d], f"{d}_{tag}") for d in v.dims()}
         index = [self._index(ax.affine(), own) for ax in v.axes]
         ld = self.b.load(self.arrays[v.buffer], index, dims=list(own.values()),

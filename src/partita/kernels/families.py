@@ -1,0 +1,266 @@
+"""Kernel families written through the MDH front end (:mod:`partita.mdh`): stencils,
+convolutions and a transpose, each with a numpy reference and its flop and byte counts.
+
+The stencils' weights are scalars given at every call; a stencil writes the interior of its
+output and leaves the border as the caller passes it (the output is ``inout``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from partita import mdh
+from partita.ir.kernel import Kernel
+from partita.ir.types import KernelError
+from partita.kernels.registry import KernelSpec, ParamSpec, register
+
+DTYPE = ParamSpec("dtype", "dtype", "float32", "element type")
+
+
+def _itemsize(dtype: str) -> int:
+    return int(np.dtype(dtype).itemsize)
+
+
+# -- transpose -------------------------------------------------------------------------------
+
+
+def transpose(m: int, n: int, dtype: str = "float32") -> Kernel:
+    """``T = A.T`` with A ``m x n``."""
+    return mdh.md_hom("transpose", {"i": m, "j": n}, (mdh.cc, mdh.cc), f=lambda a: a,
+                      inputs=[mdh.view("A", lambda i, j: (i, j))],
+                      output=mdh.view("T", lambda i, j: (j, i)), dtype=dtype,
+                      sizes={"i": "m", "j": "n"})
+
+
+def _transpose_ref(a: np.ndarray) -> dict[str, np.ndarray]:
+    return {"T": np.ascontiguousarray(a.T)}
+
+
+# -- stencils --------------------------------------------------------------------------------
+
+OFFSETS_1D = ((-1,), (0,), (1,))
+OFFSETS_2D = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
+OFFSETS_3D = ((0, 0, 0), (-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1))
+
+
+def _jacobi(name: str, n: int, offsets: tuple[tuple[int, ...], ...], dtype: str) -> Kernel:
+    """One sweep ``y[p] = sum_t w_t * x[p + offset_t]`` over the interior of an ``n^rank``
+    grid; ``w0, w1, ...`` are scalars."""
+    rank = len(offsets[0])
+    if n < 3:
+        raise KernelError(f"kernel {name!r}: n must be at least 3 (a grid with an interior), "
+                          f"got {n}")
+    dims = {d: n - 2 for d in "ijk"[:rank]}
+    weights = [mdh.scalar(f"w{t}") for t in range(len(offsets))]
+
+    def at(offset: tuple[int, ...]) -> mdh.View:
+        return mdh.view("x", lambda *p: tuple(q + 1 + o for q, o in zip(p, offset,
+                                                                          strict=True)))
+
+    def f(*values: Any) -> Any:
+        total = weights[0] * values[0]
+        for w, v in zip(weights[1:], values[1:], strict=True):
+            total = total + w * v
+        return total
+
+    return mdh.md_hom(name, dims, (mdh.cc,) * rank, f=f, inputs=[at(o) for o in offsets],
+                      output=mdh.view("y", lambda *p: tuple(q + 1 for q in p),
+                                      shape=[n] * rank), dtype=dtype,
+                      sizes=dict.fromkeys(dims, "interior"))
+
+
+def jacobi1d(n: int, dtype: str = "float32") -> Kernel:
+    return _jacobi("jacobi1d", n, OFFSETS_1D, dtype)
+
+
+def jacobi2d(n: int, dtype: str = "float32") -> Kernel:
+    return _jacobi("jacobi2d", n, OFFSETS_2D, dtype)
+
+
+def jacobi3d(n: int, dtype: str = "float32") -> Kernel:
+    return _jacobi("jacobi3d", n, OFFSETS_3D, dtype)
+
+
+def _jacobi_ref(offsets: tuple[tuple[int, ...], ...]) -> Any:
+    def ref(*args: Any) -> dict[str, np.ndarray]:
+        weights, x, y = args[:-2], args[-2], args[-1]
+        out = np.array(y, copy=True)
+        inner = tuple(slice(1, -1) for _ in offsets[0])
+        total = np.zeros_like(out[inner])
+        for w, offset in zip(weights, offsets, strict=True):
+            total += w * x[tuple(slice(1 + o, x.shape[a] - 1 + o)
+                                 for a, o in enumerate(offset))]
+        out[inner] = total
+        return {"y": out}
+    return ref
+
+
+# -- convolutions ----------------------------------------------------------------------------
+
+
+def _extent(kernel: str, size: int, window: int, stride: int, dilation: int, pad: int) -> int:
+    if pad < 0:
+        raise KernelError(f"kernel {kernel!r}: pad must be >= 0, got {pad}")
+    if pad:
+        raise KernelError(f"kernel {kernel!r}: pad={pad}: padded convolutions need a select "
+                          "in the IR, which it does not have yet; pad the image and use pad=0")
+    reach = dilation * (window - 1) + 1
+    if size < reach:
+        raise KernelError(f"kernel {kernel!r}: an image of {size} is smaller than the filter's "
+                          f"reach {reach} (size {window}, dilation {dilation})")
+    return (size - reach) // stride + 1
+
+
+def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int = 1,
+           pad: int = 0, dilation: int = 1, dtype: str = "float32") -> Kernel:
+    """Multi-channel convolution: NHWC image, KRSC filter, NPQK output."""
+    p = _extent("conv2d", h, r, stride, dilation, pad)
+    q = _extent("conv2d", w, s, stride, dilation, pad)
+    d = dilation
+    return mdh.md_hom(
+        "conv2d", {"n": n, "p": p, "q": q, "k": k, "r": r, "s": s, "c": c},
+        (mdh.cc,) * 4 + (mdh.pw("add"),) * 3, f=lambda x, f: x * f,
+        inputs=[mdh.view("I", lambda n, p, q, k, r, s, c:
+                         (n, stride * p + d * r, stride * q + d * s, c), shape=[n, h, w, c]),
+                mdh.view("F", lambda n, p, q, k, r, s, c: (k, r, s, c))],
+        output=mdh.view("O", lambda n, p, q, k, r, s, c: (n, p, q, k)), dtype=dtype)
+
+
+def depthwise_conv2d(n: int, h: int, w: int, c: int, r: int, s: int, stride: int = 1,
+                     pad: int = 0, dtype: str = "float32") -> Kernel:
+    """Depthwise convolution: NHWC image, RSC filter (one per channel), NPQC output."""
+    p = _extent("depthwise_conv2d", h, r, stride, 1, pad)
+    q = _extent("depthwise_conv2d", w, s, stride, 1, pad)
+    return mdh.md_hom(
+        "depthwise_conv2d", {"n": n, "p": p, "q": q, "c": c, "r": r, "s": s},
+        (mdh.cc,) * 4 + (mdh.pw("add"),) * 2, f=lambda x, f: x * f,
+        inputs=[mdh.view("I", lambda n, p, q, c, r, s: (n, stride * p + r, stride * q + s, c),
+                         shape=[n, h, w, c]),
+                mdh.view("F", lambda n, p, q, c, r, s: (r, s, c))],
+        output=mdh.view("O", lambda n, p, q, c, r, s: (n, p, q, c)), dtype=dtype)
+
+
+def _windows(image: np.ndarray, r: int, s: int, stride: int, dilation: int,
+             p: int, q: int) -> Any:
+    """Each filter tap's strided slice of the image: ``(dr, ds, slice of shape n p q c)``."""
+    for dr in range(r):
+        for ds in range(s):
+            yield dr, ds, image[:, dr * dilation:dr * dilation + stride * (p - 1) + 1:stride,
+                                ds * dilation:ds * dilation + stride * (q - 1) + 1:stride, :]
+
+
+def _conv2d_ref(image: np.ndarray, filters: np.ndarray, stride: int, dilation: int
+                ) -> dict[str, np.ndarray]:
+    k, r, s, _ = filters.shape
+    p = _conv_out(image.shape[1], r, stride, dilation)
+    q = _conv_out(image.shape[2], s, stride, dilation)
+    out = np.zeros((image.shape[0], p, q, k), dtype=np.result_type(image, filters))
+    for dr, ds, window in _windows(image, r, s, stride, dilation, p, q):
+        out += window @ filters[:, dr, ds, :].T
+    return {"O": out}
+
+
+def _depthwise_ref(image: np.ndarray, filters: np.ndarray, stride: int
+                   ) -> dict[str, np.ndarray]:
+    r, s, _ = filters.shape
+    p = _conv_out(image.shape[1], r, stride, 1)
+    q = _conv_out(image.shape[2], s, stride, 1)
+    out = np.zeros((image.shape[0], p, q, image.shape[3]), dtype=np.result_type(image, filters))
+    for dr, ds, window in _windows(image, r, s, stride, 1, p, q):
+        out += window * filters[dr, ds, :]
+    return {"O": out}
+
+
+def _conv_out(h: int, r: int, stride: int, dilation: int) -> int:
+    return (h - dilation * (r - 1) - 1) // stride + 1
+
+
+# -- registration ----------------------------------------------------------------------------
+
+SIZE = "size"
+STRIDE = ParamSpec("stride", "stride", 1, "the filter's step over the image")
+PAD = ParamSpec("pad", "offset", 0, "zero padding on each side (0 only, for now)")
+
+
+def _conv2d_flops(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int,
+                  dilation: int, **_: Any) -> int:
+    return 2 * n * _conv_out(h, r, stride, dilation) * _conv_out(w, s, stride, dilation) \
+        * k * r * s * c
+
+
+def _conv2d_bytes(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int,
+                  dilation: int, dtype: str, **_: Any) -> int:
+    out = n * _conv_out(h, r, stride, dilation) * _conv_out(w, s, stride, dilation) * k
+    return (n * h * w * c + k * r * s * c + out) * _itemsize(dtype)
+
+
+def _depthwise_flops(n: int, h: int, w: int, c: int, r: int, s: int, stride: int,
+                     **_: Any) -> int:
+    return 2 * n * _conv_out(h, r, stride, 1) * _conv_out(w, s, stride, 1) * c * r * s
+
+
+def _depthwise_bytes(n: int, h: int, w: int, c: int, r: int, s: int, stride: int, dtype: str,
+                     **_: Any) -> int:
+    out = n * _conv_out(h, r, stride, 1) * _conv_out(w, s, stride, 1) * c
+    return (n * h * w * c + r * s * c + out) * _itemsize(dtype)
+
+
+register(KernelSpec(
+    "transpose", "T = A.T: an m x n matrix transposed",
+    (ParamSpec("m", SIZE, 2048, "rows of A"), ParamSpec("n", SIZE, 2048, "columns of A"),
+     DTYPE),
+    transpose, _transpose_ref,
+    flops=lambda **_: 0,
+    bytes=lambda m, n, dtype: 2 * m * n * _itemsize(dtype),
+    outputs=("T",),
+))
+
+def _register_jacobi(name: str, build: Any, offsets: tuple[tuple[int, ...], ...],
+                     default: int) -> None:
+    rank, points = len(offsets[0]), len(offsets)
+
+    def flops(n: int, **_: Any) -> int:
+        return (2 * points - 1) * (n - 2) ** rank
+
+    def nbytes(n: int, dtype: str) -> int:
+        """x read, y's interior written (its border is neither read nor written)."""
+        return (n ** rank + (n - 2) ** rank) * _itemsize(dtype)
+
+    register(KernelSpec(
+        name, f"one Jacobi sweep of {points} weighted points (scalars w0...) over the interior "
+              f"of an n^{rank} grid x into y (y's border is kept)",
+        (ParamSpec("n", SIZE, default, f"points per side of the {rank}-D grid"), DTYPE),
+        build, _jacobi_ref(offsets), flops=flops, bytes=nbytes, outputs=("y",),
+    ))
+
+
+_register_jacobi("jacobi1d", jacobi1d, OFFSETS_1D, 1 << 22)
+_register_jacobi("jacobi2d", jacobi2d, OFFSETS_2D, 2048)
+_register_jacobi("jacobi3d", jacobi3d, OFFSETS_3D, 160)
+
+register(KernelSpec(
+    "conv2d", "multi-channel convolution: NHWC image I, KRSC filter F, NPQK output O",
+    (ParamSpec("n", SIZE, 1, "images"), ParamSpec("h", SIZE, 56, "image rows"),
+     ParamSpec("w", SIZE, 56, "image columns"), ParamSpec("c", SIZE, 64, "input channels"),
+     ParamSpec("k", SIZE, 64, "output channels"), ParamSpec("r", SIZE, 3, "filter rows"),
+     ParamSpec("s", SIZE, 3, "filter columns"), STRIDE, PAD,
+     ParamSpec("dilation", "stride", 1, "the step between filter taps"), DTYPE),
+    conv2d, _conv2d_ref,
+    flops=_conv2d_flops, bytes=_conv2d_bytes,
+    outputs=("O",),
+    reference_params=("stride", "dilation"),
+))
+
+register(KernelSpec(
+    "depthwise_conv2d", "depthwise convolution: NHWC image I, RSC filter F, NPQC output O",
+    (ParamSpec("n", SIZE, 1, "images"), ParamSpec("h", SIZE, 112, "image rows"),
+     ParamSpec("w", SIZE, 112, "image columns"), ParamSpec("c", SIZE, 32, "channels"),
+     ParamSpec("r", SIZE, 3, "filter rows"), ParamSpec("s", SIZE, 3, "filter columns"),
+     STRIDE, PAD, DTYPE),
+    depthwise_conv2d, _depthwise_ref,
+    flops=_depthwise_flops, bytes=_depthwise_bytes,
+    outputs=("O",),
+    reference_params=("stride",),
+))
