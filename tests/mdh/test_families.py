@@ -92,3 +92,45 @@ def test_shapes_follow_the_convolution_parameters() -> None:
 def test_bad_parameters_are_refused_by_name(name: str, params: dict, message: str) -> None:
     with pytest.raises(KernelError, match=message):
         kernel(name, **params)
+
+
+CONTRACTIONS = [
+    ("ik,kj->ij", {"i": 5, "j": 7, "k": 3}),
+    ("gdab,efgc->abcdef", dict(zip("abcdefg", (2, 3, 2, 3, 2, 2, 3), strict=True))),
+    ("abc->cb", {"a": 4, "b": 3, "c": 5}),
+    ("i,i->", {"i": 37}),
+    ("ij,jk,kl->il", {"i": 3, "j": 4, "k": 2, "l": 5}),
+]
+
+
+@pytest.mark.parametrize("spec,sizes", CONTRACTIONS, ids=[c[0] for c in CONTRACTIONS])
+def test_contractions_match_einsum(evaluator: Evaluator, spec: str, sizes: dict) -> None:
+    k = kernel("contraction", spec=spec, **sizes)
+    args = signature(k)
+    values = generate_inputs(args, 0)
+    meaning = run_reference(sequential_reference(k), args, values)
+    expected = run_reference(find_reference(k), args, values)
+    np.testing.assert_allclose(meaning["out"], expected["out"], rtol=1e-12, atol=1e-12)
+    report = sample_and_evaluate(partita.space(k).root(), 6, random.Random(len(spec)),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 6, report.failed[:3]
+
+
+def test_a_contraction_takes_one_size_per_index() -> None:
+    k = kernel("contraction", spec="ab,bc->ac", a=3, b=4, c=5)
+    assert {a.name: a.shape for a in k.arrays} == {"A": (3, 4), "B": (4, 5), "out": (3, 5)}
+    assert dict(dict(k.meta)["params"]) == {"spec": "ab,bc->ac", "dtype": "float32",
+                                            "a": 3, "b": 4, "c": 5}
+    with pytest.raises(KernelError, match="has no parameter 'd'"):
+        kernel("contraction", spec="ab,bc->ac", d=3)
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("ab,bc", r"is not of the form"),
+    ("ab,bc->aa", r"an output index repeats"),
+    ("ab,bc->ad", r"output index d is read by no input"),
+    ("a1,bc->ac", r"is not of the form"),
+])
+def test_bad_contractions_are_refused(spec: str, message: str) -> None:
+    with pytest.raises(KernelError, match=message):
+        kernel("contraction", spec=spec)

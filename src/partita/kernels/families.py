@@ -7,6 +7,7 @@ output and leaves the border as the caller passes it (the output is ``inout``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -177,6 +178,90 @@ def _conv_out(h: int, r: int, stride: int, dilation: int) -> int:
     return (h - dilation * (r - 1) - 1) // stride + 1
 
 
+# -- tensor contractions --------------------------------------------------------------------
+
+
+def parse_contraction(spec: str) -> tuple[list[str], str]:
+    """``"gdab,efgc->abcdef"`` as (input index strings, output index string), checked: one
+    letter per index, output letters distinct and all read by some input."""
+    inputs_text, arrow, output = spec.replace(" ", "").partition("->")
+    inputs = inputs_text.split(",")
+    if not arrow or not all(inputs) or not all(t.isalpha() and t.isascii()
+                                               for t in [*inputs, output or "a"]):
+        raise KernelError(f"kernel 'contraction': spec {spec!r} is not of the form "
+                          "'ab,bc->ac' (letters, comma-separated inputs, '->', the output)")
+    if len(set(output)) != len(output):
+        raise KernelError(f"kernel 'contraction': spec {spec!r}: an output index repeats")
+    stray = [c for c in output if not any(c in t for t in inputs)]
+    if stray:
+        raise KernelError(f"kernel 'contraction': spec {spec!r}: output index "
+                          f"{', '.join(stray)} is read by no input")
+    if len(inputs) > 8:
+        raise KernelError(f"kernel 'contraction': spec {spec!r} has {len(inputs)} inputs "
+                          "(at most 8)")
+    return inputs, output
+
+
+def _letters(spec: str) -> list[str]:
+    """Every index of the contraction: the output's, then the summed ones as they appear."""
+    inputs, output = parse_contraction(spec)
+    summed = [c for t in inputs for c in t if c not in output]
+    return [*output, *dict.fromkeys(summed)]
+
+
+INPUT_NAMES = "ABDEGHJL"
+"""Array names of a contraction's inputs (``C`` is not one, so that a three-input
+contraction does not read an array named like a result)."""
+
+
+def contraction(spec: str, dtype: str = "float32", **sizes: int) -> Kernel:
+    """``out = einsum(spec, A, B, ...)``: every output index a ``cc`` dimension, every other
+    index summed (``pw(add)``), the inputs multiplied point-wise."""
+    inputs, output = parse_contraction(spec)
+    letters = _letters(spec)
+    position = {c: n for n, c in enumerate(letters)}
+
+    def indexer(term: str) -> Any:
+        return lambda *ix: tuple(ix[position[c]] for c in term)
+
+    def product(*values: Any) -> Any:
+        total = values[0]
+        for v in values[1:]:
+            total = total * v
+        return total
+
+    dims = {c: sizes[c] for c in letters}
+    # A full contraction to one number writes one element.
+    views_out = mdh.view("out", indexer(output) if output else lambda *ix: 0)
+    return mdh.md_hom(
+        "contraction", dims, tuple(mdh.cc if c in output else mdh.pw("add") for c in letters),
+        f=product, inputs=[mdh.view(INPUT_NAMES[n], indexer(t)) for n, t in enumerate(inputs)],
+        output=views_out, dtype=dtype, sizes={c: f"size_{c}" for c in letters})
+
+
+def _contraction_ref(*arrays: np.ndarray, spec: str) -> dict[str, np.ndarray]:
+    _, output = parse_contraction(spec)
+    out = np.einsum(spec.replace(" ", ""), *arrays, optimize=True)
+    return {"out": np.asarray(out).reshape(-1) if not output else out}
+
+
+def _contraction_params(params: dict[str, Any]) -> tuple[ParamSpec, ...]:
+    return tuple(ParamSpec(c, SIZE, 16, f"extent of index {c}") for c in _letters(params["spec"]))
+
+
+def _contraction_flops(spec: str, dtype: str, **sizes: int) -> int:
+    inputs, _ = parse_contraction(spec)
+    points = math.prod(sizes[c] for c in _letters(spec))
+    return points * len(inputs) if len(inputs) > 1 else points
+
+
+def _contraction_bytes(spec: str, dtype: str, **sizes: int) -> int:
+    inputs, output = parse_contraction(spec)
+    elements = sum(math.prod(sizes[c] for c in t) for t in inputs)
+    elements += math.prod(sizes[c] for c in output)
+    return elements * _itemsize(dtype)
+
+
 # -- registration ----------------------------------------------------------------------------
 
 SIZE = "size"
@@ -263,4 +348,16 @@ register(KernelSpec(
     flops=_depthwise_flops, bytes=_depthwise_bytes,
     outputs=("O",),
     reference_params=("stride",),
+))
+
+register(KernelSpec(
+    "contraction", "a tensor contraction given as an einsum specification (the inputs "
+                   "multiplied, the indices absent from the output summed)",
+    (ParamSpec("spec", "text", "gdab,efgc->abcdef",
+               "einsum specification; then one size per index letter (a=16 ...)"), DTYPE),
+    contraction, _contraction_ref,
+    flops=_contraction_flops, bytes=_contraction_bytes,
+    outputs=("out",),
+    reference_params=("spec",),
+    more_params=_contraction_params,
 ))

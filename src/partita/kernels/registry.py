@@ -14,7 +14,9 @@ from partita.ir.types import KernelError
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """A parameter of a library kernel: ``kind`` is ``size``, ``flag`` or ``dtype``."""
+    """A parameter of a library kernel: ``kind`` is ``size`` (at least 1), ``stride`` (at
+    least 1), ``flag`` (0 or 1), ``offset`` (any integer), ``dtype`` or ``text`` (a string
+    the kernel parses itself, such as a contraction's index specification)."""
 
     name: str
     kind: str
@@ -29,6 +31,11 @@ class ParamSpec:
                 raise KernelError(f"kernel {kernel!r}: {self.name} must be float32 or float64, "
                                   f"got {raw!r}")
             return dtype
+        if self.kind == "text":
+            if not isinstance(raw, str) or not raw:
+                raise KernelError(f"kernel {kernel!r}: {self.name} must be a non-empty string, "
+                                  f"got {raw!r}")
+            return raw
         try:
             value = int(raw)
         except (TypeError, ValueError):
@@ -68,14 +75,24 @@ class KernelSpec:
     the values of those parameters worth trying, the sum in order first. None: the kernel
     has no such parameter."""
 
+    more_params: Callable[[dict[str, Any]], tuple[ParamSpec, ...]] | None = None
+    """Parameters that depend on the values of :attr:`params` (a contraction's size per index
+    letter of its specification): given those values, the further parameters."""
+
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults completed and values checked; unknown parameters are errors."""
-        known = {p.name: p for p in self.params}
+        fixed = {p.name for p in self.params}
+        resolved = {p.name: p.parse(self.name, given.get(p.name, p.default))
+                    for p in self.params}
+        more = self.more_params(resolved) if self.more_params is not None else ()
+        known = [*fixed, *(p.name for p in more)]
         for key in given:
             if key not in known:
                 raise KernelError(f"kernel {self.name!r} has no parameter {key!r} "
                                   f"(parameters: {', '.join(known)})")
-        return {p.name: p.parse(self.name, given.get(p.name, p.default)) for p in self.params}
+        resolved.update((p.name, p.parse(self.name, given.get(p.name, p.default)))
+                        for p in more)
+        return resolved
 
 
 _REGISTRY: dict[str, KernelSpec] = {}
