@@ -25,11 +25,17 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from partita.ir.kernel import Kernel
-from partita.kernels.registry import get_spec, library_name, library_params
+from partita.kernels.registry import (
+    KernelSpec,
+    get_spec,
+    library_name,
+    library_params,
+    list_kernels,
+)
 from partita.kernels.registry import kernel as library_kernel
 from partita.model import Model
 from partita.search.strategies import SearchState
@@ -86,9 +92,9 @@ def reassociations(kernel: Kernel, cores: int | None = None) -> list[tuple[dict[
     return out
 
 
-def _reassociable_specs() -> list[Any]:
-    from partita.kernels import list_kernels
-
+def _reassociable_specs() -> list[KernelSpec]:
+    """The library kernels that declare parameters reordering their sum (importing the
+    registry imports the whole library: every kernel is registered)."""
     return [s for s in list_kernels() if s.reassociations is not None]
 
 
@@ -99,6 +105,88 @@ def halving_rounds(variants: int) -> int:
 
 TuneFn = Callable[..., Any]
 """:func:`partita.tuning.tune` (passed in: this module sits above it)."""
+
+
+@dataclass
+class _Halving:
+    """What the rounds of one successive halving share: the best so far (over every
+    variant), the evaluations of all of them, the evaluations left to share."""
+
+    start: float
+    evals_left: int | None
+    best_time: float = math.inf
+    best: tuple[Variant, Any] | None = None
+    merged: list[Evaluation] = field(default_factory=list)
+    state: SearchState = field(default_factory=SearchState)
+
+    def add(self, v: Variant, tuned: Any, offset: float) -> None:
+        """What tuning ``v`` gave (``tuned``, started ``offset`` seconds into the halving):
+        its evaluations, renumbered and timed from the start, and its counters."""
+        v.evaluations = tuned.evaluations
+        v.best_time_s = tuned.time
+        res = tuned.result
+        if res is not None:
+            if self.evals_left is not None:
+                self.evals_left -= len(res.evaluations)
+            for e in res.evaluations:
+                self.merged.append(dataclasses.replace(e, index=len(self.merged),
+                                                       elapsed_s=offset + e.elapsed_s))
+            self.state.pruned += res.state.pruned
+            self.state.dead_ends += res.state.dead_ends
+            self.state.expanded += res.state.expanded
+        if tuned.time is not None and tuned.time < self.best_time:
+            self.best_time, self.best = tuned.time, (v, tuned)
+
+
+def _variants(kernel: Kernel, model_for: Callable[[Kernel], Model],
+              space_of: Callable[[Kernel], Any]) -> list[Variant]:
+    """Every order of ``kernel``'s sum, the lowest root bound first; a variant whose space
+    has no implementation is ``dead``."""
+    variants = []
+    for params, kv in reassociations(kernel):
+        root = space_of(kv).root()
+        bound = model_for(kv).bound(root).time_s if isinstance(root, Candidate) else math.inf
+        variants.append(Variant(params, kv, bound, skipped="" if math.isfinite(bound)
+                                else "dead"))
+    variants.sort(key=lambda v: v.root_bound_s)
+    return variants
+
+
+def _halving_round(alive: list[Variant], r: int, rounds: int, halving: _Halving,
+                   tune: TuneFn, budget: float | None, continue_: bool,
+                   tune_options: dict[str, Any]) -> list[Variant]:
+    """Round ``r``: tune every variant still in on its share of what is left, and return
+    the faster half (every one tuned, in the last round)."""
+    share_s = share_n = None
+    if budget is not None:
+        left = max(0.0, budget - (time.perf_counter() - halving.start))
+        share_s = left / (rounds - r) / len(alive)
+    if halving.evals_left is not None:
+        share_n = max(1, halving.evals_left // ((rounds - r) * len(alive)))
+    for v in alive:
+        if v.root_bound_s >= halving.best_time:
+            v.skipped = "bound"
+            continue
+        if (share_s is not None and share_s <= 0) or (halving.evals_left is not None
+                                                       and halving.evals_left <= 0):
+            break
+        offset = time.perf_counter() - halving.start
+        try:
+            tuned = tune(v.kernel, budget=share_s, evaluations=share_n,
+                         continue_=continue_ or r > 0, **tune_options)
+        except RuntimeError:  # nothing verified: recorded in its own run, and skipped
+            v.skipped = "failed"
+            v.rounds += 1
+            continue
+        v.rounds += 1
+        halving.add(v, tuned, offset)
+    ranked = sorted((v for v in alive if not v.skipped and v.best_time_s is not None),
+                    key=lambda v: v.best_time_s or math.inf)
+    keep = ranked[:max(1, len(ranked) // 2)] if r + 1 < rounds else ranked
+    for v in ranked:
+        if v not in keep:
+            v.skipped = "halved"
+    return keep
 
 
 def tune_reassociated(kernel: Kernel, tune: TuneFn, model_for: Callable[[Kernel], Model], *,
@@ -114,78 +202,27 @@ def tune_reassociated(kernel: Kernel, tune: TuneFn, model_for: Callable[[Kernel]
     """
     if budget is None and evaluations is None:
         budget = 60.0
-    variants = []
-    for params, kv in reassociations(kernel):
-        root = space_of(kv).root()
-        bound = model_for(kv).bound(root).time_s if isinstance(root, Candidate) else math.inf
-        variants.append(Variant(params, kv, bound, skipped="" if math.isfinite(bound)
-                                else "dead"))
-    variants.sort(key=lambda v: v.root_bound_s)
+    variants = _variants(kernel, model_for, space_of)
     alive = [v for v in variants if not v.skipped]
     rounds = halving_rounds(len(alive))
-    start = time.perf_counter()
-    best_time = math.inf
-    best: tuple[Variant, Any] | None = None
-    merged: list[Evaluation] = []
-    state = SearchState()
-    evals_left = evaluations
+    halving = _Halving(time.perf_counter(), evaluations)
     for r in range(rounds):
         if not alive:
             break
-        share_s = share_n = None
-        if budget is not None:
-            left = max(0.0, budget - (time.perf_counter() - start))
-            share_s = left / (rounds - r) / len(alive)
-        if evals_left is not None:
-            share_n = max(1, evals_left // ((rounds - r) * len(alive)))
-        for v in alive:
-            if v.root_bound_s >= best_time:
-                v.skipped = "bound"
-                continue
-            if (share_s is not None and share_s <= 0) or (evals_left is not None
-                                                           and evals_left <= 0):
-                break
-            offset = time.perf_counter() - start
-            try:
-                tuned = tune(v.kernel, budget=share_s, evaluations=share_n,
-                             continue_=continue_ or r > 0, **tune_options)
-            except RuntimeError:  # nothing verified: recorded in its own run, and skipped
-                v.skipped = "failed"
-                v.rounds += 1
-                continue
-            v.rounds += 1
-            v.evaluations = tuned.evaluations
-            v.best_time_s = tuned.time
-            res = tuned.result
-            if res is not None:
-                if evals_left is not None:
-                    evals_left -= len(res.evaluations)
-                for e in res.evaluations:
-                    merged.append(dataclasses.replace(e, index=len(merged),
-                                                      elapsed_s=offset + e.elapsed_s))
-                state.pruned += res.state.pruned
-                state.dead_ends += res.state.dead_ends
-                state.expanded += res.state.expanded
-            if tuned.time is not None and tuned.time < best_time:
-                best_time, best = tuned.time, (v, tuned)
-        ranked = sorted((v for v in alive if not v.skipped and v.best_time_s is not None),
-                        key=lambda v: v.best_time_s or math.inf)
-        keep = ranked[:max(1, len(ranked) // 2)] if r + 1 < rounds else ranked
-        for v in ranked:
-            if v not in keep:
-                v.skipped = "halved"
-        alive = keep
-    if best is None:
+        alive = _halving_round(alive, r, rounds, halving, tune, budget, continue_,
+                               tune_options)
+    if halving.best is None:
         why = "; ".join(f"{v.params}: {v.skipped or 'not tuned'}" for v in variants)
         raise RuntimeError(f"no variant of {kernel.name} had a verified implementation ({why})")
-    winner, tuned = best
-    state.best_time = best_time
+    winner, tuned = halving.best
+    state, merged = halving.state, halving.merged
+    state.best_time = halving.best_time
     oks = [e for e in merged if e.ok]
     tuned.result = TuneResult(
         strategy=tuned.result.strategy if tuned.result else "",
         evaluations=merged,
         best=min(oks, key=lambda e: e.median_s or math.inf) if oks else None,
-        elapsed_s=time.perf_counter() - start,
+        elapsed_s=time.perf_counter() - halving.start,
         root_bound_s=min(v.root_bound_s for v in variants),
         stopped_by=f"budget shared by {len(variants)} orders of the sum",
         state=state)
