@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from partita.config import child_environment
 from partita.paths import cache_root
 from partita.targets.cpu.description import (
     MIN_SCALING,
@@ -240,7 +241,7 @@ def _unit(spec: str) -> str:
 def run_specs(exe: Path, specs: Sequence[str], settings: Settings, reps: int | None = None,
               timeout_s: float = 600.0) -> tuple[dict[str, Runs], int]:
     """Run the program once on ``specs``; returns their repetitions and the widest vector."""
-    env = dict(os.environ, OMP_DYNAMIC="false")
+    env = child_environment(OMP_DYNAMIC="false")
     cmd = [str(exe), repr(settings.target_s), str(reps or settings.reps), *specs]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -336,6 +337,82 @@ def _scaling(runs: dict[str, Runs], single: dict[str, Runs], n: int, ws: Working
     return min(ratios.values(), default=1.0)
 
 
+def _run_all(cc: str, settings: Settings, n: int, ws: WorkingSets, deadline: float
+             ) -> tuple[dict[str, Runs], int]:
+    """Build the benchmarks and run every spec (the widest vector first, to know which
+    specs to run); the all-core specs again, up to :data:`ALL_CORE_RETRIES` times, while they
+    do not reach :data:`MIN_SCALING` of ``n`` cores' one-core rates, keeping a retry that
+    scales better. Returns the repetitions and the widest vector."""
+    with tempfile.TemporaryDirectory(prefix="partita-cpu-") as tmp:
+        exe = build(Path(tmp), cc)
+        _, wide = run_specs(exe, [], settings, reps=1)
+        single, multi = _specs(n, wide, ws)
+        runs, _ = collect(exe, single + multi, settings, deadline)
+        for _ in range(ALL_CORE_RETRIES if n > 1 else 0):
+            scaling = _scaling(runs, runs, n, ws)
+            if scaling >= MIN_SCALING:
+                break
+            again, _ = collect(exe, multi, settings, time.monotonic() + settings.budget_s)
+            if _scaling(again, runs, n, ws) > scaling:
+                runs.update(again)
+    return runs, wide
+
+
+class _Samples(dict[str, Sample]):
+    """The samples of the specs that ran, by spec; reading one that did not is an error."""
+
+    @staticmethod
+    def of(runs: dict[str, Runs]) -> _Samples:
+        samples = _Samples()
+        for spec, r in runs.items():
+            if r.supported and r.rates:
+                median, best, clean = summarize(r.rates, r.shares)
+                samples[spec] = Sample(spec, r.work_unit, median, best, clean, len(r.rates))
+        return samples
+
+    def rate(self, spec: str) -> float:
+        """The spec's median rate (over its clean repetitions)."""
+        if spec not in self:
+            raise MeasureError(f"benchmark {spec} did not run")
+        return self[spec].median
+
+    def peak(self, spec: str) -> float:
+        """The spec's best rate: for ceilings, which interference only lowers."""
+        self.rate(spec)
+        return self[spec].best
+
+
+def _fma_throughputs(samples: _Samples, n: int, hz: float) -> tuple[FmaThroughput, ...]:
+    """FMA throughput per precision and width that ran, on one core and on ``n``."""
+    fma = []
+    for dt, name, itemsize in (("f32", "fp32", 4), ("f64", "fp64", 8)):
+        for w in WIDTHS:
+            one = f"fma:{dt}:{w}:1"
+            if one not in samples:
+                continue
+            core = samples.peak(one)
+            every = samples.peak(f"fma:{dt}:{w}:{n}") if n > 1 else core
+            fma.append(FmaThroughput(name, w, max(1, w // (8 * itemsize)), core / hz,
+                                     core / 1e9, every / 1e9))
+    if not fma:
+        raise MeasureError("no FMA benchmark ran")
+    return tuple(fma)
+
+
+def _memory_levels(cpu: CpuCapabilities, ws: WorkingSets, n: int, samples: _Samples
+                   ) -> tuple[MemoryLevel, ...]:
+    """The read bandwidth of every level on ``n`` cores, with its capacity and the working
+    set that measured it."""
+    return (
+        MemoryLevel("L1", cpu.l1d_bytes * n, ws.total("l1"),
+                    samples.rate(f"read:{ws.l1}:{n}") / 1e9),
+        MemoryLevel("L2", cpu.l2_bytes * n, ws.total("l2"),
+                    samples.rate(f"read:{ws.l2}:{n}") / 1e9),
+        MemoryLevel("L3", cpu.l3_bytes, ws.total("l3"), samples.rate(f"read:{ws.l3}:{n}") / 1e9),
+        MemoryLevel("DRAM", 0, ws.total("dram"), samples.rate(f"read:{ws.dram}:{n}") / 1e9),
+    )
+
+
 def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str = CC,
             threads: int | None = None) -> CpuDescription:
     """Time the micro-benchmarks on this machine and derive its description.
@@ -351,57 +428,15 @@ def measure(cpu: CpuCapabilities | None = None, *, quick: bool = False, cc: str 
     compiler = compiler_version(cc)
     load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     ws = working_sets(cpu, n, settings)
-    deadline = started + settings.budget_s
-    with tempfile.TemporaryDirectory(prefix="partita-cpu-") as tmp:
-        exe = build(Path(tmp), cc)
-        _, wide = run_specs(exe, [], settings, reps=1)
-        single, multi = _specs(n, wide, ws)
-        runs, _ = collect(exe, single + multi, settings, deadline)
-        for _ in range(ALL_CORE_RETRIES if n > 1 else 0):
-            scaling = _scaling(runs, runs, n, ws)
-            if scaling >= MIN_SCALING:
-                break
-            again, _ = collect(exe, multi, settings, time.monotonic() + settings.budget_s)
-            if _scaling(again, runs, n, ws) > scaling:
-                runs.update(again)
-
-    samples = {}
-    for spec, r in runs.items():
-        if r.supported and r.rates:
-            median, best, clean = summarize(r.rates, r.shares)
-            samples[spec] = Sample(spec, r.work_unit, median, best, clean, len(r.rates))
-
-    def rate(spec: str) -> float:
-        if spec not in samples:
-            raise MeasureError(f"benchmark {spec} did not run")
-        return samples[spec].median
-
-    def peak(spec: str) -> float:
-        rate(spec)
-        return samples[spec].best
-
+    runs, wide = _run_all(cc, settings, n, ws, started + settings.budget_s)
+    samples = _Samples.of(runs)
+    rate, peak = samples.rate, samples.peak
     hz = peak("iadd")
-    fma = []
-    for dt, name, itemsize in (("f32", "fp32", 4), ("f64", "fp64", 8)):
-        for w in WIDTHS:
-            one = f"fma:{dt}:{w}:1"
-            if one not in samples:
-                continue
-            core = peak(one)
-            every = peak(f"fma:{dt}:{w}:{n}") if n > 1 else core
-            fma.append(FmaThroughput(name, w, max(1, w // (8 * itemsize)), core / hz,
-                                     core / 1e9, every / 1e9))
-    if not fma:
-        raise MeasureError("no FMA benchmark ran")
-    levels = (
-        MemoryLevel("L1", cpu.l1d_bytes * n, ws.total("l1"), rate(f"read:{ws.l1}:{n}") / 1e9),
-        MemoryLevel("L2", cpu.l2_bytes * n, ws.total("l2"), rate(f"read:{ws.l2}:{n}") / 1e9),
-        MemoryLevel("L3", cpu.l3_bytes, ws.total("l3"), rate(f"read:{ws.l3}:{n}") / 1e9),
-        MemoryLevel("DRAM", 0, ws.total("dram"), rate(f"read:{ws.dram}:{n}") / 1e9),
-    )
+    fma = _fma_throughputs(samples, n, hz)
+    levels = _memory_levels(cpu, ws, n, samples)
     desc = CpuDescription(
         key=machine_key(cpu, compiler), model=cpu.model, cores=n, compiler=compiler,
-        source="measured", frequency_ghz=hz / 1e9, vector_bits=wide, fma=tuple(fma),
+        source="measured", frequency_ghz=hz / 1e9, vector_bits=wide, fma=fma,
         peak_gflops_fp32=max(f.gflops_all for f in fma if f.dtype == "fp32"),
         peak_gflops_fp64=max(f.gflops_all for f in fma if f.dtype == "fp64"),
         # The fastest chain seen, at any width: the bound's latency term must not exceed any
