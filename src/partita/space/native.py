@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from partita import config
 from partita.paths import cache_root
 from partita.space.compiler import CompiledSpace
 from partita.space.conditions import (
@@ -78,7 +79,7 @@ _LIB_FAILED = False
 
 def enabled() -> bool:
     """``PARTITA_NATIVE=0`` keeps every space on the Python engine."""
-    return os.environ.get("PARTITA_NATIVE", "1") != "0"
+    return config.native_engine()
 
 
 def library() -> Any:
@@ -87,7 +88,7 @@ def library() -> Any:
     if _LIB is not None or _LIB_FAILED:
         return _LIB
     text = SOURCE.read_bytes()
-    cc = os.environ.get("CC", "gcc")
+    cc = config.c_compiler()
     command = [cc, *FLAGS]
     digest = hashlib.sha256(text + " ".join(command).encode()).hexdigest()[:16]
     target = cache_root() / "native" / f"propagate-{digest}.so"
