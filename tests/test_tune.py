@@ -361,3 +361,57 @@ def test_an_unknown_target_is_named_with_the_known_ones() -> None:
         partita.tune(partita.kernel("axpy", n=64), target="tpu")
     assert TARGETS == ("cpu", "gpu")
     assert [get(name).name for name in TARGETS] == list(TARGETS)
+
+
+def test_the_pipeline_runs_whatever_target_is_registered(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Tuning asks the target for everything that depends on it: a target registered under
+    a new name, with a runner that times nothing, tunes, records and loads like the others."""
+    from partita.runtime.evaluate import Measurement
+    from partita.targets import REGISTRY
+    from partita.targets.cpu.target import CpuTarget
+
+    asked: list[str] = []
+
+    class Runner:
+        def __enter__(self) -> Runner:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            asked.append("closed")
+
+        def prepare(self, programs: object) -> None:
+            pass
+
+    class Timeless(CpuTarget):
+        name = "timeless"
+        code_suffix = ".timeless.c"
+        cold_cache = False
+
+        def check(self, kernel: object) -> None:
+            asked.append("check")
+
+        def evaluator(self, **options: Any) -> Runner:
+            return Runner()
+
+        def flags_text(self, runner: Any) -> str:
+            return "no flags"
+
+        def evaluate(self, runner: Any, programs: list[Any], **limits: Any
+                     ) -> list[Measurement]:
+            return [Measurement("ok", median_s=1e-3 * (1 + len(p.source) % 7), min_s=1e-3)
+                    for p in programs]
+
+    monkeypatch.setitem(REGISTRY, "timeless", Timeless())
+    k = partita.kernel("axpy", n=64)
+    db = tmp_path / "r.sqlite"
+    tuned = partita.tune(k, target="timeless", evaluations=3, batch=2, db=db,
+                         model=Model(RATES))
+    assert asked[0] == "check" and "closed" in asked
+    assert tuned.result is not None and len(tuned.result.evaluations) == 3
+    assert tuned.flags == "no flags" and tuned.code_path is not None
+    assert tuned.code_path.name.endswith(".timeless.c")
+    assert partita.load(k, target="timeless", db=db).decisions == tuned.decisions
+    with pytest.raises(LookupError):
+        partita.load(k, db=db)  # the cpu target has no record

@@ -82,8 +82,8 @@ class Target(ABC):
     """The file suffix of its printed code (``.c``, ``.cu``)."""
     cold_cache: ClassVar[bool] = False
     """Whether caches can be flushed before every timed call (``cold_cache=True``)."""
-    languages: ClassVar[tuple[str, ...]]
-    """The languages :meth:`printer` prints, the one tuning times first."""
+    printers: ClassVar[Mapping[str, Printer]]
+    """Its printers by language, the one tuning builds and times first."""
 
     @abstractmethod
     def space_def(self, kernel: Kernel, cpu: CpuCapabilities | None = None) -> SpaceDef:
@@ -101,9 +101,19 @@ class Target(ABC):
         """The lower-bound model with this target's rates for ``kernel``'s element type
         (``measure``: micro-benchmarks may run where no rates are cached)."""
 
-    @abstractmethod
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The languages it prints, the one tuning builds and times first."""
+        return tuple(self.printers)
+
     def printer(self, language: str | None = None) -> Printer:
-        """The printer of ``language`` (one of :attr:`languages`; None: the first)."""
+        """The printer of ``language`` (None: the one tuning times); a ValueError naming the
+        languages it prints for any other."""
+        name = language or self.languages[0]
+        if name not in self.printers:
+            raise ValueError(f"the {self.name} target prints {', '.join(self.languages)}, "
+                             f"not {name!r}")
+        return self.printers[name]
 
     def print_program(self, candidate: Candidate, entry: str | None = None) -> Program:
         """The program tuning builds and times for a fully decided ``candidate``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any
 
 from partita.codegen.c import print_c
@@ -25,7 +26,7 @@ from partita.search.sampling import NoImplementation, random_implementation
 from partita.search.sketch import sketch_candidates
 from partita.space.candidate import Candidate, Space
 from partita.space.decl import SpaceDef
-from partita.targets.base import BatchLimit, FirstBatch, Printer, Sampling, Target
+from partita.targets.base import BatchLimit, FirstBatch, Sampling, Target
 from partita.targets.cpu.description import machine_key
 from partita.targets.cpu.machine import CpuCapabilities, host
 from partita.targets.cpu.measure import describe
@@ -88,7 +89,7 @@ class CpuTarget(Target):
     name = "cpu"
     code_suffix = ".c"
     cold_cache = True
-    languages = ("c",)
+    printers = MappingProxyType({"c": print_c})
 
     def space_def(self, kernel: Kernel, cpu: CpuCapabilities | None = None) -> SpaceDef:
         return cpu_space(cpu or host(), kernel_itemsize(kernel))
@@ -99,9 +100,6 @@ class CpuTarget(Target):
         is cached)."""
         d = describe(measure_if_missing=measure)
         return Model(cpu_rates(d, kernel.arrays[0].dtype.value))
-
-    def printer(self, language: str | None = None) -> Printer:
-        return print_c
 
     def check(self, kernel: Kernel) -> None:
         check_memory(kernel)  # TooLarge, before any array is allocated

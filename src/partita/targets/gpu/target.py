@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any, cast
 
 from partita.codegen.c import CodegenError
@@ -29,7 +30,6 @@ from partita.space.decl import SpaceDef
 from partita.targets.base import (
     BatchLimit,
     FirstBatch,
-    Printer,
     Sampling,
     Target,
     TargetUnavailable,
@@ -70,16 +70,13 @@ def gpu_first_batch(space: Space, model: Model, device: CudaDevice, seed: int, s
     return [c for _, c in ranked[:size]]
 
 
-PRINTERS: dict[str, Printer] = {"cuda": print_cuda, "opencl": print_opencl}
-
-
 class GpuTarget(Target):
     """A CUDA GPU, planned and bounded as an H100."""
 
     name = "gpu"
     code_suffix = ".cu"
     cold_cache = False
-    languages = ("cuda", "opencl")
+    printers = MappingProxyType({"cuda": print_cuda, "opencl": print_opencl})
 
     def space_def(self, kernel: Kernel, cpu: CpuCapabilities | None = None) -> SpaceDef:
         return gpu_space(H100)
@@ -87,9 +84,6 @@ class GpuTarget(Target):
     def model(self, kernel: Kernel, measure: bool = True) -> Model:
         """The model with the H100's rates (nothing is measured)."""
         return Model(gpu_rates(H100, kernel.arrays[0].dtype.value))
-
-    def printer(self, language: str | None = None) -> Printer:
-        return PRINTERS[language or self.languages[0]]
 
     def check(self, kernel: Kernel) -> None:
         """:class:`~partita.targets.gpu.cuda.CudaUnavailable` where there is no CUDA device
