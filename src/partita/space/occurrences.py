@@ -97,8 +97,29 @@ class OccurrenceGenerator:
     def _occurrence(self, fname: str, forall: tuple[Var, ...], conds: tuple[Condition, ...],
                     choice: str | None, pattern: tuple[str, ...], kid: int,
                     trigger: int | None) -> Callable:
-        var_by_name = {v.name: v for v in forall}  # every condition's variables are in it
-        self.vars = var_by_name
+        """The occurrence function ``fname``: its parameters bind the ``pattern`` variables
+        (the changed instance's arguments), loops bind the others; a clause's unit
+        propagation or a trigger's firing ends it."""
+        self.vars = {v.name: v for v in forall}  # every condition's variables are in it
+        lines, bound, deferred = self._bind_pattern(fname, pattern)
+        rest = [v for v in forall if v.name not in bound]
+        levels = condition_levels(conds, [v.name for v in forall if v.name in bound], rest)
+        body_indent, state = self._nest(lines, conds, bound, deferred, rest, levels,
+                                        trigger is not None)
+        if trigger is None:
+            lines.extend(self._unit(conds, bound, body_indent, state, kid))
+        else:
+            ids = ", ".join(bound[v.name] for v in forall)
+            lines.append(f"{body_indent}if {state[0]} == 0: fired.add(({trigger}, ({ids},)))")
+        return self._define(fname, lines)
+
+    def _bind_pattern(self, fname: str, pattern: tuple[str, ...]
+                      ) -> tuple[list[str], dict[str, str], list[Var]]:
+        """The function's head: a parameter per pattern position (a variable repeated must
+        see the same object, distinct variables distinct objects) and the membership of the
+        pattern's variables in their sets. Returns the lines, the code name of each bound
+        variable, and the variables of parametric sets whose parameter a loop binds later
+        (their membership is checked inside that loop)."""
         params = [f"a{i}" for i in range(len(pattern))]
         lines = [f"def {fname}(vec, R, fired{''.join(', ' + p for p in params)}):"]
         bound: dict[str, str] = {}
@@ -111,17 +132,21 @@ class OccurrenceGenerator:
             uniq = [bound[v] for v in dict.fromkeys(pattern)]
             for a, b in itertools.combinations(uniq, 2):
                 lines.append(f"    if {a} == {b}: return")
-        # Membership of pattern variables in their sets; a parametric set whose parameter is
-        # bound later is checked inside that loop.
         deferred: list[Var] = []
         for var in dict.fromkeys(pattern):
-            v = var_by_name[var]
+            v = self.vars[var]
             if v.of is not None and v.of not in bound:
                 deferred.append(v)
             else:
                 lines.extend(self._membership(v, bound, "    ", "return"))
-        rest = [v for v in forall if v.name not in bound]
-        levels = condition_levels(conds, [v.name for v in forall if v.name in bound], rest)
+        return lines, bound, deferred
+
+    def _nest(self, lines: list[str], conds: tuple[Condition, ...], bound: dict[str, str],
+              deferred: list[Var], rest: list[Var], levels: list[list[int]],
+              is_trigger: bool) -> tuple[str, tuple[str, str]]:
+        """Append the loops over the ``rest`` variables, each condition evaluated at its
+        level; every loop keeps its own count of unknown conditions (``n<depth>``) and the
+        last one seen (``u<depth>``). Returns the innermost indent and count names."""
         body_indent = "    "
         state = ("n0", "u0")
         lines.append(f"{body_indent}n0 = 0; u0 = -1")
@@ -144,12 +169,12 @@ class OccurrenceGenerator:
             exit_stmt = "return" if depth == 0 else "continue"
             for ci in levels[depth]:
                 lines.extend(self._evaluate(ci, conds[ci], bound, body_indent, exit_stmt, state,
-                                            trigger is not None))
-        if trigger is None:
-            lines.extend(self._unit(conds, bound, body_indent, state, kid))
-        else:
-            ids = ", ".join(bound[v.name] for v in forall)
-            lines.append(f"{body_indent}if {state[0]} == 0: fired.add(({trigger}, ({ids},)))")
+                                            is_trigger))
+        return body_indent, state
+
+    def _define(self, fname: str, lines: list[str]) -> Callable:
+        """Compile the function's source in the generator's namespace (the constants its
+        code names) and keep the source."""
         text = "\n".join(lines)
         self.chunks.append(text)
         code_ns = dict(self.ns)
