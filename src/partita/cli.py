@@ -25,7 +25,7 @@ from partita.runtime.data import TooLarge, reference_kind
 from partita.runtime.harness import TimingOptions
 from partita.search.pruning import prune_stats
 from partita.search.sampling import NoImplementation, random_implementation, sample_and_evaluate
-from partita.search.stop import parse_duration, parse_stop
+from partita.search.stop import parse_stop
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
 from partita.space.estimate import METHODS, heavy_tailed, space_stats
@@ -263,14 +263,6 @@ _AGAINST = {"numpy": "the numpy reference", "given": "the given reference",
             "sequential semantics": "the kernel's sequential semantics"}
 
 
-def _duration(text: str) -> float:
-    """Seconds from ``90``, ``90s``, ``5m`` or ``1h``."""
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def _peak_line(k: Any, t: float, cold_cache: bool = False
                ) -> tuple[float | None, float | None, str]:
     """GFLOP/s, GB/s, and the speed as a fraction of the machine's peak that bounds it (for
@@ -336,7 +328,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     try:
         stop = parse_stop(stop_expr) if stop_expr else None
     except ValueError as exc:
-        _fail(f"--stop/--budget: {exc}")
+        _fail(f"--stop: {exc}")
     options: dict[str, Any] = {"policy": policy} if search == "mcts" else {}
     progress_cb, finish = _progress(k, as_json)
     try:

@@ -21,7 +21,7 @@ from partita.codegen.program import Program
 from partita.db import Records
 from partita.ir.kernel import Kernel
 from partita.model import Model
-from partita.runtime.data import reference_kind
+from partita.runtime.data import Reference, reference_kind
 from partita.runtime.harness import TimingOptions
 from partita.search.stop import Stop, parse_duration
 from partita.search.strategies import SearchState
@@ -40,8 +40,8 @@ from partita.tuning.tuned import (
 )
 from partita.variants import tune_reassociated
 
-Reference = Callable[..., dict[str, Any]]
 OnEvaluation = Callable[[Evaluation, SearchState], None]
+"""What ``tune`` calls after each evaluation is recorded."""
 
 
 def target_model(kernel: Kernel, target: str, measure: bool = True) -> Model:
