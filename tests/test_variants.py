@@ -153,6 +153,7 @@ def test_halving_rounds(variants: int, rounds: int) -> None:
     assert halving_rounds(variants) == rounds
 
 
+@pytest.mark.slow
 def test_reassociated_dot_tunes_and_matches_numpy(tmp_path: Path) -> None:
     k = partita.kernel("dot", n=N)
     tuned = partita.tune(k, evaluations=8, reassociate=True, db=tmp_path / "r.sqlite",
@@ -170,6 +171,7 @@ def test_reassociated_dot_tunes_and_matches_numpy(tmp_path: Path) -> None:
         partita.tune(k, stop=Evaluations(2), reassociate=True, db=tmp_path / "r.sqlite")
 
 
+@pytest.mark.slow
 def test_the_command_line(tmp_path: Path) -> None:
     db = str(tmp_path / "cli.sqlite")
     runner = CliRunner()

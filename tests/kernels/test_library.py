@@ -294,10 +294,15 @@ SPACE_CASES = [
     ("atax", {"m": 7, "n": 5}), ("bicg", {"m": 5, "n": 7}), ("mvt", {"n": 7}),
     ("gemver", {"n": 5}),
 ]
+SLOW_SPACE_CASES = {"matmul_chain", "gemver", "atax", "bicg", "mvt"}
+"""The PolyBench kernels of the list, a second or more each: the fast tests reach
+implementations of the BLAS kernels only."""
 
 
-@pytest.mark.parametrize(("name", "params"), SPACE_CASES,
-                         ids=[f"{n}-{'-'.join(map(str, p.values()))}" for n, p in SPACE_CASES])
+@pytest.mark.parametrize(("name", "params"), [
+    pytest.param(n, p, id=f"{n}-{'-'.join(map(str, p.values()))}",
+                 marks=pytest.mark.slow if n in SLOW_SPACE_CASES else ())
+    for n, p in SPACE_CASES])
 def test_cpu_space_reaches_implementations(name: str, params: dict[str, int]) -> None:
     root = space(kernel(name, **params)).root()
     assert not isinstance(root, DeadEnd), root

@@ -100,7 +100,7 @@ def test_bad_partials_on_the_command_line() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("partials", [16, 64])
+@pytest.mark.parametrize("partials", [16, pytest.param(64, marks=pytest.mark.slow)])
 def test_dot_implementations_match_numpy(evaluator: Evaluator, partials: int,
                                          dtype: str) -> None:
     root = partita.space(kernel("dot", n=4096, partials=partials, dtype=dtype)).root()
@@ -113,7 +113,7 @@ def test_dot_odd_splits_match_numpy(evaluator: Evaluator, n: int, partials: int)
     verified(evaluator, root, 3, seed=n)
 
 
-@pytest.mark.parametrize("transpose", [0, 1])
+@pytest.mark.parametrize("transpose", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_gemv_implementations_match_numpy(evaluator: Evaluator, transpose: int) -> None:
     k = kernel("gemv", m=64, n=256, transpose=transpose, partials=16)
     verified(evaluator, partita.space(k).root(), 3, seed=transpose)
@@ -123,7 +123,8 @@ def test_gemv_implementations_match_numpy(evaluator: Evaluator, transpose: int) 
 
 
 @pytest.mark.parametrize(("name", "params"), [
-    ("dot", {"n": 4096, "partials": 16}), ("gemv", {"m": 64, "n": 256, "partials": 16}),
+    ("dot", {"n": 4096, "partials": 16}),
+    pytest.param("gemv", {"m": 64, "n": 256, "partials": 16}, marks=pytest.mark.slow),
 ])
 def test_partial_sums_vectorise_and_match_numpy(evaluator: Evaluator, name: str,
                                                 params: dict) -> None:
@@ -145,7 +146,8 @@ def test_partial_sums_vectorise_and_match_numpy(evaluator: Evaluator, name: str,
 
 
 @pytest.mark.parametrize(("name", "params"), [
-    ("dot", {"n": 4096, "partials": 32}), ("gemv", {"m": 16, "n": 256, "partials": 32}),
+    ("dot", {"n": 4096, "partials": 32}),
+    pytest.param("gemv", {"m": 16, "n": 256, "partials": 32}, marks=pytest.mark.slow),
 ])
 def test_partial_sums_run_in_parallel_and_the_final_sum_after(evaluator: Evaluator, name: str,
                                                               params: dict) -> None:
@@ -185,6 +187,7 @@ def test_partial_sums_run_in_parallel_and_the_final_sum_after(evaluator: Evaluat
 # -- command line --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_samples_partial_sums() -> None:
     result = CliRunner().invoke(main, ["sample", "dot", "n=4096", "partials=16", "--count", "2",
                                        "--json"])
@@ -218,7 +221,11 @@ def test_bad_chunks_are_reported(bad: int) -> None:
         kernel("dot", n=4096, partials=16, chunks=bad)
 
 
-@pytest.mark.parametrize(("n", "partials", "chunks"), [(4096, 16, 4), (96, 1, 3), (60, 4, 5)])
+@pytest.mark.parametrize(("n", "partials", "chunks"), [
+    (4096, 16, 4),
+    pytest.param(96, 1, 3, marks=pytest.mark.slow),
+    pytest.param(60, 4, 5, marks=pytest.mark.slow),
+])
 def test_chunked_dot_implementations_match_numpy(evaluator: Evaluator, n: int, partials: int,
                                                  chunks: int) -> None:
     root = partita.space(kernel("dot", n=n, partials=partials, chunks=chunks)).root()

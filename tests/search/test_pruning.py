@@ -35,6 +35,7 @@ def nodes_at(root: Candidate, depth: int, reverse: bool = False) -> list[Candida
     return level
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reverse", [False, True])
 def test_node_counts_match_the_enumerated_tree(reverse: bool) -> None:
     space = small_space()
@@ -83,6 +84,7 @@ class LeafPenaltyModel:
         return b
 
 
+@pytest.mark.slow
 def test_witnesses_match_the_enumerated_tree() -> None:
     """The nodes kept that hold an implementation bounded below the cut, against the tree
     enumerated; and the ceiling is at least the pruning the bound achieves."""

@@ -42,6 +42,16 @@ MATMULS = [
     ("matmul", {"m": 32, "n": 32, "k": 16, "stride_a": 32}, 16,
      {"packed", "fused", "packed_a", "packed_ab"}),
 ]
+FAST_MATMULS = (0, 4)
+"""The matmul and the batched matmul the fast tests sketch; the other layouts are slow."""
+
+
+def matmul_cases() -> list:
+    """:data:`MATMULS` as parameters, with their positional ids, all but
+    :data:`FAST_MATMULS` marked slow."""
+    return [pytest.param(*case, id=f"{case[0]}-params{i}-{case[2]}-names{i}",
+                         marks=() if i in FAST_MATMULS else pytest.mark.slow)
+            for i, case in enumerate(MATMULS)]
 
 
 def _space(name: str, params: dict) -> Space:
@@ -60,7 +70,7 @@ def _nodes(node: Node) -> Iterator[Node]:
         yield from _nodes(child)
 
 
-@pytest.mark.parametrize(("name", "params", "lanes", "names"), MATMULS)
+@pytest.mark.parametrize(("name", "params", "lanes", "names"), matmul_cases())
 def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
                                          names: set[str]) -> None:
     space = _space(name, params)
@@ -185,7 +195,7 @@ def test_rows_run_their_chains_side_by_side(evaluator: Evaluator, params: dict) 
     assert report.verified == 3, report.failed[:2]
 
 
-@pytest.mark.parametrize(("name", "params", "lanes", "names"), MATMULS)
+@pytest.mark.parametrize(("name", "params", "lanes", "names"), matmul_cases())
 def test_sketch_completions_compute_the_product(evaluator: Evaluator, name: str,
                                                 params: dict, lanes: int,
                                                 names: set[str]) -> None:

@@ -450,6 +450,7 @@ def register_space(limit):
     return s, tiny_kernel()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [2, 8])
 def test_quotient_product_bound_against_brute_force(limit):
     sdef, k = register_space(limit)

@@ -98,6 +98,7 @@ def test_three_mm_classes_follow_its_dependences(three_mm) -> None:
     assert len({cls[d] for inst in ("acc_e", "acc_f", "acc_g") for d in k.inst(inst).dims}) == 5
 
 
+@pytest.mark.slow
 def test_three_mm_outer_loops_fuse_only_as_j_i_k(three_mm) -> None:
     """Of the 27 triples of outer loops, one from each product, only (R.j, S.i, T.k) can be
     fused pairwise and still reach an implementation."""

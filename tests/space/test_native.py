@@ -31,6 +31,16 @@ KERNELS = [
     ("gpu", "matmul", {"m": 256, "n": 256, "k": 32}),
 ]
 
+FAST_DESCENTS = {("cpu", "axpy")}
+"""The kernels whose descents the fast tests compare; each of the others takes 10 s or more."""
+
+
+def kernel_cases(cases: list[tuple[str, str, dict]], fast: set[tuple[str, str]]) -> list:
+    """``cases`` as parameters, those not in ``fast`` marked slow."""
+    return [pytest.param(t, n, p, id=f"{t}-{n}-{'x'.join(map(str, p.values()))}",
+                         marks=() if (t, n) in fast else pytest.mark.slow)
+            for t, n, p in cases]
+
 
 def descent(space: Space, seed: int, in_c: bool) -> list:
     """Every step of a uniform random descent: the slot, the value, then the vector and
@@ -61,8 +71,7 @@ def both(monkeypatch: pytest.MonkeyPatch, target: str, name: str, params: dict,
     return out[0], out[1]
 
 
-@pytest.mark.parametrize(("target", "name", "params"), KERNELS,
-                         ids=[f"{t}-{n}-{'x'.join(map(str, p.values()))}" for t, n, p in KERNELS])
+@pytest.mark.parametrize(("target", "name", "params"), kernel_cases(KERNELS, FAST_DESCENTS))
 @settings(max_examples=6, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6))
@@ -123,7 +132,11 @@ def test_a_callable_relation_between_integers_runs_in_c(
     assert results[1][1] == (2, 3, 4, 6, 12)  # divides 12, and is a multiple of 2 or 3
 
 
-@pytest.mark.parametrize(("target", "name", "params"), [KERNELS[0], KERNELS[2], KERNELS[5]])
+@pytest.mark.parametrize(("target", "name", "params"), [
+    KERNELS[0],
+    pytest.param(*KERNELS[2], marks=pytest.mark.slow),
+    pytest.param(*KERNELS[5], marks=pytest.mark.slow),
+])
 def test_lowerings_never_change_a_static_fact(target: str, name: str, params: dict) -> None:
     """Layouts of one space share the values of static predicates (and of the values'
     requirements) on the objects they have

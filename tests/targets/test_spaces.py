@@ -82,10 +82,11 @@ def tiny_matmul():
 
 
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
-@pytest.mark.parametrize("make", [lambda: partita.kernel("axpy", n=1024), tiny_matmul,
-                                  lambda: partita.kernel("batched_matmul", b=2, m=4, n=8, k=4,
-                                                         reuse_b=1)],
-                         ids=["axpy", "matmul", "batched_reuse"])
+@pytest.mark.parametrize("make", [
+    lambda: partita.kernel("axpy", n=1024), tiny_matmul,
+    pytest.param(lambda: partita.kernel("batched_matmul", b=2, m=4, n=8, k=4, reuse_b=1),
+                 marks=pytest.mark.slow),
+], ids=["axpy", "matmul", "batched_reuse"])
 def test_random_implementations_are_valid_loop_nests(make, target: str) -> None:
     for cand in implementations(make(), target, count=4, seed=1):
         assert cand.is_implementation
@@ -191,13 +192,16 @@ REDUNDANT = (
 """Clauses stated only to prune before a draw: the other constraints imply them."""
 
 
-@pytest.mark.parametrize("target", ["cpu", "gpu"])
+@pytest.mark.parametrize("target", ["cpu", pytest.param("gpu", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("make", [
     tiny_matmul,
-    lambda: partita.kernel("batched_matmul", b=2, m=4, n=8, k=4, reuse_b=1),
-    lambda: partita.kernel("dot", n=256, partials=16, chunks=2),
-    lambda: partita.kernel("gemv", m=16, n=32, partials=4),
-    lambda: partita.kernel("matmul_chain", m=8, n=8, k=8, l=8),
+    pytest.param(lambda: partita.kernel("batched_matmul", b=2, m=4, n=8, k=4, reuse_b=1),
+                 marks=pytest.mark.slow),
+    pytest.param(lambda: partita.kernel("dot", n=256, partials=16, chunks=2),
+                 marks=pytest.mark.slow),
+    pytest.param(lambda: partita.kernel("gemv", m=16, n=32, partials=4), marks=pytest.mark.slow),
+    pytest.param(lambda: partita.kernel("matmul_chain", m=8, n=8, k=8, l=8),
+                 marks=pytest.mark.slow),
 ], ids=["matmul", "batched_reuse", "dot_chunks", "gemv_partials", "matmul_chain"])
 def test_redundant_clauses_lose_no_implementation(make, target: str) -> None:
     """Every implementation of the space without the redundant clauses is one of the full
