@@ -215,7 +215,8 @@ def tune_recorded(req: Request, db: str | Path | None) -> Tuned:
         mid = rec.machine_id(host_machine())
         best = rec.best(kid, mid, stored)
         if best is not None and not req.continue_:
-            return from_record(kernel, best, len(rec.evaluations(kid, mid)), target)
+            return from_record(kernel, best, len(rec.evaluations(kid, mid)), target,
+                               stacklevel=4)
         space = req.plug.space(kernel, req.choice_order)
         model = req.model or req.plug.model(kernel)
         stop = req.stop or budget_stop(req.budget_s, req.evaluations)
@@ -248,7 +249,7 @@ def final_result(req: Request, best: dict[str, Any] | None, total: int,
         raise RuntimeError(f"no implementation of {kernel.name} was verified in "
                            f"{len(result.evaluations)} evaluations (statuses: "
                            f"{', '.join(sorted(failures)) or 'none'})")
-    tuned = from_record(kernel, best, total, req.plug.name)
+    tuned = from_record(kernel, best, total, req.plug.name, stacklevel=5)
     tuned.result = result
     tuned.reference = reference_kind(kernel, req.reference)
     return tuned

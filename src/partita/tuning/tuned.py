@@ -168,15 +168,16 @@ def rebuild_program(kernel: Kernel, best: dict[str, Any], target: str = "cpu"
 
 
 def from_record(kernel: Kernel, best: dict[str, Any], evaluations: int,
-                target: str = "cpu") -> Tuned:
+                target: str = "cpu", stacklevel: int = 3) -> Tuned:
     """The :class:`Tuned` of a recorded best, its code printed again and written to
-    :func:`code_dir` (with a warning where it differs from the code that was measured)."""
+    :func:`code_dir` (with a warning where it differs from the code that was measured,
+    attributed ``stacklevel`` frames up: to the caller of ``load`` or ``tune``)."""
     program, same = rebuild_program(kernel, best, target)
     if not same:
         warnings.warn(f"{kernel.name}: the code printed again from the recorded decisions "
                       "differs from the code that was measured (another build of partita, or "
                       "an edited records file); the recorded time may not hold",
-                      stacklevel=3)
+                      stacklevel=stacklevel)
     tuned = Tuned(kernel, program.source, program.entry, list(best["decisions"]),
                   best["time_s"], signature(kernel), best.get("flags", ""), evaluations)
     tuned.code_path = write_code(kernel, program.source, get_target(target).code_suffix)
