@@ -62,7 +62,12 @@ def _cpu_programs(scale: int) -> dict[str, Any]:
                     digest = print_c(impl, f"golden_{n}").digest
                 except CodegenError as exc:
                     digest = f"error: {exc}"
-                out[f"{tag}/{n}"] = {"c": digest, "bound": model.bound(impl).time_s}
+                # A candidate half-way down to the implementation: the bound of partial
+                # candidates, open decisions taken at their optimistic values.
+                half = root.space.replay(list(impl.decisions[:len(impl.decisions) // 2]))
+                assert isinstance(half, Candidate)
+                out[f"{tag}/{n}"] = {"c": digest, "bound": model.bound(impl).time_s,
+                                     "half_bound": model.bound(half).time_s}
     return out
 
 

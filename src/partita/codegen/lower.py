@@ -11,7 +11,7 @@ which loops are versioned for their partial tiles, and which vector accesses are
 the software prefetches. The printers (:mod:`partita.codegen.cfamily` and the C, CUDA and
 OpenCL printers on it) read the plan and print it; they decide nothing of their own. The
 lower bound (:mod:`partita.model.bound`) reads the same rules (:func:`keeps_pair`,
-:func:`accumulates_in_place`) where it prices what the printers will print.
+:func:`accumulator_temporary`) where it prices what the printers will print.
 
 Where values live
     Every instruction ``P`` has a C variable ``v_P``, declared in the innermost loop that
@@ -74,6 +74,14 @@ def keeps_pair(space: str, fused: bool) -> bool:
     keeps every pair; a local buffer or registers hold one slice per iteration of the loops
     fused around both ends, so a fused pair is left out."""
     return space == "GLOBAL" or not fused
+
+
+def accumulator_temporary(k: Kernel, inst: str) -> str | None:
+    """The temporary in which accumulation ``inst`` keeps its running values: the one that
+    carries its init's value to it, updated in place (None while the init and the
+    accumulation are fused: the init's variable holds them)."""
+    init = next(op.init for op in k.inst(inst).operands if isinstance(op, Reduce))
+    return next((a.name for a in k.arrays if a.carries == (init, inst)), None)
 
 
 def accumulates_in_place(st: Storage, inst: str) -> bool:
@@ -370,8 +378,9 @@ class LoweredPlan:
                     st.accessors |= {producer, inst.name}
                     self.temps[(producer, inst.name)] = st
                 if isinstance(op, Reduce):
-                    acc = st if temp is not None else self.storage[op.init]
-                    self.storage[inst.name] = acc
+                    held = accumulator_temporary(k, inst.name)
+                    self.storage[inst.name] = (self.temps[(op.init, inst.name)]
+                                               if held is not None else self.storage[op.init])
         for inst in k.instructions:
             for op in inst.values():
                 producer = op.inst if isinstance(op, Value) else op.init
