@@ -12,7 +12,6 @@ kernel's target (:mod:`partita.targets`) for everything that depends on the hard
 from partita.tuning.baseline import kernel_rates, numpy_time
 from partita.tuning.limits import (
     ABANDON_FACTOR,
-    COMPILE_LIMIT_S,
     FIRST_CALL_BOUNDS,
     batch_abandon,
     batch_limit,
@@ -20,26 +19,23 @@ from partita.tuning.limits import (
     call_limit,
 )
 from partita.tuning.pipeline import check_request, target_model, tune
-from partita.tuning.transfer import TRANSFERRED, adapt, transferred
+from partita.tuning.transfer import adapt
 from partita.tuning.tuned import (
     StaleRecord,
     Tuned,
-    code_dir,
     host_machine,
     kernel_params,
     load,
     rebuild_program,
     records_target,
-    write_code,
 )
 
 _params_of = kernel_params
 """The former name of :func:`kernel_params`, kept for code that imports it."""
 
 __all__ = [
-    "ABANDON_FACTOR", "COMPILE_LIMIT_S", "FIRST_CALL_BOUNDS", "TRANSFERRED", "StaleRecord",
-    "Tuned", "adapt", "batch_abandon", "batch_limit", "budget_stop", "call_limit",
-    "check_request", "code_dir", "host_machine", "kernel_params", "kernel_rates", "load",
-    "numpy_time", "rebuild_program", "records_target", "target_model", "transferred",
-    "tune", "write_code",
+    "ABANDON_FACTOR", "FIRST_CALL_BOUNDS", "StaleRecord", "Tuned", "adapt", "batch_abandon",
+    "batch_limit", "budget_stop", "call_limit", "check_request", "host_machine",
+    "kernel_params", "kernel_rates", "load", "numpy_time", "rebuild_program",
+    "records_target", "target_model", "tune",
 ]
