@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import partita
-from partita.codegen.c import CPrinter, Storage, print_c
+from partita.codegen.c import print_c
 from partita.codegen.looptree import Node, loop_tree
+from partita.codegen.lower import LoweredPlan, Storage
 from partita.ir.operands import Reduce, Value
 from partita.model import Model, Rates
 from partita.model.bound import PEELED
@@ -277,7 +278,7 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
     k = cand.kernel
     r = model.rates
     tree = loop_tree(cand)
-    printer = CPrinter(cand, "oracle")
+    plan = LoweredPlan(cand)
     loops = _enclosing(tree, acc)
     assert loops is not None
     own = set(k.iteration_dims(acc))
@@ -315,7 +316,7 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
             if loop not in varying:
                 continue
             elements = math.prod(points[ld] for ld in varying)
-            temp = printer.temps.get((op.inst, acc))
+            temp = plan.temps.get((op.inst, acc))
             if temp is None:
                 loads += elements / (lanes if vec in varying else 1)
                 continue
@@ -341,7 +342,7 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
     if loop not in reduction and any(
             logical(n) in reduction for n in loops[:inner] if n.kind == "LOOP"
             and (n.size or 2) > 1 and own & set(n.dims)):
-        storage = printer.storage[acc]
+        storage = plan.storage[acc]
         stores = math.prod(points[ld] for ld in points if ld not in reduction) / (
             lanes if vec not in reduction and (storage.temp is None or vec is None
                                                or whole(storage, {k.dims_of(vec)[-1]}))

@@ -37,8 +37,12 @@ A temporary certainly out of registers is allocated at every call: whole in glob
 a slice per iteration of the loops fused around both its ends in a local buffer. Where that
 block is larger than the C library reuses from call to call, every page of it is faulted in
 anew (the *allocation* term).
-Targets supply
-the rates (:class:`Rates`); everything else here is shared.
+
+Which pairs of tiles index a temporary, and where an accumulation keeps its running values,
+are the printers' lowered plan's rules (:func:`partita.codegen.lower.keeps_pair`,
+:func:`partita.codegen.lower.accumulator_temporary`): the bound reads them rather than
+restating them, so the two cannot drift apart. Targets supply the rates (:class:`Rates`);
+everything else here is shared.
 """
 
 from __future__ import annotations
@@ -520,8 +524,10 @@ class Model:
             if arr.carries is None or not self.in_memory(cand, arr.name):
                 continue
             producer, consumer = arr.carries
-            # The compiler sinks a store out of the loops its address does not vary in (an
-            # accumulator's partial values are stored once, after the reduction loop).
+            # A store leaves the loops its address does not vary in: an accumulator's partial
+            # values are kept in variables across its reduction loop and its copies written
+            # once after it (the plan's LoweredPlan.promotable and LoweredPlan.sinkable), and
+            # the compiler does the rest.
             for side, (kind, inst) in enumerate((("store", producer), ("load", consumer))):
                 indexing, others = t.temp_sides[arr.name][side]
                 repeated = self._repeated(cand, indexing, others + t.foreign[inst])
