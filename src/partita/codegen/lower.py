@@ -9,7 +9,14 @@ workspace), which temporaries are kept in variables across which loops, which co
 accumulation are written after its reduction loop, which dims may run past their end (and so
 which loops are versioned for their partial tiles, and which vector accesses are masked), and
 the software prefetches. The printers (:mod:`partita.codegen.cfamily` and the C, CUDA and
-OpenCL printers on it) read the plan and print it; they decide nothing of their own. The
+OpenCL printers on it) read the plan and print it. What they still settle while printing
+depends on the printed addresses themselves: whether the accesses to a temporary kept in
+variables are disjoint (else its loop is printed without), whether a GPU vector access is
+provably aligned, whether fused dims of a clamped loop share one bound. The parts of the plan
+that depend on where the printer is (which accumulations outer loops already write after
+them, which dims the full-tile version of a loop knows in range) take that context as
+arguments: :meth:`LoweredPlan.sinkable`, :meth:`LoweredPlan.promotable`,
+:meth:`LoweredPlan.needs_guard`, :meth:`LoweredPlan.masks`. The
 lower bound (:mod:`partita.model.bound`) reads the same rules (:func:`keeps_pair`,
 :func:`accumulator_temporary`) where it prices what the printers will print.
 
@@ -511,6 +518,19 @@ class LoweredPlan:
         n = self.k.static_size(self.k.logical(logical).size)
         factor = self.factor(logical)
         return factor > 1 and (n is None or n % factor != 0)
+
+    def versioned_tiles(self, loops: list[Node], full_tiles: AbstractSet[str] = frozenset()
+                        ) -> list[tuple[str, str]]:
+        """(tile dim, logical dim) of each outermost tile that ``loops`` carry of a logical
+        dim that may run past its end: the body of those loops is printed twice, for the
+        full tiles without that dim's guards and for the last, partial tile with them."""
+        out = []
+        for node in loops:
+            for d in node.dims:
+                dim = self.k.dim(d)
+                if dim.level == 0 and self.needs_guard(dim.logical, full_tiles):
+                    out.append((d, dim.logical))
+        return out
 
     def speculated(self, inst: Instruction, logical: str) -> bool:
         """Whether ``inst`` runs unguarded past the end of ``logical`` (on clamped indices),
