@@ -31,6 +31,12 @@ class GpuCapabilities:
     l2_bytes: int = 0
     l2_gbs: float = 0.0
     fma_latency_cycles: float = 0.0
+    max_block_dims_size: tuple[int, int, int] = (1024, 1024, 64)
+    """Threads per block along x, y and z (every CUDA compute capability)."""
+    max_grid: tuple[int, int, int] = (2 ** 31 - 1, 65535, 65535)
+    """Blocks along x, y and z (compute capability 3.0 and later)."""
+    registers_per_thread: int = 255
+    registers_per_block: int = 65536
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -46,6 +52,12 @@ H100 = GpuCapabilities(
     max_block_dims=3,
     # Compute capability 9.0: 227 KiB of shared memory per block (opt-in maximum).
     shared_bytes_per_block=227 * 1024,
+    # Compute capability 9.0: 1024 x 1024 x 64 threads and 2^31-1 x 65535 x 65535 blocks;
+    # 255 registers per thread and 64 K 32-bit registers per block.
+    max_block_dims_size=(1024, 1024, 64),
+    max_grid=(2 ** 31 - 1, 65535, 65535),
+    registers_per_thread=255,
+    registers_per_block=65536,
     # H100 whitepaper: 132 SMs on the SXM5 product.
     sms=132,
     warp_size=32,

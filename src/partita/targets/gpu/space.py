@@ -22,6 +22,12 @@ from partita.space.nest import (
 )
 from partita.space.temporaries import declare_temporaries, temporary_dims
 from partita.targets.gpu.device import GpuCapabilities
+from partita.targets.gpu.limits import (
+    declare_block_limits,
+    declare_shared_memory,
+    declare_thread_limits,
+    declare_tile_extents,
+)
 
 KINDS = ("LOOP", "UNROLL", "VECTOR", "BLOCK", "THREAD")
 NOT_VECTOR = values("LOOP", "UNROLL", "BLOCK", "THREAD")
@@ -44,7 +50,8 @@ def _strided(k: Kernel, m: str, d: str) -> bool:
 
 def _is_load_of_input(k: Kernel, m: str) -> bool:
     inst = k.inst(m)
-    return inst.op == "load" and k.array(inst.access.array).role == "in"
+    return (inst.op == "load" and inst.access is not None
+            and k.array(inst.access.array).role == "in")
 
 
 def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
@@ -64,9 +71,13 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
     declare_temporaries(S, ("REGISTER", "SHARED", "GLOBAL"))
     S.quotient("merged", "Dims", "order", "MERGED")
     _declare_kinds(S, gpu)
-    _declare_thread_mapping(S, gpu)
-    _declare_memory(S, gpu)
+    _declare_thread_mapping(S)
+    _declare_memory(S)
     _declare_register_temporaries(S)
+    declare_tile_extents(S)
+    declare_thread_limits(S, gpu)
+    declare_block_limits(S, gpu)
+    declare_shared_memory(S, gpu)
     return S
 
 
@@ -100,13 +111,9 @@ def _declare_kinds(S: SpaceDef, gpu: GpuCapabilities) -> None:
               quotient="merged", doc="Copies of an instruction in unrolled loops.")
     S.require("unroll factor", [Var("i", "Insts")],
               Compare("unroll", ("i",), "<=", gpu.max_unroll))
-    S.counter("block_dims", [], "sum", Var("d", "Dims"),
-              when=(Is("dim_kind", ("d",), values("BLOCK")),), quotient="merged")
-    S.require("at most 3 block dimensions", [],
-              Compare("block_dims", (), "<=", gpu.max_block_dims))
 
 
-def _declare_thread_mapping(S: SpaceDef, gpu: GpuCapabilities) -> None:
+def _declare_thread_mapping(S: SpaceDef) -> None:
     S.enum("thread_mapping", ["StaticDims", "StaticDims"], MAPPINGS,
            antisymmetric={"IN": "OUT"},
            doc="Relative order of the hardware thread dimensions two dims map to "
@@ -137,16 +144,6 @@ def _declare_thread_mapping(S: SpaceDef, gpu: GpuCapabilities) -> None:
     S.require("mapped thread dims have the same size", [a, b],
               Is("thread_mapping", ("a", "b"), values("NOT_THREADS", "IN", "OUT")),
               Related("size", ("a",), "size", ("b",)))
-    S.counter("threads", [], "mul", Var("d", "StaticDims"),
-              value="size", default=lambda k, d: k.dim(d).static_size or 1,
-              when=(Is("dim_kind", ("d",), values("THREAD")),), quotient="thread_classes",
-              doc="Threads per block: product over hardware thread dimensions.")
-    S.require("threads per block", [],
-              Compare("threads", (), "<=", gpu.max_threads_per_block))
-    S.counter("thread_dims", [], "sum", Var("d", "StaticDims"),
-              when=(Is("dim_kind", ("d",), values("THREAD")),), quotient="thread_classes")
-    S.require("at most 3 thread dimensions", [],
-              Compare("thread_dims", (), "<=", gpu.max_thread_dims))
 
 
 def _declare_register_temporaries(S: SpaceDef) -> None:
@@ -177,14 +174,8 @@ def _declare_register_temporaries(S: SpaceDef) -> None:
               Is("dim_kind", ("a",), values("THREAD")))
 
 
-def _declare_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
+def _declare_memory(S: SpaceDef) -> None:
     S.enum("cache", ["MemInsts"], ("L1", "L2", "READ_ONLY", "NONE"), requires={
         "L1": lambda k, m: k.inst(m).op == "load",
         "READ_ONLY": _is_load_of_input,
     }, doc="Cache level of a memory access; the read-only path only for inputs.")
-    S.counter("shared_bytes", [], "sum", Var("t", "Temporaries"),
-              value=lambda k, t: k.array(t).dtype.itemsize,
-              when=(Is("mem_space", ("t",), values("SHARED")),), half=True,
-              doc="Shared memory used by temporaries (each holds at least one element).")
-    S.require("shared memory capacity", [],
-              Compare("shared_bytes", (), "<=", gpu.shared_bytes_per_block))
