@@ -1,10 +1,11 @@
-"""The GPU decision space of 000 §4.3, parameterised by a device description.
+"""The GPU decision space of Beaugnon's thesis (§4.3), parameterised by a device description.
 
 Choices: ``dim_kind`` (LOOP, UNROLL, VECTOR, BLOCK, THREAD), ``size``, ``order``,
 ``thread_mapping`` (how thread dims of different nests share hardware thread dimensions),
 ``mem_space`` of temporaries, ``cache`` of memory instructions, and the ``layout`` of
-temporaries. Counters bound the threads per block, the number of thread and block dimensions,
-the unrolling around an instruction and the shared memory used.
+temporaries. A counter bounds the unrolling around an instruction; the device's launch limits
+(threads per block, hardware dimensions, blocks per grid dimension, shared memory) are declared
+in :mod:`partita.targets.gpu.limits`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ NOT_THREAD = values("LOOP", "UNROLL", "VECTOR", "BLOCK")
 NOT_BLOCK = values("LOOP", "UNROLL", "VECTOR", "THREAD")
 MAPPINGS = ("NOT_THREADS", "MAPPED", "IN", "OUT")
 CHOICE_ORDER = ("layout", "size", "dim_kind", "thread_mapping", "mem_space", "order", "cache")
-"""The fixed choice order of 000 §6.1."""
+"""The fixed choice order of Beaugnon's thesis, §6.1."""
 
 
 def _innermost_tile(k: Kernel, d: str) -> bool:
@@ -65,7 +66,7 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
                                      or k.dim(d).static_size in gpu.vector_sizes)),
         "BLOCK": lambda k, d: not carries(k, d) and can_enclose_everything(k, d),
         "THREAD": lambda k, d: k.dim(d).is_static and not carries(k, d),
-    }, doc="How a dimension is implemented (000 Listing 4.2).")
+    }, doc="How a dimension is implemented (Beaugnon's thesis, Listing 4.2).")
     declare_nest(S)
     declare_memory_dependences(S, ("LOOP", "UNROLL"))
     declare_temporaries(S, ("REGISTER", "SHARED", "GLOBAL"))
@@ -117,7 +118,7 @@ def _declare_thread_mapping(S: SpaceDef) -> None:
     S.enum("thread_mapping", ["StaticDims", "StaticDims"], MAPPINGS,
            antisymmetric={"IN": "OUT"},
            doc="Relative order of the hardware thread dimensions two dims map to "
-               "(000 Listing 4.8).")
+               "(Beaugnon's thesis, Listing 4.8).")
     S.quotient("thread_classes", "StaticDims", "thread_mapping", "MAPPED")
     x, y, z = Var("x", "StaticDims"), Var("y", "StaticDims"), Var("z", "StaticDims")
     for side in ("x", "y"):
