@@ -12,6 +12,7 @@ from partita.api import kernel, space
 from partita.codegen.gpu import GpuProgram, print_cuda, print_opencl
 from partita.search.sampling import random_implementation
 from partita.space.candidate import Candidate
+from partita.targets.gpu.device import H100
 from tests.gpu.samples import Printed, launch_facts
 
 
@@ -48,6 +49,12 @@ def check_launch(program: GpuProgram, facts: dict) -> None:
     assert math.prod(block) == counters["threads"][0] == counters["threads"][1]
     unused = [i for i in range(3) if axes[i] not in threads]
     assert all(block[i] == 1 for i in unused)
+    # The launch fits the device the space was built for (its limits are constraints).
+    assert math.prod(block) <= H100.max_threads_per_block
+    assert all(b <= limit for b, limit in zip(block, H100.max_block_dims_size, strict=True))
+    assert all(not isinstance(g, int) or g <= limit
+               for g, limit in zip(grid, H100.max_grid, strict=True))
+    assert program.shared_bytes <= H100.shared_bytes_per_block
 
 
 def test_launch_of_stored_implementations(printed: list[Printed]) -> None:
