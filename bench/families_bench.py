@@ -1,0 +1,255 @@
+"""The kernel families written through partita.mdh (convolutions, stencils, a contraction, a
+transpose), each tuned with a fixed budget and then timed side by side with the library a user
+would call instead: PyTorch's CPU convolution (oneDNN) where it is installed (the ``bench``
+extra), ``np.einsum(..., optimize=True)`` for the contraction, numpy for the stencils and the
+transpose, and the STREAM triad for the memory-bound rows (bytes moved over time).
+
+Run with ``make bench`` (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python
+bench/families_bench.py --budget 120 --write BENCHMARKS.md``). As in the tuning benchmark,
+partita's best is timed again after the search in the tuner's worker (compiled outside the
+timed region, threads created before it, warm-up first), alternating with the reference over
+:data:`ROUNDS` rounds; each figure is the median over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import partita
+from host import machine_description
+from partita.codegen.program import Program
+from partita.kernels.registry import get_spec
+from partita.runtime.evaluate import Evaluator
+from partita.search.stop import WallTime
+from partita.targets.cpu.measure import TriadProbe
+from partita.tuning import Tuned, numpy_time
+from results import RESULTS_DIR, Record, provenance, record, target, write_results
+from sections import replace_section
+from summary import update as update_summary
+
+ROUNDS = 5
+REFERENCE_MIN_S = 0.3
+
+
+@dataclass
+class Case:
+    label: str
+    kernel: str
+    params: dict[str, Any]
+    reference: str
+    """'torch' (PyTorch's convolution, numpy's reference without torch), 'numpy' or
+    'einsum' (the library reference), or 'triad' (bandwidth against the STREAM triad, numpy's
+    time in the details)."""
+    target: tuple[str, float] | None = None
+    notes: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+CCSD_T = dict.fromkeys("abcdefg", 16)
+CASES = [
+    Case("conv2d ResNet-50 3x3 (N=1, 58x58x64, K=64)", "conv2d",
+         {"n": 1, "h": 58, "w": 58, "c": 64, "k": 64, "r": 3, "s": 3}, "torch", ("<=", 1.1),
+         "the 56x56 layer with its padding of 1 given as a 58x58 image"),
+    Case("conv2d ResNet-50 first layer (N=16, 230x230x3, K=64, 7x7, stride 2)", "conv2d",
+         {"n": 16, "h": 230, "w": 230, "c": 3, "k": 64, "r": 7, "s": 7, "stride": 2}, "torch",
+         ("<=", 1.0)),
+    Case("depthwise conv2d (N=1, 114x114x32, 3x3)", "depthwise_conv2d",
+         {"n": 1, "h": 114, "w": 114, "c": 32, "r": 3, "s": 3}, "torch"),
+    Case("contraction gdab,efgc->abcdef, every index 16", "contraction",
+         {"spec": "gdab,efgc->abcdef", **CCSD_T}, "einsum", ("<=", 0.5)),
+    Case("jacobi2d 4096^2, one sweep", "jacobi2d", {"n": 4096}, "triad", (">=", 0.9)),
+    Case("jacobi3d 256^3, one sweep", "jacobi3d", {"n": 256}, "triad", (">=", 0.85)),
+    Case("transpose 4096^2", "transpose", {"m": 4096, "n": 4096}, "numpy"),
+]
+
+
+def median_time(call: Callable[[], Any]) -> float:
+    """Median seconds per call, after a warm-up, over at least :data:`REFERENCE_MIN_S`."""
+    call()
+    times: list[float] = []
+    while len(times) < 3 or sum(times) < REFERENCE_MIN_S:
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def torch_call(case: Case) -> Callable[[], Any] | None:
+    """PyTorch's convolution on the case's shapes (NHWC as channels-last), or None without
+    PyTorch."""
+    try:
+        import torch  # the bench extra: a heavy, optional dependency
+    except ImportError:
+        return None
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    p = get_spec(case.kernel).resolve(case.params)
+    depthwise = case.kernel == "depthwise_conv2d"
+    image = torch.randn(p["n"], p["c"], p["h"], p["w"]).to(memory_format=torch.channels_last)
+    out_channels = p["c"] if depthwise else p["k"]
+    weight = torch.randn(out_channels, 1 if depthwise else p["c"], p["r"], p["s"])
+    weight = weight.to(memory_format=torch.channels_last)
+
+    def call() -> Any:
+        with torch.no_grad():
+            return torch.nn.functional.conv2d(image, weight, stride=p["stride"],
+                                              dilation=p.get("dilation", 1),
+                                              groups=p["c"] if depthwise else 1)
+    return call
+
+
+def retime(case: Case, tuned: Tuned, probe: TriadProbe, seed: int) -> dict[str, float]:
+    """partita (the worker's median), the reference and, for a memory-bound case, the
+    triad, in :data:`ROUNDS` alternating rounds; medians."""
+    prog = Program(tuned.kernel, tuned.entry, tuned.source, tuned.params)
+    torch_conv = torch_call(case) if case.reference == "torch" else None
+    rounds: dict[str, list[float]] = {"partita": [], "reference": [], "triad": []}
+    with Evaluator(seed=seed) as ev:
+        for _ in range(ROUNDS):
+            if case.reference == "triad":
+                rounds["triad"].append(probe.gbs())
+            m = ev.evaluate([prog])[0]
+            if not m.ok or m.median_s is None:
+                raise RuntimeError(f"timing the best again failed: {m.status} {m.reason}")
+            rounds["partita"].append(m.median_s)
+            rounds["reference"].append(median_time(torch_conv) if torch_conv is not None
+                                       else numpy_time(tuned.kernel, seed, reps=3,
+                                                       min_s=REFERENCE_MIN_S) or math.nan)
+    return {k: statistics.median(v) if v else math.nan for k, v in rounds.items()}
+
+
+def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> dict[str, Any]:
+    spec = get_spec(case.kernel)
+    params = spec.resolve(case.params)
+    k = partita.kernel(case.kernel, **case.params)
+    tuned = partita.tune(k, stop=WallTime(budget), db=db, seed=seed)
+    times = retime(case, tuned, probe, seed)
+    t = times["partita"]
+    res = tuned.result
+    return {"case": case, **times, "gflops": spec.flops(**params) / t / 1e9,
+            "gbs": spec.bytes(**params) / t / 1e9,
+            "reference_name": reference_name(case),
+            "evals": len(res.evaluations) if res else 0,
+            "failed": len(res.failures) if res else 0,
+            "violations": len(res.violations) if res else 0}
+
+
+def reference_name(case: Case) -> str:
+    if case.reference == "torch":
+        return "PyTorch (oneDNN)" if torch_call(case) is not None else "numpy"
+    return {"einsum": "np.einsum(optimize=True)", "numpy": "numpy",
+            "triad": "STREAM triad"}[case.reference]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| case | partita | reference | ratio or bandwidth (target) | GFLOP/s | GB/s | "
+             "evaluations (failed) | bound violations |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        case: Case = r["case"]
+        if case.reference == "triad":
+            frac = r["gbs"] / r["triad"]
+            versus = f"{frac:.0%} of the triad's {r['triad']:.1f} GB/s"
+            figure = frac
+            reference = f"numpy {r['reference'] * 1e3:.4g} ms"
+        else:
+            figure = r["partita"] / r["reference"]
+            versus = f"{figure:.2f}"
+            reference = f"{r['reference_name']} {r['reference'] * 1e3:.4g} ms"
+        if case.target is not None:
+            op, value = case.target
+            met = figure <= value if op == "<=" else figure >= value
+            shown = f"{value:.0%}" if case.reference == "triad" else f"{value:g}"
+            versus += f" ({op} {shown}) {'met' if met else 'not met'}"
+        lines.append(f"| {case.label} | {r['partita'] * 1e3:.4g} ms | {reference} | {versus} | "
+                     f"{r['gflops']:.3g} | {r['gbs']:.3g} | {r['evals']} ({r['failed']}) | "
+                     f"{r['violations']} |")
+    return "\n".join(lines) + "\n"
+
+
+def to_record(r: dict[str, Any], command: str, machine: dict[str, Any]) -> Record:
+    case: Case = r["case"]
+    details = {"gflops": r["gflops"], "gbs": r["gbs"], "evaluations": r["evals"],
+               "failed": r["failed"], "bound_violations": r["violations"],
+               "notes": case.notes}
+    tgt = None
+    if case.reference == "triad":
+        if case.target is not None:
+            tgt = target(case.target[0], case.target[1])
+        details["numpy_s"] = r["reference"]
+        return record(case.label, quantity="bandwidth", unit="GB/s", partita=r["gbs"],
+                      reference_name="STREAM triad", reference=r["triad"], tgt=tgt,
+                      command=command, machine_desc=machine, details=details)
+    if case.target is not None:
+        tgt = target(case.target[0], case.target[1])
+    return record(case.label, quantity="time", unit="s", partita=r["partita"],
+                  reference_name=r["reference_name"], reference=r["reference"], tgt=tgt,
+                  command=command, machine_desc=machine, details=details)
+
+
+COMMAND = ("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/families_bench.py "
+           "--budget {budget:g} --write BENCHMARKS.md")
+
+REPORT = """## Kernel families against the libraries people call
+
+{provenance}
+
+{table}
+Each case is built through `partita.mdh` (the library's `conv2d`, `depthwise_conv2d`,
+`contraction`, `jacobi2d`, `jacobi3d` and `transpose`), tuned for {budget:g} s (MCTS, seed
+{seed}, records starting empty), then timed again in the tuner's worker, alternating with the
+reference over {rounds} rounds; each figure is the median over the rounds. The references run
+in this process on the same shapes: PyTorch's `conv2d` on channels-last tensors (its CPU
+build, the `bench` extra; numpy's reference where PyTorch is not installed), `np.einsum`
+with `optimize=True`, and numpy's slicing for the stencils and the transpose. The stencils are
+memory-bound: their row compares the bytes they must move (the grid read, the interior
+written) over their time with the STREAM triad timed in the same rounds. The convolutions are
+not padded (padded views need a select the IR does not have yet): the ResNet-50 3x3 layer is
+given its padded 58x58 image, which is the same arithmetic.
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds per case")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", help="comma-separated substrings of case labels")
+    parser.add_argument("--write", help="rewrite the families section of this Markdown file")
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR,
+                        help="with --write, the folder of results (default: bench/results)")
+    args = parser.parse_args()
+    cases = [c for c in CASES if not args.only
+             or any(s in c.label for s in args.only.split(","))]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, TriadProbe() as probe:
+        db = Path(tmp) / "records.sqlite"
+        for case in cases:
+            print(f"tuning {case.label} for {args.budget:g} s ...", flush=True)
+            rows.append(run(case, args.budget, db, args.seed, probe))
+            print(table(rows[-1:]), flush=True)
+    text = table(rows)
+    print(text)
+    if args.write:
+        machine = machine_description()
+        command = COMMAND.format(budget=args.budget)
+        records = [to_record(r, command, machine) for r in rows]
+        replace_section(args.write, "families", REPORT.format(
+            provenance=provenance(command, records[0]), table=text, budget=args.budget,
+            seed=args.seed, rounds=ROUNDS))
+        write_results("families", "Kernel families", records, args.results,
+                      keep_other_cases=bool(args.only))
+        update_summary(args.write, args.results)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
