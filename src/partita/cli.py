@@ -20,6 +20,7 @@ from partita.db import Records, RecordsError, default_path
 from partita.ir.kernel import Kernel
 from partita.ir.types import KernelError
 from partita.kernels import get_spec, list_kernels
+from partita.kernels.files import file_kernel, is_file_kernel
 from partita.report import export_c, write_report
 from partita.runtime.data import TooLarge, reference_kind
 from partita.runtime.harness import TimingOptions
@@ -133,7 +134,7 @@ def space_cmd(kernel: str, params: tuple[str, ...], target: str, samples: int, s
     stats = space_stats(root, samples, rng, method=method)
     example = _example(root, random.Random(seed))
     result: dict[str, Any] = {
-        "kernel": kernel, "params": get_spec(kernel).resolve(_params(params)),
+        "kernel": kernel, "params": _described(kernel, params)[0],
         "target": target, "size_estimate": stats.size_estimate,
         "size_ci": list(stats.size_ci), "size_ess": stats.size_ess,
         "mean_depth": stats.mean_depth,
@@ -156,20 +157,39 @@ def _example(root: Candidate, rng: random.Random, tries: int = 200) -> Candidate
         return None
 
 
-def _library_kernel(kernel: str, params: tuple[str, ...]) -> Kernel:
-    """The library kernel ``kernel`` with ``key=value`` parameters, or a one-line error."""
+def _build(kernel: str, params: tuple[str, ...]) -> Kernel:
+    """The library kernel ``kernel``, or the kernel of ``FILE.py:FUNCTION``, with
+    ``key=value`` parameters (a KernelError names what is wrong)."""
+    given = _params(params)
+    if is_file_kernel(kernel):
+        return file_kernel(kernel, **given)
+    return library_kernel(kernel, **given)
+
+
+def _kernel_or_fail(kernel: str, params: tuple[str, ...]) -> Kernel:
+    """The kernel KERNEL (library or file) with its parameters, or a one-line error."""
     try:
-        return library_kernel(kernel, **_params(params))
+        return _build(kernel, params)
     except KernelError as exc:
         _fail(str(exc))
         raise AssertionError from exc  # unreachable: _fail exits
+
+
+def _described(kernel: str, params: tuple[str, ...]) -> tuple[dict[str, Any], int | None]:
+    """(KERNEL's parameters, its flops per call): a library kernel's resolved parameters and
+    flop count; a kernel from a file has the parameters given and no flop count."""
+    if is_file_kernel(kernel):
+        return _params(params), None
+    spec = get_spec(kernel)
+    resolved = spec.resolve(_params(params))
+    return resolved, spec.flops(**resolved)
 
 
 def _open_space(kernel: str, params: tuple[str, ...], target: str,
                 choice_order: str = "default") -> tuple[Any, Candidate]:
     """(space, root) of a library kernel, or a one-line error and exit status 2."""
     try:
-        k = library_kernel(kernel, **_params(params))
+        k = _build(kernel, params)
         space = make_space(k, target, choice_order=choice_order)
         root = space.root()
     except (KernelError, SpaceError) as exc:
@@ -231,15 +251,14 @@ def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, targ
                timeout_s: float, as_json: bool) -> None:
     """Draw random implementations of KERNEL; compile, run, verify and time each one."""
     _, root = _open_space(kernel, params, target)
-    spec = get_spec(kernel)
-    resolved = spec.resolve(_params(params))
+    resolved, flops = _described(kernel, params)
     try:
         with get_target(target).sampling(root.kernel, seed=seed, timeout_s=timeout_s) as how:
             report = sample_and_evaluate(root, count, random.Random(seed), how.evaluate,
                                          printer=how.printer)
     except (TooLarge, TargetUnavailable) as exc:
         _fail(str(exc))
-    result = report.to_json(spec.flops(**resolved))
+    result = report.to_json(flops)
     result["reference"] = reference_kind(root.kernel)
     if as_json:
         click.echo(json.dumps(result))
@@ -250,8 +269,9 @@ def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, targ
                f"(against {_AGAINST[result['reference']]}), "
                f"failed {len(report.failed)}")
     if report.best_time_s is not None:
-        click.echo(f"  best {report.best_time_s * 1e3:.4g} ms "
-                   f"({result['gflops_best']:.3g} GFLOP/s); median of the verified "
+        rate = (f" ({result['gflops_best']:.3g} GFLOP/s)"
+                if result["gflops_best"] is not None else "")
+        click.echo(f"  best {report.best_time_s * 1e3:.4g} ms{rate}; median of the verified "
                    f"{sorted(report.times)[len(report.times) // 2] * 1e3:.4g} ms")
     for f in report.failed[:10]:
         click.echo(f"  failed: {f['reason']}")
@@ -321,7 +341,7 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
              db: str | None, continue_: bool, transfer: bool, sketches: bool,
              reassociate: bool, cold_cache: bool, choice_order: str, as_json: bool) -> None:
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
-    k = _library_kernel(kernel, params)
+    k = _kernel_or_fail(kernel, params)
     if reassociate and stop_expr:
         _fail("--reassociate shares --budget and --evaluations among the orders of the sum; "
               "it does not take --stop")
@@ -455,7 +475,7 @@ def _records_path(db: str | None) -> Path:
 def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[Any, ...]:
     """(kernel, records, kernel id, machine id, fingerprint) for show, export and report,
     which only read: a database that does not exist is an error, never created."""
-    k = _library_kernel(kernel, params)
+    k = _kernel_or_fail(kernel, params)
     path = _records_path(db)
     if not path.exists():
         _fail(f"no tuning records at {path}: run `partita tune` first, or give --db")
@@ -553,12 +573,10 @@ def report_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
         evaluations = rec.evaluations(kid, mid)
     if not evaluations:
         _fail(f"no evaluation of {kernel} is recorded on this machine: tune it first")
-    spec = get_spec(kernel)
-    resolved = spec.resolve(_params(params))
     try:
         path = write_report(out_dir, title=f"{kernel} {' '.join(params)}",
                             kernel_desc=k.describe(), evaluations=evaluations, best=best,
-                            machine=fp, flops=spec.flops(**resolved))
+                            machine=fp, flops=_described(kernel, params)[1])
     except OSError as exc:
         _fail(f"cannot write {out_dir}: {exc}")
     click.echo(str(path))

@@ -58,3 +58,29 @@ def test_a_kernel_in_a_file_is_built_with_the_given_parameters(kernels_file: str
 def test_mistakes_are_named(kernels_file: str, name: str, params: dict, message: str) -> None:
     with pytest.raises(KernelError, match=message):
         file_kernel(name.format(kernels_file), **params)
+
+
+def test_the_commands_take_a_kernel_in_a_file(kernels_file: str, tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from partita.cli import main
+
+    runner = CliRunner()
+    name = f"{kernels_file}:jacobi2d"
+    sampled = runner.invoke(main, ["sample", name, "n=18", "--count", "2", "--json"])
+    assert sampled.exit_code == 0, sampled.output
+    report = json.loads(sampled.output)
+    assert (report["verified"], report["reference"]) == (2, "sequential semantics")
+    db = str(tmp_path / "records.sqlite")
+    tuned = runner.invoke(main, ["tune", name, "n=34", "--evaluations", "2", "--db", db,
+                                 "--json"])
+    assert tuned.exit_code == 0, tuned.output
+    assert json.loads(tuned.output.splitlines()[-1])["verified"]
+    shown = runner.invoke(main, ["show", name, "n=34", "--db", db])
+    assert shown.exit_code == 0 and "best" in shown.output, shown.output
+    missing = runner.invoke(main, ["space", f"{kernels_file}:missing"])
+    assert missing.exit_code != 0
+    assert missing.output.strip().splitlines() == [
+        f"error: kernel file {kernels_file} has no function 'missing'"]

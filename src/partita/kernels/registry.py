@@ -79,13 +79,23 @@ class KernelSpec:
     """Parameters that depend on the values of :attr:`params` (a contraction's size per index
     letter of its specification): given those values, the further parameters."""
 
+    def names(self, given: dict[str, Any]) -> list[str]:
+        """The names of the kernel's parameters for the values ``given`` (those of
+        :attr:`more_params` depend on them)."""
+        return [*(p.name for p in self.params), *(p.name for p in self._more(given))]
+
+    def _more(self, given: dict[str, Any]) -> tuple[ParamSpec, ...]:
+        if self.more_params is None:
+            return ()
+        return self.more_params({p.name: p.parse(self.name, given.get(p.name, p.default))
+                                 for p in self.params})
+
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults completed and values checked; unknown parameters are errors."""
-        fixed = {p.name for p in self.params}
         resolved = {p.name: p.parse(self.name, given.get(p.name, p.default))
                     for p in self.params}
-        more = self.more_params(resolved) if self.more_params is not None else ()
-        known = [*fixed, *(p.name for p in more)]
+        more = self._more(given)
+        known = self.names(given)
         for key in given:
             if key not in known:
                 raise KernelError(f"kernel {self.name!r} has no parameter {key!r} "

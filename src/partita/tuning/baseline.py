@@ -54,6 +54,6 @@ def kernel_rates(kernel: Kernel, t: float) -> tuple[float | None, float | None]:
     if name is None or not t:
         return None, None
     spec = get_spec(name)
-    params = spec.resolve({k: v for k, v in kernel_params(kernel).items()
-                           if k in {p.name for p in spec.params}})
+    given = kernel_params(kernel)
+    params = spec.resolve({k: v for k, v in given.items() if k in spec.names(given)})
     return spec.flops(**params) / t / 1e9, spec.bytes(**params) / t / 1e9
