@@ -55,6 +55,14 @@ CASES = [
     ("bicg", {"m": 9, "n": 7}, 6),
     ("mvt", {"n": 11}, 6),
     ("gemver", {"n": 7}, 6),
+    ("transpose", {"m": 7, "n": 19}, 8),
+    ("jacobi1d", {"n": 101}, 8),
+    ("jacobi2d", {"n": 13}, 8),
+    ("jacobi3d", {"n": 7, "dtype": "float64"}, 6),
+    ("conv2d", {"n": 1, "h": 9, "w": 7, "c": 3, "k": 5, "r": 3, "s": 2, "stride": 2}, 8),
+    ("depthwise_conv2d", {"n": 2, "h": 6, "w": 7, "c": 3, "r": 2, "s": 3}, 6),
+    ("contraction", {"spec": "gdab,efgc->abcdef", "a": 2, "b": 3, "c": 2, "d": 3, "e": 2,
+                     "f": 2, "g": 3}, 6),
 ]
 
 
