@@ -27,8 +27,8 @@ $(STAMP): pyproject.toml | system
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Two pytest workers: most tests are single-threaded, so a 2-core machine runs the suite in
-# less time than one worker (measured in the README).
+# Two pytest workers: most tests are single-threaded, so on two cores the suite takes less
+# time than on one worker.
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
