@@ -26,6 +26,14 @@ SMALL = {
     "three_mm": [{"ni": 4, "nj": 5, "nk": 3, "nl": 6, "nm": 2}],
     "atax": [{"m": 5, "n": 7}], "bicg": [{"m": 5, "n": 7}], "mvt": [{"n": 1}, {"n": 6}],
     "gemver": [{"n": 1}, {"n": 6}],
+    "transpose": [{"m": 3, "n": 5}], "jacobi1d": [{"n": 9}], "jacobi2d": [{"n": 6}],
+    "jacobi3d": [{"n": 5}],
+    "conv2d": [{"n": 2, "h": 7, "w": 6, "c": 3, "k": 2, "r": 3, "s": 2, "stride": 2,
+                "dilation": 1}, {"n": 1, "h": 7, "w": 7, "c": 2, "k": 2, "r": 2, "s": 3,
+                                 "dilation": 2}],
+    "depthwise_conv2d": [{"n": 1, "h": 6, "w": 5, "c": 3, "r": 3, "s": 2}],
+    "contraction": [{"spec": "gdab,efgc->abcdef", "a": 2, "b": 3, "c": 2, "d": 2, "e": 3,
+                     "f": 2, "g": 3}, {"spec": "i,i->", "i": 7}],
 }
 
 

@@ -310,8 +310,8 @@ def _register_jacobi(name: str, build: Any, offsets: tuple[tuple[int, ...], ...]
         return (2 * points - 1) * (n - 2) ** rank
 
     def nbytes(n: int, dtype: str) -> int:
-        """x read, y's interior written (its border is neither read nor written)."""
-        return (n ** rank + (n - 2) ** rank) * _itemsize(dtype)
+        """x read, y written (its interior: the border, a thin shell, is counted too)."""
+        return 2 * n ** rank * _itemsize(dtype)
 
     register(KernelSpec(
         name, f"one Jacobi sweep of {points} weighted points (scalars w0...) over the interior "
