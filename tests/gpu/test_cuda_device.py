@@ -643,10 +643,12 @@ def test_a_broken_program_does_not_fail_its_batch() -> None:
 # -- on a CUDA device -----------------------------------------------------------------------------
 
 
+@pytest.mark.device
 def test_the_device_is_described(device: CudaDevice) -> None:
     assert device.name and device.compute_capability >= (3, 0) and device.multiprocessors > 0
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_stored_implementations_match_numpy_on_the_device(
         config: str, cuda_runner: CudaRunner, request: pytest.FixtureRequest) -> None:
@@ -661,6 +663,7 @@ def test_stored_implementations_match_numpy_on_the_device(
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("name,params", [("axpy", {"n": 1 << 16}),
                                          ("matmul", {"m": 64, "n": 64, "k": 16})])
 def test_random_implementations_run_and_are_timed(name: str, params: dict[str, int],
@@ -679,6 +682,7 @@ def test_random_implementations_run_and_are_timed(name: str, params: dict[str, i
         assert m.reps == len(m.times) >= 1 and m.stop in ("stable", "max_reps", "budget")
 
 
+@pytest.mark.device
 def test_a_wrong_kernel_is_caught_on_the_device(cuda_runner: CudaRunner) -> None:
     program = _axpy_cuda(0, "axpy_wrong")
     program = dataclasses.replace(program, source=program.source.replace(
@@ -687,6 +691,7 @@ def test_a_wrong_kernel_is_caught_on_the_device(cuda_runner: CudaRunner) -> None
     assert run.status == "wrong" and "expected" in run.reason, run
 
 
+@pytest.mark.device
 def test_tune_on_the_device(device: CudaDevice, tmp_path: Path,
                             monkeypatch: pytest.MonkeyPatch) -> None:
     if find_nvcc() is None:

@@ -254,12 +254,13 @@ def test_records_keep_the_variant(tmp_path) -> None:
     """A variant that is not a size (partials) is part of the parameters recorded with the
     kernel, so the records and the transfer between variants tell them apart."""
     from partita.db import Records
-    from partita.tuning import _params_of
+    from partita.tuning import kernel_params
 
     plain, split = kernel("gemv", m=64, n=64), kernel("gemv", m=64, n=64, partials=4)
-    assert _params_of(plain)["partials"] == 1 and _params_of(split)["partials"] == 4
+    assert kernel_params(plain)["partials"] == 1 and kernel_params(split)["partials"] == 4
     with Records(tmp_path / "r.sqlite") as rec:
-        a, b = rec.kernel_id(plain, _params_of(plain)), rec.kernel_id(split, _params_of(split))
+        a = rec.kernel_id(plain, kernel_params(plain))
+        b = rec.kernel_id(split, kernel_params(split))
         assert a != b
         found = rec.find_kernel(split.structural_hash)
     assert found is not None and found["params"]["partials"] == 4

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from partita import config
 from partita.codegen.program import Program
 from partita.runtime.buffers import CANARY_BYTES, ArraySpec
 from partita.runtime.compile import CompileError, Compiler, SharedObject, split_batches
@@ -295,7 +296,7 @@ class Evaluator:
 
     @staticmethod
     def _worker_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-        env = dict(os.environ)
+        env = config.child_environment()
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(
             [src, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])

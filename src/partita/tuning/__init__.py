@@ -30,9 +30,6 @@ from partita.tuning.tuned import (
     records_target,
 )
 
-_params_of = kernel_params
-"""The former name of :func:`kernel_params`, kept for code that imports it."""
-
 __all__ = [
     "ABANDON_FACTOR", "FIRST_CALL_BOUNDS", "StaleRecord", "Tuned", "adapt", "batch_abandon",
     "batch_limit", "budget_stop", "call_limit", "check_request", "host_machine",
