@@ -76,9 +76,16 @@ def test_every_library_kernel_is_fuzzed() -> None:
     assert {name for name, _, _ in CASES} == {s.name for s in list_kernels()}
 
 
-@pytest.mark.parametrize("name,params,count", CASES,
-                         ids=[f"{n}-{'-'.join(f'{k}{v}' for k, v in p.items())}"
-                              for n, p, _ in CASES])
+SLOW_CASES = {"two_mm", "three_mm", "matmul_chain", "gemver", "bicg", "atax", "mvt"}
+"""Multi-nest kernels, several seconds each: the fast subset fuzzes the single-nest ones."""
+REPEATED = {i for i, (n, _, _) in enumerate(CASES) if any(m == n for m, _, _ in CASES[:i])}
+"""Cases of a kernel fuzzed already above: the fast subset keeps each kernel's first."""
+
+
+@pytest.mark.parametrize("name,params,count", [
+    pytest.param(n, p, c, id=f"{n}-{'-'.join(f'{k}{v}' for k, v in p.items())}",
+                 marks=pytest.mark.slow if n in SLOW_CASES or i in REPEATED else ())
+    for i, (n, p, c) in enumerate(CASES)])
 def test_random_implementations_match_numpy(evaluator: Evaluator, name: str, params: dict,
                                             count: int) -> None:
     root = partita.space(partita.kernel(name, **params)).root()

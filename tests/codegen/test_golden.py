@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.codegen.golden import GOLDEN, record
 
 
+@pytest.mark.slow  # 40 s: every refactoring of the printers or the model runs it
 def test_programs_and_bounds_are_the_recorded_ones() -> None:
     expected = json.loads(GOLDEN.read_text())
     got = record()

@@ -44,6 +44,7 @@ def test_kernels_compile_optimised(cuda_build: Future[CudaBuilds] | None) -> Non
     assert builds.optimised.ok, builds.optimised.log[-4000:]
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_errors_are_charged_to_their_kernel() -> None:
     cand = random_implementation(space(kernel("axpy", n=64), "gpu").root(), random.Random(0))

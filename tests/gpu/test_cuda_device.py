@@ -437,6 +437,7 @@ def test_an_nvcc_run_past_its_limit_fails_its_programs_alone(tmp_path: Path) -> 
     assert images == {p.entry: "nvcc ran past the limit of 0.5 s" for p in programs}
 
 
+@pytest.mark.slow
 def test_the_first_gpu_batch_holds_the_least_bounded_implementations_that_fit() -> None:
     """With no sketches on the gpu target, the first batch is the least bounded of random
     draws that the device can launch (the same draws, redone here)."""
@@ -490,6 +491,7 @@ def test_evaluate_builds_in_the_background_and_takes_a_limit(
     assert sorted(built) == [["axpy_0", "axpy_2"], ["axpy_1"]]
 
 
+@pytest.mark.slow
 def test_tune_on_the_fake_device(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch,
                                  tmp_path: Path) -> None:
     """The gpu path of partita.tune end to end: CUDA printing, the GPU model, the runner,

@@ -22,7 +22,9 @@ def _describe(p: Printed, what: str) -> str:
     return f"{p.name}: {what}\n  decisions: {json.dumps(p.decisions)}"
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("config", [
+    pytest.param(c, marks=pytest.mark.slow if c.startswith(("matmul_", "batched")) else ())
+    for c in CONFIGS])
 def test_random_implementations_match_numpy(config: str, printed: list[Printed],
                                             runner: OpenclRunner) -> None:
     rows = [p for p in printed if p.config == config and p.status == "printed"]

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import math
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -46,8 +47,16 @@ def _root(name: str, params: dict) -> Candidate:
     return root
 
 
+def _slow_beyond_first_matmul(cases: list[tuple[str, dict]]) -> list[Any]:
+    """The cases, the batched and the larger matmul marked slow: the fast subset keeps one
+    kernel of each shape of nest."""
+    return [pytest.param(n, p, marks=pytest.mark.slow
+                         if n == "batched_matmul" or p.get("m", 0) >= 64 else ())
+            for n, p in cases]
+
+
 @pytest.mark.parametrize("rates", [RATES, ROLLED], ids=["peeled", "rolled"])
-@pytest.mark.parametrize("name,params", KERNELS)
+@pytest.mark.parametrize("name,params", _slow_beyond_first_matmul(KERNELS))
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=5, deadline=None)
 def test_bound_never_decreases_along_a_descent(name: str, params: dict, rates: Rates,
@@ -357,7 +366,9 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
 
 @pytest.mark.parametrize("name,params", [("matmul", {"m": 64, "n": 48, "k": 40}),
                                          ("matmul", {"m": 24, "n": 64, "k": 256}),
-                                         ("batched_matmul", {"b": 2, "m": 8, "n": 32, "k": 64})])
+                                         pytest.param("batched_matmul",
+                                                      {"b": 2, "m": 8, "n": 32, "k": 64},
+                                                      marks=pytest.mark.slow)])
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=8, deadline=None)
 def test_body_time_is_at_most_the_printed_body(name: str, params: dict, seed: int) -> None:
@@ -480,7 +491,7 @@ GPU_KERNELS = [("axpy", {"n": 1 << 20}), ("matmul", {"m": 64, "n": 64, "k": 32})
                ("batched_matmul", {"b": 4, "m": 16, "n": 16, "k": 8})]
 
 
-@pytest.mark.parametrize("name,params", GPU_KERNELS)
+@pytest.mark.parametrize("name,params", _slow_beyond_first_matmul(GPU_KERNELS))
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=3, deadline=None)
 def test_gpu_bound_is_finite_and_never_decreases(name: str, params: dict, seed: int) -> None:
@@ -759,6 +770,7 @@ def test_cpu_rates_charge_fresh_pages_at_the_measured_rate_with_a_margin() -> No
     assert r.fresh_min_bytes == FRESH_MIN_BYTES == 32 << 20
 
 
+@pytest.mark.slow
 def test_a_heap_temporary_runs_no_faster_than_its_pages_are_charged() -> None:
     """Compiled and timed on this machine: implementations that carry x through a 64 MiB
     heap temporary take at least the time the bound charges for faulting its pages in (the

@@ -100,7 +100,9 @@ def printed(leaf: Candidate) -> tuple[GpuProgram, GpuProgram] | None:
         return None
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.slow if n != "axpy 2^26" else ())
+    for n in KERNELS])
 def test_random_implementations_print_and_fit(name: str) -> None:
     kernel, params, descents = KERNELS[name]
     root = partita.space(partita.kernel(kernel, **params), "gpu").root()
@@ -210,7 +212,7 @@ def test_constraints_remove_exactly_what_breaks_a_limit_on_axpy() -> None:
 
 @pytest.mark.parametrize("kernel,params", [
     ("matmul", {"m": 8, "n": 8, "k": 4}),
-    ("atax", {"m": 8, "n": 4}),
+    pytest.param("atax", {"m": 8, "n": 4}, marks=pytest.mark.slow),
 ], ids=["matmul", "atax"])
 def test_constraints_remove_exactly_what_breaks_a_limit(kernel: str, params: dict) -> None:
     """Random implementations of the space without the limits replay in the space with them
@@ -241,7 +243,7 @@ def test_constraints_remove_exactly_what_breaks_a_limit(kernel: str, params: dic
 
 @pytest.mark.parametrize("kernel,params", [
     ("matmul", {"m": 16, "n": 16, "k": 8}),
-    ("atax", {"m": 16, "n": 8}),
+    pytest.param("atax", {"m": 16, "n": 8}, marks=pytest.mark.slow),
 ], ids=["matmul", "atax"])
 def test_redundant_limit_clauses_lose_no_implementation(kernel: str, params: dict) -> None:
     """Implementations of the space without the redundant clauses replay, with the same
