@@ -43,11 +43,15 @@ demo: $(STAMP)
 	$(VENV)/bin/partita export matmul m=256 n=256 k=32 --db demo/records.sqlite --out demo/c
 
 # numpy is timed with OpenBLAS's own core detection: the two overrides are unset here only.
+# The bench extra brings the libraries the kernel families are compared with (PyTorch).
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) bench/space_bench.py --write BENCHMARKS.md
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/tune_bench.py --budget 300 \
 	  --write BENCHMARKS.md
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/call_bench.py --budget 60 \
+	  --write BENCHMARKS.md
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/families_bench.py --budget 120 \
 	  --write BENCHMARKS.md
 
 lint: $(STAMP)
