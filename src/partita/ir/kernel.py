@@ -365,7 +365,7 @@ class Kernel:
 
     @cached_property
     def dependencies(self) -> tuple[tuple[str, str], ...]:
-        """Pairs (x, y): statement x must execute AFTER statement y (000 eq. 4.6).
+        """Pairs (x, y): statement x must execute AFTER statement y (Beaugnon's thesis, eq. 4.6).
 
         A consumer is after its producers; a consumer that does not iterate a producer's
         dimension reads the value of its last iteration, so it is after that dimension; a

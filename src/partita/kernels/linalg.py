@@ -1,8 +1,8 @@
 """Linear algebra kernels, written the way users write their own.
 
 Every nest of instructions gets its own logical dimensions, mapped point-to-point to those of
-the next nest (000 §4.2.2): that is what lets decisions fuse the nests, keep an accumulator
-tile in registers between them, or pack operands through temporaries.
+the next nest (Beaugnon's thesis, §4.2.2): that is what lets decisions fuse the nests, keep an
+accumulator tile in registers between them, or pack operands through temporaries.
 """
 
 from __future__ import annotations

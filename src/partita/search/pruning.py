@@ -1,4 +1,4 @@
-"""How much the lower bound prunes the candidate tree (000 §6.3, Table 6.3).
+"""How much the lower bound prunes the candidate tree (Beaugnon's thesis, §6.3, Table 6.3).
 
 Knuth's estimator counts nodes at depth ``D``: a random path multiplies the branching factors
 it meets, and the mean of those products over paths is an unbiased estimate. Counting only

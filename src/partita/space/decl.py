@@ -1,4 +1,4 @@
-"""Declarations of a decision space, in the spirit of source 000 Chapter 3.
+"""Declarations of a decision space, in the spirit of Beaugnon's thesis, chapter 3.
 
 A :class:`SpaceDef` lists, independently of any kernel:
 

@@ -1,6 +1,6 @@
 """The loop-nest structure shared by every target: tile sizes, strip-mining and ``order``.
 
-``order(x, y)`` relates two statements (instructions or dimensions) as in 000 §4.3.2:
+``order(x, y)`` relates two statements (instructions or dimensions) as in Beaugnon's thesis, §4.3.2:
 BEFORE / AFTER (sequence), IN (x nested in dimension y) / OUT (y nested in dimension x), and
 MERGED (x and y are dimensions fused into one loop). Together with ``size`` (tile sizes) and
 the target's ``dim_kind``, it fixes the loop structure of an implementation: loop interchange,
@@ -103,7 +103,8 @@ def declare_nest(S: SpaceDef) -> None:
               doc="Tile size of a strip-mined dimension; 1 means not split.")
     S.counter("strip_factor", [Var("ld", "Logical")], "mul", Var("d", "TileDims", of="ld"),
               value="size",
-              doc="Product of the tile sizes of a logical dimension (000 Listing 4.3).")
+              doc="Product of the tile sizes of a logical dimension (Beaugnon's thesis, "
+                  "Listing 4.3).")
     S.require("strip-mining factor is allowed", [Var("ld", "Logical")],
               Compare("strip_factor", ("ld",), "in", lambda k, ld: k.strip_factors(ld), ("ld",)),
               doc="A static logical size must be covered exactly (or with a remainder when "
@@ -115,9 +116,9 @@ def declare_nest(S: SpaceDef) -> None:
                "OUT": lambda k, x, y: is_dim(k, x),
                "MERGED": lambda k, x, y: is_dim(k, x) and is_dim(k, y) and k.mergeable(x, y),
            },
-           doc="Sequence, nesting and fusion of two statements (000 Listing 4.4). Only "
-               "dimensions contain statements, and only tiles of one level of mapped logical "
-               "dimensions can be fused.")
+           doc="Sequence, nesting and fusion of two statements (Beaugnon's thesis, Listing "
+               "4.4). Only dimensions contain statements, and only tiles of one level of "
+               "mapped logical dimensions can be fused.")
     _declare_order_coherence(S)
     _declare_semantics(S)
 
@@ -128,7 +129,7 @@ def _declare_order_coherence(S: SpaceDef) -> None:
     S.require("before is transitive", [x, y, z],
               Is("order", ("x", "y"), NOT_BEFORE), Is("order", ("y", "z"), NOT_BEFORE),
               Is("order", ("x", "z"), values("BEFORE")),
-              doc="x before y before z puts x before z (000 eq. 4.3).")
+              doc="x before y before z puts x before z (Beaugnon's thesis, eq. 4.3).")
     S.require("nesting is transitive", [x, y, z],
               Is("order", ("x", "y"), NOT_IN), Is("order", ("y", "z"), NOT_IN),
               Is("order", ("x", "z"), values("IN")),
@@ -137,7 +138,7 @@ def _declare_order_coherence(S: SpaceDef) -> None:
               Is("order", ("x", "d"), NOT_IN),
               Related("order", ("x", "y"), "order", ("d", "y"), _inherits),
               doc="What is inside loop d relates to any statement y outside d as d does "
-                  "(000 eq. 4.4): before, after or inside it.")
+                  "(Beaugnon's thesis, eq. 4.4): before, after or inside it.")
     # Fusion relates a dim only to its partners: quantifying over them alone (not over every
     # dimension, where MERGED is impossible anyway) keeps these clauses' groundings few.
     partner = Var("y", "Partners", of="d")
@@ -149,8 +150,8 @@ def _declare_order_coherence(S: SpaceDef) -> None:
     S.require("merged dims have the same order", [dx, dy, z],
               Is("order", ("x", "y"), NOT_MERGED),
               Related("order", ("x", "z"), "order", ("y", "z")),
-              doc="Fused loops are one loop: they relate identically to everything (000 eq. "
-                  "4.7); this also makes MERGED transitive.")
+              doc="Fused loops are one loop: they relate identically to everything "
+                  "(Beaugnon's thesis, eq. 4.7); this also makes MERGED transitive.")
     S.require("merged dims have the same kind", [dx, dy],
               Is("order", ("x", "y"), NOT_MERGED),
               Related("dim_kind", ("x",), "dim_kind", ("y",)),
@@ -165,7 +166,7 @@ def _declare_semantics(S: SpaceDef) -> None:
               Static(lambda k, p, q: not depends(k, p, q), ("x", "y")),
               Is("order", ("x", "y"), values("AFTER")),
               doc="A consumer runs after its producer, and after the loops whose last value "
-                  "it reads (000 eq. 4.6).")
+                  "it reads (Beaugnon's thesis, eq. 4.6).")
     S.require("instructions iterate their dimensions", [i, d],
               Static(lambda k, p, q: not own_dim(k, p, q), ("i", "d")),
               Is("order", ("i", "d"), values("IN")))
@@ -177,7 +178,7 @@ def _declare_semantics(S: SpaceDef) -> None:
               Static(lambda k, p, q: not mapped(k, p, q), ("a", "b")),
               Related("size", ("a",), "size", ("b",)),
               doc="Point-to-point communication maps iteration j of one dim to iteration j of "
-                  "the other (000 §4.2.2).")
+                  "the other (Beaugnon's thesis, §4.2.2).")
     S.require("producers run before or fused", [d, e],
               Static(lambda k, p, q: not produces_into(k, p, q), ("d", "e")),
               Is("order", ("d", "e"), values("BEFORE", "MERGED")),
