@@ -117,7 +117,7 @@ class _Lowering:
         for position, v in enumerate(p.inputs):
             self._load(position, v)
         cc = [d for d in p.extents if d not in p.pw]
-        result = self._accumulate(cc) if p.pw else self._value_over(p.f, cc)
+        result = self._accumulate(cc) if p.pw else self._operand(p.f)
         out = p.output
         st = {d: self.b.mapped_dim(self.dims[d], f"{d}_st") for d in cc}
         index = [self._index(ax.affine(), st) for ax in out.axes]
@@ -210,11 +210,6 @@ class _Lowering:
             self.emitted[key] = self.b.value(inst)
         return self.emitted[key]
 
-    def _value_over(self, node: Node, cc: Sequence[str]) -> Operand:
-        if not isinstance(node, Input | Op):
-            raise MdhError("f returns a value that reads no input view")
-        return self._operand(node)
-
     def _accumulate(self, cc: Sequence[str]) -> Operand:
         """The ``pw`` combine: an initialisation over the ``cc`` dimensions and one
         accumulating instruction along the ``pw`` dimensions."""
@@ -243,8 +238,8 @@ class _Lowering:
 
     def _remap(self, value: Operand, st: Mapping[str, LogicalDim]) -> Operand:
         """``value`` (over iteration dimensions) as the store reads it (over its own)."""
-        if not isinstance(value, Value):
-            raise MdhError("f returns a value that reads no input view")
+        # trace_f has checked that f reads an input: its value is a load's or an instruction's.
+        assert isinstance(value, Value)
         if value.mapping:  # f returns an input unchanged: map the load to the store at once
             return Value(value.inst, tuple((src, st[dst].name) for src, dst in value.mapping
                                            if dst in st))
