@@ -80,6 +80,13 @@ def test_the_fast_path_agrees_with_the_general_one() -> None:
     wide = np.zeros((16, 48), np.float32)
     with pytest.raises(ValueError, match="strides"):
         fast(A, B, out=wide[:, ::2])
+    with pytest.raises(ValueError, match="'A' must have strides"):
+        fast(np.asfortranarray(A), B)
+    frozen = np.empty((16, 24), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="'C' is written and must be writeable"):
+        fast(A, B, out=frozen)
+    np.testing.assert_array_equal(fast(A[:, :], np.ascontiguousarray(B), out=out), general)
     axpy = _tuned("axpy", 0, n=16)
     x = np.ones(16, np.float32)
     assert axpy._load().fast is None  # an inout output: the general path

@@ -81,6 +81,9 @@ class Tuned:
     """What every candidate was checked against (:data:`partita.runtime.data.REFERENCE_KINDS`):
     the library's numpy reference, one the caller gave, or the kernel's sequential meaning."""
     _fn: KernelCall | None = field(default=None, repr=False)
+    _call: Any = field(default=None, repr=False)
+    """The loaded entry's specialised call (or its general one): one Python call less per
+    call of the kernel."""
 
     # -- calling ---------------------------------------------------------------------------
 
@@ -89,6 +92,7 @@ class Tuned:
             prog = Program(self.kernel, self.entry, self.source, self.params)
             so = Compiler().build([prog])
             self._fn = KernelCall(self.kernel.name, self.entry, self.params, so.path)
+            self._call = self._fn.fast or self._fn
         return self._fn
 
     @property
@@ -101,7 +105,11 @@ class Tuned:
         return [p for p in self.params if p.kind == "array" and p.role in ("out", "inout")]
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        return (self._fn or self._load())(args, out)
+        call = self._call
+        if call is None:
+            self._load()
+            call = self._call
+        return call(args, out)
 
     # -- reporting -------------------------------------------------------------------------
 
