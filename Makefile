@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench lint system clean
+.PHONY: install test fuzz demo bench lint system clean
 
 install: $(STAMP)
 
@@ -33,6 +33,11 @@ test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -n 2
+
+# The kernel families' fuzz tests at full strength: 100 random implementations per case, on
+# the CPU and through OpenCL (PoCL), where `make test` checks 8 (about 15 minutes on 2 cores).
+fuzz: $(STAMP)
+	$(PY) -m pytest -n 2 --fuzz 100 -k random tests/mdh/test_families.py tests/mdh/test_families_opencl.py
 
 # Tunes a matmul for about two minutes, compares it with numpy and writes an HTML report.
 # The records go to demo/records.sqlite, so the demo always searches afresh.

@@ -48,14 +48,15 @@ def evaluator() -> Iterator[Evaluator]:
 
 
 @pytest.mark.parametrize("name,params", FUZZED)
-def test_random_implementations_match_numpy(evaluator: Evaluator, name: str,
-                                            params: dict) -> None:
+def test_random_implementations_match_numpy(evaluator: Evaluator, fuzz_count: int,
+                                            name: str, params: dict) -> None:
     k = kernel(name, **params)
     root = partita.space(k).root()
-    report = sample_and_evaluate(root, 8, random.Random(zlib.crc32(str(params).encode())),
+    report = sample_and_evaluate(root, fuzz_count,
+                                 random.Random(zlib.crc32(str(params).encode())),
                                  lambda ps: evaluator.evaluate(ps, time_it=False))
-    assert report.sampled == 8
-    assert report.verified == 8, report.failed[:3]
+    assert report.sampled == fuzz_count
+    assert report.verified == fuzz_count, report.failed[:3]
     assert reference_kind(k) == "numpy"
 
 

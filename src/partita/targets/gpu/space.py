@@ -142,9 +142,24 @@ def _declare_thread_mapping(S: SpaceDef) -> None:
               Is("thread_mapping", ("x", "y"), values("NOT_THREADS", "IN", "OUT")),
               Related("thread_mapping", ("x", "z"), "thread_mapping", ("y", "z")))
     a, b = Var("a", "SizedDims"), Var("b", "SizedDims")
-    S.require("mapped thread dims have the same size", [a, b],
-              Is("thread_mapping", ("a", "b"), values("NOT_THREADS", "IN", "OUT")),
+    apart = Is("thread_mapping", ("a", "b"), values("NOT_THREADS", "IN", "OUT"))
+    S.require("mapped thread dims have the same size", [a, b], apart,
               Related("size", ("a",), "size", ("b",)))
+    # An untiled dimension of static size has no size choice: its size is the kernel's.
+    S.set("FixedDims", lambda k: [d.name for d in k.dims
+                                  if d.sizes is None and d.static_size is not None])
+    f, g = Var("a", "FixedDims"), Var("b", "FixedDims")
+    S.require("a thread dim mapped with an untiled one has its size", [f, b], apart,
+              Compare("size", ("b",), "==", _fixed_size, ("a",)))
+    S.require("untiled thread dims mapped together have the same size", [f, g], apart,
+              Static(lambda k, x, y: k.dim(x).static_size == k.dim(y).static_size,
+                     ("a", "b")))
+
+
+def _fixed_size(k: Kernel, d: str) -> int:
+    size = k.dim(d).static_size
+    assert size is not None  # FixedDims holds static untiled dims only
+    return size
 
 
 def _declare_register_temporaries(S: SpaceDef) -> None:
