@@ -1,8 +1,9 @@
 """The kernel families written through partita.mdh (convolutions, stencils, a contraction, a
 transpose), each tuned with a fixed budget and then timed side by side with the library a user
 would call instead: PyTorch's CPU convolution (oneDNN) where it is installed (the ``bench``
-extra), ``np.einsum(..., optimize=True)`` for the contraction, numpy for the stencils and the
-transpose, and the STREAM triad for the memory-bound rows (bytes moved over time).
+extra), ``np.einsum(..., optimize=True)`` for the contraction, ``scipy.ndimage.correlate``
+(and numpy's slicing) for the stencils, numpy for the transpose, and the STREAM triad for the
+memory-bound rows (bytes moved over time).
 
 Run with ``make bench`` (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python
 bench/families_bench.py --budget 120 --write BENCHMARKS.md``). As in the tuning benchmark,
@@ -29,6 +30,7 @@ import numpy as np
 import partita
 from host import machine_description
 from partita.codegen.program import Program
+from partita.kernels.families import OFFSETS_1D, OFFSETS_2D, OFFSETS_3D
 from partita.kernels.registry import get_spec
 from partita.runtime.evaluate import Evaluator
 from partita.search.stop import WallTime
@@ -68,6 +70,7 @@ CASES = [
          {"n": 1, "h": 114, "w": 114, "c": 32, "r": 3, "s": 3}, "torch"),
     Case("contraction gdab,efgc->abcdef, every index 16", "contraction",
          {"spec": "gdab,efgc->abcdef", **CCSD_T}, "einsum", ("<=", 0.5)),
+    Case("jacobi1d 2^24, one sweep", "jacobi1d", {"n": 1 << 24}, "triad"),
     Case("jacobi2d 4096^2, one sweep", "jacobi2d", {"n": 4096}, "triad", (">=", 0.9)),
     Case("jacobi3d 256^3, one sweep", "jacobi3d", {"n": 256}, "triad", (">=", 0.85)),
     Case("transpose 4096^2", "transpose", {"m": 4096, "n": 4096}, "numpy"),
@@ -108,16 +111,41 @@ def torch_call(case: Case) -> Callable[[], Any] | None:
     return call
 
 
+def scipy_call(case: Case) -> Callable[[], Any] | None:
+    """``scipy.ndimage.correlate`` with the stencil's weights on the case's grid, written into
+    a preallocated output (the whole grid: SciPy extends the border, where the kernel keeps
+    it), or None for a case that is not a stencil or without SciPy."""
+    try:
+        from scipy import ndimage  # the bench extra
+    except ImportError:
+        return None
+    offsets = {"jacobi1d": OFFSETS_1D, "jacobi2d": OFFSETS_2D,
+               "jacobi3d": OFFSETS_3D}.get(case.kernel)
+    if offsets is None:
+        return None
+    rank, n = len(offsets[0]), case.params["n"]
+    weights = np.zeros((3,) * rank, np.float32)
+    for t, offset in enumerate(offsets):
+        weights[tuple(1 + o for o in offset)] = 0.5 / (t + 1)
+    grid = np.random.default_rng(0).uniform(-1, 1, (n,) * rank).astype(np.float32)
+    out = np.empty_like(grid)
+    return lambda: ndimage.correlate(grid, weights, output=out, mode="nearest")
+
+
 def retime(case: Case, tuned: Tuned, probe: TriadProbe, seed: int) -> dict[str, float]:
     """partita (the worker's median), the reference and, for a memory-bound case, the
     triad, in :data:`ROUNDS` alternating rounds; medians."""
     prog = Program(tuned.kernel, tuned.entry, tuned.source, tuned.params)
     torch_conv = torch_call(case) if case.reference == "torch" else None
-    rounds: dict[str, list[float]] = {"partita": [], "reference": [], "triad": []}
+    scipy_stencil = scipy_call(case)
+    rounds: dict[str, list[float]] = {"partita": [], "reference": [], "triad": [],
+                                      "scipy": []}
     with Evaluator(seed=seed) as ev:
         for _ in range(ROUNDS):
             if case.reference == "triad":
                 rounds["triad"].append(probe.gbs())
+            if scipy_stencil is not None:
+                rounds["scipy"].append(median_time(scipy_stencil))
             m = ev.evaluate([prog])[0]
             if not m.ok or m.median_s is None:
                 raise RuntimeError(f"timing the best again failed: {m.status} {m.reason}")
@@ -161,6 +189,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             versus = f"{frac:.0%} of the triad's {r['triad']:.1f} GB/s"
             figure = frac
             reference = f"numpy {r['reference'] * 1e3:.4g} ms"
+            if not math.isnan(r["scipy"]):
+                reference += (f"; scipy.ndimage {r['scipy'] * 1e3:.4g} ms "
+                              f"(partita / scipy {r['partita'] / r['scipy']:.2f})")
         else:
             figure = r["partita"] / r["reference"]
             versus = f"{figure:.2f}"
@@ -174,6 +205,17 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"{r['gflops']:.3g} | {r['gbs']:.3g} | {r['evals']} ({r['failed']}) | "
                      f"{r['violations']} |")
     return "\n".join(lines) + "\n"
+
+
+def to_records(r: dict[str, Any], command: str, machine: dict[str, Any]) -> list[Record]:
+    """The case's record, and for a stencil another against ``scipy.ndimage.correlate``."""
+    out = [to_record(r, command, machine)]
+    if not math.isnan(r["scipy"]):
+        out.append(record(f"{r['case'].label}, against SciPy", quantity="time", unit="s",
+                          partita=r["partita"], reference_name="scipy.ndimage.correlate",
+                          reference=r["scipy"], command=command, machine_desc=machine,
+                          details={"gbs": r["gbs"]}))
+    return out
 
 
 def to_record(r: dict[str, Any], command: str, machine: dict[str, Any]) -> Record:
@@ -210,11 +252,12 @@ Each case is built through `partita.mdh` (the library's `conv2d`, `depthwise_con
 reference over {rounds} rounds; each figure is the median over the rounds. The references run
 in this process on the same shapes: PyTorch's `conv2d` on channels-last tensors (its CPU
 build, the `bench` extra; numpy's reference where PyTorch is not installed), `np.einsum`
-with `optimize=True`, and numpy's slicing for the stencils and the transpose. The stencils are
-memory-bound: their row compares the bytes they must move (the grid read, the interior
-written) over their time with the STREAM triad timed in the same rounds. The convolutions are
-not padded (padded views need a select the IR does not have yet): the ResNet-50 3x3 layer is
-given its padded 58x58 image, which is the same arithmetic.
+with `optimize=True`, `scipy.ndimage.correlate` (the same weights; it also writes the border,
+which the kernel keeps) and numpy's slicing for the stencils, and numpy for the transpose. The
+stencils are memory-bound: their row compares the bytes they must move (the grid read, the
+interior written) over their time with the STREAM triad timed in the same rounds. The
+convolutions are not padded (padded views need a select the IR does not have yet): the
+ResNet-50 3x3 layer is given its padded 58x58 image, which is the same arithmetic.
 """
 
 
@@ -241,7 +284,7 @@ def main() -> None:
     if args.write:
         machine = machine_description()
         command = COMMAND.format(budget=args.budget)
-        records = [to_record(r, command, machine) for r in rows]
+        records = [rec for r in rows for rec in to_records(r, command, machine)]
         replace_section(args.write, "families", REPORT.format(
             provenance=provenance(command, records[0]), table=text, budget=args.budget,
             seed=args.seed, rounds=ROUNDS))
