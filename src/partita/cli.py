@@ -316,7 +316,8 @@ def _peak_line(k: Any, t: float, cold_cache: bool = False
               help="Wall-time budget (90, 90s, 5m, 1h).")
 @click.option("--evaluations", type=click.IntRange(1), help="Stop after this many.")
 @click.option("--stop", "stop_expr",
-              help="Stop condition, e.g. 'time=300 or evals=500 or stall=100 or bound=1.1' "
+              help="Stop condition, e.g. 'time=300 or evals=500 or stall=100 or bound=1.1 "
+                   "or gap=1.2' "
                    "(replaces --budget and --evaluations).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @db_option
@@ -396,6 +397,8 @@ def _tune_summary(kernel: str, k: Any, tuned: Tuned, seed: int, cold_cache: bool
         out["accuracy"] = result.accuracy()
         out["stopped_by"] = result.stopped_by
         out["pruned"] = result.state.pruned
+        out["space_lower_bound_s"] = result.space_lower_bound_s or None
+        out["optimality_gap"] = result.optimality_gap
         reach = result.time_to_fraction(0.95)
         out["time_to_95pct_s"], out["evaluations_to_95pct"] = reach or (None, None)
     if tuned.variant is not None:
@@ -421,6 +424,10 @@ def _print_tuned(kernel: str, tuned: Tuned, np_t: float | None, peak: str) -> No
         click.echo(f"  model: {len(result.violations)} bound violations, "
                    f"{100 * acc['within_10x']:.0f}% of bounds within 10x; "
                    f"{len(result.failures)} failed implementations")
+        if result.optimality_gap is not None:
+            click.echo(f"  certificate: nothing left in the space runs faster than "
+                       f"{result.space_lower_bound_s * 1e3:.4g} ms (the best is within "
+                       f"{result.optimality_gap:.3g}x of it, if the bound is valid)")
         if result.slowed:
             click.echo(f"  {len(result.slowed)} implementations were timed while a core ran "
                        "slowed (shared with another process or virtual machine), even after "

@@ -16,6 +16,9 @@ class Progress:
     since_improvement: int = 0
     root_bound: float = 0.0
     exhausted: bool = False
+    space_lower_bound: float = 0.0
+    """The optimality certificate: no implementation left in the space runs faster (see
+    :meth:`partita.search.strategies.Strategy.frontier_bound`)."""
 
 
 class Stop:
@@ -120,6 +123,22 @@ class BoundReached(Stop):
 
 
 @dataclass
+class GapReached(Stop):
+    """The best time is within ``gap`` of the optimality certificate: no implementation left
+    in the space is more than ``gap`` times faster than the best. With ``gap = 1`` the search
+    stops only when nothing left can beat the best (an exhaustive proof, up to the spread of
+    the timings: an implementation whose bound ties the best time is not run)."""
+
+    gap: float = 1.2
+
+    def done(self, p: Progress) -> bool:
+        return p.space_lower_bound > 0 and p.best_time <= p.space_lower_bound * self.gap
+
+    def __str__(self) -> str:
+        return f"within x{self.gap:g} of the space's lower bound"
+
+
+@dataclass
 class NoImprovement(Stop):
     evaluations: int
 
@@ -165,13 +184,26 @@ def _slack(value: str) -> float:
     return x
 
 
+def parse_gap(value: float | str) -> float:
+    """A factor of at least 1, or ValueError naming it."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"gap {value!r} is not a number") from None
+    if not math.isfinite(x) or x < 1:
+        raise ValueError(f"gap must be a finite factor of at least 1, got {value!r}")
+    return x
+
+
 def parse_stop(text: str) -> Stop:
-    """``time=60 or evals=500 or stall=100 or bound=1.05``; ``and`` binds tighter than
-    ``or``. Keys: time (s), evals, stall (evaluations without improvement), bound (slack)."""
+    """``time=60 or evals=500 or stall=100 or bound=1.05 or gap=1.2``; ``and`` binds tighter
+    than ``or``. Keys: time (s), evals, stall (evaluations without improvement), bound (slack
+    over the root's bound), gap (factor over the optimality certificate)."""
     makers = {"time": lambda v: WallTime(parse_duration(v, "time")),
               "evals": lambda v: Evaluations(_count(v, "evals")),
               "stall": lambda v: NoImprovement(_count(v, "stall")),
-              "bound": lambda v: BoundReached(_slack(v))}
+              "bound": lambda v: BoundReached(_slack(v)),
+              "gap": lambda v: GapReached(parse_gap(v))}
     alternatives: list[Stop] = []
     for alt in text.split(" or "):
         terms: list[Stop] = []

@@ -55,6 +55,13 @@ class Strategy:
     def observe(self, cand: Candidate, time_s: float | None) -> None:
         """``time_s`` is None for an implementation that failed (it is never revisited)."""
 
+    def frontier_bound(self) -> float:
+        """The least lower bound over the implementations this strategy may still propose
+        (infinite when it has none left). Those it proposed and those it pruned are not
+        counted: the tuner knows their times or the cut that pruned them. This strategy
+        keeps no frontier: the root's bound."""
+        return self.bound(self.root)
+
     def children(self, cand: Candidate) -> list[tuple[Candidate, float]]:
         """Viable children of the first open choice with their bounds, pruned ones dropped."""
         slot = cand.open_slots()[0]
@@ -105,6 +112,10 @@ class BranchAndBound(Strategy):
     @property
     def exhausted(self) -> bool:
         return not self.heap
+
+    def frontier_bound(self) -> float:
+        """The open candidates: the least bound of the heap."""
+        return self.heap[0][0] if self.heap else math.inf
 
 
 @dataclass
@@ -169,6 +180,23 @@ class MonteCarlo(Strategy):
     @property
     def exhausted(self) -> bool:
         return self.tree.exhausted
+
+    def frontier_bound(self) -> float:
+        """The least bound over the tree's leaves not exhausted: every implementation not
+        yet proposed lies below one of them (rollouts leave the node they start from open),
+        and a child's bound is never below its parent's, so subtrees bounded above the least
+        found so far are skipped."""
+        least = math.inf
+        stack = [self.tree]
+        while stack:
+            node = stack.pop()
+            if node.exhausted or node.bound >= least:
+                continue
+            if node.children is None:
+                least = node.bound
+            else:
+                stack.extend(node.children)
+        return least
 
     def propose(self, n: int) -> list[Candidate]:
         out: list[Candidate] = []

@@ -82,6 +82,21 @@ class TuneResult:
     root_bound_s: float = 0.0
     stopped_by: str = ""
     state: SearchState = field(default_factory=SearchState)
+    space_lower_bound_s: float = 0.0
+    """The optimality certificate: no implementation of the space runs faster than this
+    (the least bound over what the search neither measured nor pruned, and the best time;
+    valid as long as the bound is, see :attr:`violations`)."""
+    lower_bound_history: list[tuple[float, float]] = field(default_factory=list)
+    """(elapsed seconds, certificate) after each batch."""
+
+    @property
+    def optimality_gap(self) -> float | None:
+        """The best time over the certificate: how much faster the best implementation of
+        the space could be at most (1 when the best is proven the best)."""
+        best = self.state.best_time
+        if math.isinf(best) or self.space_lower_bound_s <= 0:
+            return None
+        return best / self.space_lower_bound_s
 
     @property
     def failures(self) -> list[Evaluation]:
@@ -173,6 +188,11 @@ class _Search:
     prepare: Callable[[list[Program]], None] | None
     on_evaluation: Callable[[Evaluation], None] | None
     start: float = field(default_factory=time.perf_counter)
+    waiting: list[Proposal] = field(default_factory=list)
+    """The proposals of the next batch, not yet measured."""
+    floor: float = math.inf
+    """The least bound over implementations taken from the strategy whose time is unknown:
+    timed only while the machine ran slowed, or left unstarted by the budget."""
 
     def bound(self, cand: Candidate) -> float:
         return self.model.bound(cand).time_s
@@ -254,14 +274,30 @@ class _Search:
         """Evaluate the programs of ``batch`` that can start in the budget left, and record
         every implementation evaluated (a printing failure included)."""
         self.progress.elapsed_s = self.elapsed()
-        batch = _startable(batch, self.bound, self.stop.time_left(self.progress), self.state)
+        startable = _startable(batch, self.bound, self.stop.time_left(self.progress),
+                               self.state)
+        self.floor = min([self.floor] + [self.bound(c) for c, p, _ in batch
+                                         if p is not None and (c, p, _) not in startable])
+        batch = startable
         printable = [p for _, p, _ in batch if p is not None]
         measured = iter(self.evaluate(printable) if printable else [])
-        for cand, prog, failure in batch:
+        for n, (cand, prog, failure) in enumerate(batch):
             m = next(measured, None) if prog is not None else None
             if prog is not None and m is None:
-                return  # the budget ran out before this program started: not evaluated
+                # the budget ran out before this program started: not evaluated
+                self.floor = min([self.floor] + [self.bound(c) for c, p, _ in batch[n:]
+                                                 if p is not None])
+                return
             self.record(cand, prog, failure, m)
+
+    def certify(self, waiting: list[Proposal]) -> None:
+        """The optimality certificate after a batch: the least of the best time, the
+        strategy's frontier, the proposals ``waiting`` to be measured and :attr:`floor`."""
+        self.waiting = waiting
+        least = min([self.state.best_time, self.strategy.frontier_bound(), self.floor]
+                    + [self.bound(c) for c, p, _ in waiting if p is not None])
+        self.progress.space_lower_bound = self.result.space_lower_bound_s = least
+        self.result.lower_bound_history.append((self.elapsed(), least))
 
     def record(self, cand: Candidate, prog: Program | None, failure: str, m: Any) -> None:
         """One evaluation: kept in the result, the best time updated, the strategy told."""
@@ -275,6 +311,8 @@ class _Search:
             # An evaluator without a speed probe (a caller's own) leaves them unset.
             ev.slowdown = getattr(m, "slowdown", None)
             ev.slowed = bool(getattr(m, "slowed", False))
+            if ev.slowed:  # its true time is unknown: only its bound is
+                self.floor = min(self.floor, ev.bound_s)
         result.evaluations.append(ev)
         progress.evaluations += 1
         # A time taken while the machine ran slowed, even after retiming, is too high: it
@@ -303,6 +341,7 @@ class _Search:
                     return
                 self.progress.elapsed_s = self.elapsed()  # a wall-time stop still fires
                 current = self.next_batch()
+                self.certify(current)
                 self.compile_soon(current)
                 continue
             empty_rounds = 0
@@ -311,6 +350,7 @@ class _Search:
             self.progress.elapsed_s = self.elapsed()
             # Strategies propose below the best time; only proposals that waited can be stale.
             current = self.viable(upcoming) if self.prepare is not None else self.next_batch()
+            self.certify(current)
             self.compile_soon(current)
         self.result.stopped_by = str(self.stop)
 
@@ -355,6 +395,9 @@ def tune_space(space: Space, model: Model, evaluate: Evaluate, stop: Stop, *,
     search = _Search(space, model, evaluate, stop, strat, state, result,
                      Progress(root_bound=result.root_bound_s, best_time=known_best), batch,
                      set(skip), printer, prepare, on_evaluation)
-    search.run(search.first_batch(initial))
+    first = search.first_batch(initial)
+    search.certify(first)
+    search.run(first)
+    search.certify(search.waiting)
     result.elapsed_s = search.elapsed()
     return result

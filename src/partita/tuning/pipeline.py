@@ -23,7 +23,7 @@ from partita.ir.kernel import Kernel
 from partita.model import Model
 from partita.runtime.data import Reference, reference_kind
 from partita.runtime.harness import TimingOptions
-from partita.search.stop import Stop, parse_duration
+from partita.search.stop import GapReached, Stop, parse_duration, parse_gap
 from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation, TuneResult, tune_space
 from partita.space.candidate import Candidate, Space
@@ -266,7 +266,7 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
          transfer: bool = True, sketches: bool = True, reassociate: bool = False,
          cold_cache: bool = False, choice_order: str | Sequence[str] = "default",
-         **search_options: Any) -> Tuned:
+         gap: float | str | None = None, **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
 
     Every evaluated implementation is checked against the kernel's numpy reference before it
@@ -305,10 +305,20 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
     prefetching), ``"reverse"``, or the choices to take first. It changes the tree the search
     walks and where the bound prunes it, not the implementations; a run records it in its
     options.
+
+    ``gap`` (a factor of at least 1) stops the search as soon as the best time is within that
+    factor of the optimality certificate (``result.space_lower_bound_s``: no implementation
+    left in the space runs faster), or at the budget, whichever comes first; ``gap=1`` with
+    ``search="bnb"`` runs until the best found is proven the best of the space.
     """
     plug, budget_s = check_request(
         kernel, target=target, budget=budget, evaluations=evaluations, seed=seed,
         cold_cache=cold_cache, choice_order=choice_order, reassociate=reassociate, stop=stop)
+    if gap is not None:
+        if reassociate:
+            raise ValueError("gap stops one search, and reassociate runs one per order of the "
+                             "sum: give one or the other")
+        stop = (stop or budget_stop(budget_s, evaluations)) | GapReached(parse_gap(gap))
     if reassociate:
         return tune_reassociated(
             kernel, tune, lambda kv: model or plug.model(kv), budget=budget_s,

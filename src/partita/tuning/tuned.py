@@ -121,6 +121,10 @@ class Tuned:
             acc = self.result.accuracy()
             lines.append(f"  model: {len(self.result.violations)} bound violations; "
                          f"{100 * acc['within_10x']:.0f}% of bounds within 10x")
+            gap = self.result.optimality_gap
+            if gap is not None:
+                lines.append(f"  certificate: nothing left in the space runs faster than "
+                             f"{self._ms(self.result.space_lower_bound_s)} (gap {gap:.3g}x)")
             if self.result.slowed:
                 lines.append(f"  {len(self.result.slowed)} implementations timed while a core "
                              "ran slowed, even after retiming: their times are high")

@@ -1,0 +1,140 @@
+"""The optimality certificate (the least bound over what a search has neither measured nor
+pruned) on a space small enough to enumerate, with a synthetic machine whose times are never
+below the bound: it never exceeds the true best, branch-and-bound with ``gap=1`` returns the
+true best, and a gap stop stops within its factor."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import partita
+from partita.cli import main
+from partita.codegen.c import print_c
+from partita.codegen.program import Program
+from partita.model import Model
+from partita.search.stop import Evaluations, GapReached, parse_stop
+from partita.search.tuner import TuneResult, tune_space
+from partita.space.candidate import Candidate
+from tests.search.test_strategies import (
+    RATES,
+    FakeMeasurement,
+    all_implementations,
+    fake_time,
+    small_space,
+)
+
+
+class SlowedMeasurement(FakeMeasurement):
+    """A timing taken while the machine ran slowed: far above the true time."""
+
+    def __init__(self, time_s: float) -> None:
+        super().__init__(time_s * 50)
+        self.slowed, self.slowdown = True, 50.0
+
+
+def search(strategy: str, stop: Any, *, slowed: set[str] = frozenset(), batch: int = 4,
+           seed: int = 0) -> tuple[TuneResult, float, int]:
+    """A tune on the synthetic machine; the true best time and the number of
+    implementations of the space."""
+    space = small_space()
+    model = Model(RATES)
+    root = space.root()
+    assert isinstance(root, Candidate)
+    leaves = all_implementations(root)
+    optimum = min(fake_time(model, c) for c in leaves)
+    programs: dict[str, Candidate] = {}
+
+    def evaluate(progs: list[Program]) -> list[FakeMeasurement]:
+        out = []
+        for p in progs:
+            cand = programs[p.entry]
+            t = fake_time(model, cand)
+            slow = cand.decisions_json() in slowed
+            out.append(SlowedMeasurement(t) if slow else FakeMeasurement(t))
+        return out
+
+    def remembering_print(c: Candidate, entry: str) -> Program:
+        programs[entry] = c
+        return print_c(c, entry)
+
+    result = tune_space(space, model, evaluate, stop, strategy=strategy, batch=batch,
+                        seed=seed, printer=remembering_print)
+    return result, optimum, len(leaves)
+
+
+@pytest.mark.parametrize("strategy", ["bnb", "mcts", "random"])
+def test_the_certificate_never_exceeds_the_true_best(strategy: str) -> None:
+    for evaluations in (1, 5, 20, 60):
+        result, optimum, _ = search(strategy, Evaluations(evaluations))
+        assert result.lower_bound_history
+        for _, certificate in result.lower_bound_history:
+            assert 0 < certificate <= optimum * (1 + 1e-12)
+        assert result.space_lower_bound_s == result.lower_bound_history[-1][1]
+        assert result.optimality_gap is not None and result.optimality_gap >= 1
+
+
+def test_branch_and_bound_with_gap_one_returns_the_true_best() -> None:
+    result, optimum, size = search("bnb", GapReached(1.0))
+    assert result.best is not None and result.best.median_s == pytest.approx(optimum)
+    assert result.optimality_gap == pytest.approx(1.0)
+    assert len(result.evaluations) < size  # proven without running everything
+
+
+def test_the_gap_narrows_as_the_search_goes() -> None:
+    result, _, _ = search("mcts", Evaluations(80))
+    first, last = result.lower_bound_history[0][1], result.lower_bound_history[-1][1]
+    assert first == pytest.approx(result.root_bound_s)
+    assert last >= first  # the frontier only loses its least-bounded subtrees
+
+
+def test_a_gap_stop_stops_within_its_factor() -> None:
+    result, optimum, size = search("bnb", GapReached(1.5) | Evaluations(10 ** 6))
+    assert len(result.evaluations) < size
+    best = result.best.median_s if result.best else math.inf
+    assert best <= 1.5 * result.space_lower_bound_s * (1 + 1e-12)
+    assert result.space_lower_bound_s <= optimum
+
+
+def test_a_slowed_timing_leaves_its_bound_in_the_certificate() -> None:
+    """The true best timed only while the machine ran slowed: its time is unknown, so the
+    search cannot claim that nothing left beats what it kept."""
+    space = small_space()
+    model = Model(RATES)
+    root = space.root()
+    assert isinstance(root, Candidate)
+    best = min(all_implementations(root), key=lambda c: fake_time(model, c))
+    result, optimum, _ = search("bnb", GapReached(1.0), slowed={best.decisions_json()})
+    assert result.best is not None and result.best.median_s > optimum
+    assert result.space_lower_bound_s <= model.bound(best).time_s
+    assert result.optimality_gap is not None and result.optimality_gap > 1
+
+
+def test_gap_is_a_stop_condition_of_the_command_line() -> None:
+    stop = parse_stop("gap=1.2 or time=60")
+    assert "within x1.2" in str(stop)
+    for bad, message in (("gap=0.5", "at least 1"), ("gap=x", "not a number"),
+                         ("gap=inf", "finite")):
+        with pytest.raises(ValueError, match=message):
+            parse_stop(bad)
+
+
+def test_tune_reports_the_certificate_and_stops_on_the_gap(tmp_path: Any) -> None:
+    """A real tune (compiled, checked, timed) through the command line: the JSON names the
+    certificate, and it is at most every time measured (no bound violation on this run)."""
+    db = tmp_path / "records.sqlite"
+    out = CliRunner().invoke(main, ["tune", "axpy", "n=256", "--search", "bnb", "--stop",
+                                    "gap=1 or evals=12", "--db", str(db), "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.output)
+    assert result["space_lower_bound_s"] > 0
+    assert result["space_lower_bound_s"] <= result["best_time_s"]
+    assert result["optimality_gap"] == pytest.approx(
+        result["best_time_s"] / result["space_lower_bound_s"], rel=1e-6)
+    assert "within x1" in result["stopped_by"]
+    with pytest.raises(ValueError, match="gap must be a finite factor"):
+        partita.tune(partita.kernel("axpy", n=256), gap=0.5, db=db)
