@@ -479,7 +479,8 @@ def _records_path(db: str | None) -> Path:
     return Path(db).expanduser() if db is not None else default_path()
 
 
-def _records_of(kernel: str, params: tuple[str, ...], db: str | None) -> tuple[Any, ...]:
+def _records_of(kernel: str, params: tuple[str, ...], db: str | None
+                ) -> tuple[Kernel, Records, int, int, dict[str, Any]]:
     """(kernel, records, kernel id, machine id, fingerprint) for show, export and report,
     which only read: a database that does not exist is an error, never created."""
     k = _kernel_or_fail(kernel, params)
@@ -512,21 +513,22 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool
         cold = None if cold_cache or best else rec.best(kid, mid, records_target(target, True))
         runs = rec.runs(kid, mid)
     if as_json:
-        click.echo(json.dumps({"best": best, "runs": runs}, default=str))
+        click.echo(json.dumps({"best": best.as_json() if best else None,
+                               "runs": [r.as_json() for r in runs]}, default=str))
         return
     click.echo(f"{kernel} ({k.structural_hash}) in {rec.path}")
     if best is None:
         hint = " (a best timed from cold caches is recorded: add --cold-cache)" if cold else ""
         click.echo(f"  no implementation recorded: run `partita tune` first{hint}")
     else:
-        click.echo(f"  best {best['time_s'] * 1e3:.4g} ms (evaluation {best.get('evaluation_id')}"
-                   f", entry {best['entry']})")
+        click.echo(f"  best {best.time_s * 1e3:.4g} ms (evaluation {best.evaluation_id}"
+                   f", entry {best.entry})")
     for r in runs:
-        b = r.get("best_s")
-        click.echo(f"  run {r['id']}: {r['strategy']} seed {r['seed']}, {r['status']}, "
-                   f"{r.get('evaluations', 0)} evaluations, best "
+        b = r.best_s
+        click.echo(f"  run {r.id}: {r.strategy} seed {r.seed}, {r.status}, "
+                   f"{r.evaluations} evaluations, best "
                    f"{'-' if b is None else f'{b * 1e3:.4g} ms'}, started "
-                   f"{_when(r['started_at'])}")
+                   f"{_when(r.started_at)}")
 
 
 @main.command("export")
@@ -555,7 +557,7 @@ def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
                    "code that was measured; the recorded time may not hold", err=True)
     try:
         files = export_c(out_dir, k, program.source, program.entry, signature(k),
-                         best.get("flags", ""), best["decisions"], best["time_s"],
+                         best.flags, best.decisions, best.time_s,
                          name=f"partita_{kernel}")
     except OSError as exc:
         _fail(f"cannot write {out_dir}: {exc}")
@@ -628,7 +630,7 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
     model = target_model(k, target, measure=False)  # statistics never run micro-benchmarks
     if cut is None:
         root = space.root()
-        cut = best["time_s"] if best else 4 * model.bound(cast(Candidate, root)).time_s
+        cut = best.time_s if best else 4 * model.bound(cast(Candidate, root)).time_s
     stats = prune_stats(space, model, depth, cut, samples, random.Random(seed),
                         reverse=order == "reverse", witness_dives=witness_dives)
     result = {"kernel": kernel, "target": target, "depth": depth, "cut_s": cut, "order": order,

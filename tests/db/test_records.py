@@ -7,6 +7,7 @@ be) unless the test is about ``fork`` itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -23,9 +24,13 @@ import pytest
 from partita.db import (
     MIGRATIONS,
     SCHEMA_VERSION,
+    BestRow,
+    EvaluationRow,
     Migration,
     Records,
     RecordsError,
+    RelatedBest,
+    RunRow,
     decisions_hash,
     default_path,
     migrate,
@@ -230,24 +235,24 @@ def test_v1_database_is_upgraded_in_place(db: Path) -> None:
         kid, mid = setup(rec)
         assert (kid, mid) == (1, 1)  # the recorded kernel and machine, not new ones
         evals = rec.evaluations(kid)
-        assert [e["index"] for e in evals] == [0, 1, 2]
-        assert [e["decisions"] for e in evals] == [decisions(i) for i in range(3)]
-        assert all(e["decisions_hash"] == decisions_hash(json.dumps(e["decisions"]))
+        assert [e.index for e in evals] == [0, 1, 2]
+        assert [e.decisions for e in evals] == [decisions(i) for i in range(3)]
+        assert all(e.decisions_hash == decisions_hash(json.dumps(e.decisions))
                    for e in evals)
         assert rec.seen_decisions(kid, mid, TARGET) == {json.dumps(decisions(i))
                                                          for i in range(3)}
         found = rec.find_evaluation(kid, mid, TARGET, decisions(1))
-        assert found is not None and found["id"] == evals[1]["id"]
+        assert found is not None and found.id == evals[1].id
         best = rec.best(kid, mid, TARGET)
-        assert best is not None and best["time_s"] == 1e-3 and best["source"] == "int main;"
-        assert [r["status"] for r in rec.runs(kid)] == ["finished"]
-        assert [e["slowdown"] for e in evals] == [None] * 3  # not probed back then
+        assert best is not None and best.time_s == 1e-3 and best.source == "int main;"
+        assert [r.status for r in rec.runs(kid)] == ["finished"]
+        assert [e.slowdown for e in evals] == [None] * 3  # not probed back then
         # And it goes on recording.
         run = rec.start_run(kid, mid, TARGET, "random")
         rec.add_evaluation(run, evaluation(3))
         rec.finish_run(run, "budget")
         assert len(rec.evaluations(kid)) == 4
-        assert rec.evaluations(kid)[-1]["slowdown"] == 2.5
+        assert rec.evaluations(kid)[-1].slowdown == 2.5
 
     conn = sqlite3.connect(db)
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
@@ -305,9 +310,9 @@ def test_kernel_ids_are_idempotent(db: Path) -> None:
         assert other != kid
         found = rec.find_kernel(axpy.structural_hash)
         assert found is not None
-        assert found["id"] == kid and found["name"] == "axpy"
-        assert found["params"] == {"n": 4096, "dtype": "float32"}
-        assert found["definition"] == json.loads(json.dumps(axpy.to_json()))
+        assert found.id == kid and found.name == "axpy"
+        assert found.params == {"n": 4096, "dtype": "float32"}
+        assert found.definition == json.loads(json.dumps(axpy.to_json()))
         assert rec.find_kernel("no-such-hash") is None
     with Records(db) as rec:  # the id survives reopening
         assert rec.kernel_id(axpy, {"n": 4096, "dtype": "float32"}) == kid
@@ -365,16 +370,16 @@ def test_evaluations_round_trip_in_order(db: Path) -> None:
         rec.add_evaluation(run2, {"decisions": decisions(9), "status": "ok", "median_s": 1.0})
 
         got = rec.evaluations(kid, machine_id=mid)
-        assert [g["id"] for g in got] == ids
+        assert [g.id for g in got] == ids
         fields = list(evs[0].to_json())
-        assert [Evaluation(**{k: g[k] for k in fields}) for g in got] == evs
-        assert all(g["run_id"] == run and g["flags"] == "-O3 -march=native" for g in got)
-        assert got[2]["median_s"] is None and got[2]["reason"] == "no such vector width"
+        assert [Evaluation(**{k: g.as_json()[k] for k in fields}) for g in got] == evs
+        assert all(g.run_id == run and g.flags == "-O3 -march=native" for g in got)
+        assert got[2].median_s is None and got[2].reason == "no such vector width"
 
         assert len(rec.evaluations(kid)) == 6
-        assert [g["id"] for g in rec.evaluations(kid, run_id=run)] == ids
+        assert [g.id for g in rec.evaluations(kid, run_id=run)] == ids
         only = rec.evaluations(kid, run_id=run2)
-        assert len(only) == 1 and only[0]["index"] == 0  # index defaults to the run's count
+        assert len(only) == 1 and only[0].index == 0  # index defaults to the run's count
         assert rec.evaluations(kid, machine_id=mid, run_id=run2) == []
 
 
@@ -399,7 +404,7 @@ def test_seen_decisions_for_resuming(db: Path) -> None:
         assert rec.seen_decisions(kid, mid, "gpu") == {json.dumps(decisions(5))}
 
         found = rec.find_evaluation(kid, mid, TARGET, json.dumps(decisions(1)))
-        assert found is not None and found["status"] == "timeout"
+        assert found is not None and found.status == "timeout"
         assert rec.find_evaluation(kid, mid, TARGET, decisions(6)) is None
 
 
@@ -424,14 +429,67 @@ def test_best_only_improves(db: Path) -> None:
         assert offer(1, 2.5e-3) is False
         best = rec.best(kid, mid, TARGET)
         assert best is not None
-        assert (best["evaluation_id"], best["time_s"], best["decisions"], best["source"],
-                best["entry"], best["flags"]) == (e[3], 2e-3, decisions(3), "/* 3 */",
-                                                  "partita_axpy_3", "-O3")
+        assert (best.evaluation_id, best.time_s, best.decisions, best.source,
+                best.entry, best.flags) == (e[3], 2e-3, decisions(3), "/* 3 */",
+                                            "partita_axpy_3", "-O3")
         assert rec.best(kid, mid, "gpu") is None  # per target
         for bad in (math.nan, math.inf, -1.0):
             with pytest.raises(ValueError):
                 offer(0, bad)
         assert rec.best(kid, mid, TARGET) == best
+
+
+def raw_rows(db: Path, sql: str) -> list[dict[str, Any]]:
+    """Rows read with sqlite3 alone, by column name, in the table's column order."""
+    conn = sqlite3.connect(db)
+    try:
+        cur = conn.execute(sql)
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def test_rows_are_typed_and_print_as_their_columns(db: Path) -> None:
+    """Listings return frozen rows of typed fields; ``as_json`` gives back the columns, in
+    the table's order and with JSON columns decoded: what ``partita show --json`` prints."""
+    with Records(db) as rec:
+        kid, mid = setup(rec)
+        run = rec.start_run(kid, mid, TARGET, "mcts", {"batch": 4}, seed=3)
+        eid = rec.add_evaluation(run, evaluation(0))
+        rec.add_evaluation(run, evaluation(1, status="timeout"))
+        rec.offer_best(kid, mid, TARGET, eid, 1e-3, decisions(0), "/* 0 */", "f", "-O2")
+        rec.finish_run(run)
+        best, runs, evals = rec.best(kid, mid, TARGET), rec.runs(kid), rec.evaluations(kid)
+    assert isinstance(best, BestRow) and all(isinstance(r, RunRow) for r in runs)
+    assert all(isinstance(e, EvaluationRow) for e in evals)
+    assert [e.ok for e in evals] == [True, False]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        best.time_s = 0.0  # type: ignore[misc]
+
+    [stored] = raw_rows(db, "SELECT * FROM best")
+    assert list(best.as_json()) == list(stored)
+    assert best.as_json() == stored | {"decisions": decisions(0)}
+    [stored_run] = raw_rows(db, "SELECT * FROM runs")
+    assert list(runs[0].as_json()) == [*stored_run, "evaluations", "best_s"]
+    assert runs[0].as_json() == stored_run | {"options": {"batch": 4}, "evaluations": 2,
+                                              "best_s": evaluation(0)["median_s"]}
+    stored_evals = raw_rows(db, "SELECT * FROM evaluations ORDER BY id")
+    for row, raw in zip(evals, stored_evals, strict=True):
+        fields = row.as_json()
+        assert fields["index"] == raw["idx"] and fields["decisions"] == json.loads(
+            raw["decisions"])
+        assert {k: v for k, v in fields.items() if k not in ("index", "decisions")} == {
+            k: v for k, v in raw.items() if k not in ("idx", "decisions")}
+
+
+def test_rows_ignore_columns_they_do_not_know() -> None:
+    """A row is built from the columns its fields name: a later schema's extra column (read
+    with ``SELECT *``) is no error."""
+    row = {"time_s": 1.0, "decisions": "[[1]]", "params": '{"n": 4}', "added_later": 7}
+    assert RelatedBest.from_row(row) == RelatedBest(1.0, [[1]], {"n": 4})
+    with pytest.raises(KeyError):
+        RelatedBest.from_row({"time_s": 1.0, "decisions": "[]"})
 
 
 # ---------------------------------------------------------------------- runs
@@ -448,21 +506,21 @@ def test_runs_listing(db: Path) -> None:
         second = rec.start_run(kid, mid, TARGET, "random")
 
         runs = rec.runs(kid)
-        assert [r["id"] for r in runs] == [first, second]
+        assert [r.id for r in runs] == [first, second]
         done, going = runs
-        assert (done["status"], done["stopped_by"], done["strategy"]) == (
+        assert (done.status, done.stopped_by, done.strategy) == (
             "finished", "budget of 3 evaluations", "mcts")
-        assert done["options"] == {"batch": 4, "c": 1.4} and done["seed"] == 7
-        assert done["evaluations"] == 3 and done["best_s"] == 2e-3
-        assert done["ended_at"] >= done["started_at"]
-        assert (going["status"], going["evaluations"], going["best_s"]) == ("running", 0, None)
-        assert going["ended_at"] is None
+        assert done.options == {"batch": 4, "c": 1.4} and done.seed == 7
+        assert done.evaluations == 3 and done.best_s == 2e-3
+        assert done.ended_at >= done.started_at
+        assert (going.status, going.evaluations, going.best_s) == ("running", 0, None)
+        assert going.ended_at is None
         assert rec.runs(kid, machine_id=mid + 100) == []
         with pytest.raises(ValueError):
             rec.finish_run(second, "", status="running")
         with pytest.raises(RecordsError, match="no run"):
             rec.finish_run(9999, "")
-    assert [r["status"] for r in Records(db).runs(kid)] == ["finished", "interrupted"]
+    assert [r.status for r in Records(db).runs(kid)] == ["finished", "interrupted"]
 
 
 def test_closing_on_an_exception_records_why(db: Path) -> None:
@@ -472,7 +530,7 @@ def test_closing_on_an_exception_records_why(db: Path) -> None:
         raise KeyboardInterrupt
     with Records(db) as rec:
         (run,) = rec.runs(kid)
-        assert run["status"] == "interrupted" and run["stopped_by"] == "KeyboardInterrupt"
+        assert run.status == "interrupted" and run.stopped_by == "KeyboardInterrupt"
 
 
 def _crash_during_run(path: str) -> None:
@@ -502,13 +560,13 @@ def test_crashed_run_is_interrupted_when_the_next_starts(db: Path) -> None:
     with Records(db) as rec:
         kid, mid = setup(rec)
         (crashed,) = rec.runs(kid)
-        assert crashed["status"] == "running"  # nothing has looked yet
+        assert crashed.status == "running"  # nothing has looked yet
         rec.start_run(kid, mid, TARGET, "mcts")
         crashed = rec.runs(kid)[0]
-        assert crashed["status"] == "interrupted"
-        assert str(proc.pid) in crashed["stopped_by"]
-        assert crashed["ended_at"] == crashed["heartbeat_at"]  # its last sign of life
-        assert len(rec.evaluations(kid, run_id=crashed["id"])) == 1  # its record is kept
+        assert crashed.status == "interrupted"
+        assert str(proc.pid) in crashed.stopped_by
+        assert crashed.ended_at == crashed.heartbeat_at  # its last sign of life
+        assert len(rec.evaluations(kid, run_id=crashed.id)) == 1  # its record is kept
 
 
 def test_live_runs_of_other_processes_are_left_running(db: Path) -> None:
@@ -524,7 +582,7 @@ def test_live_runs_of_other_processes_are_left_running(db: Path) -> None:
             k2, m2 = setup(same_process)
             same_process.start_run(k2, m2, TARGET, "mcts")
             assert rec.mark_interrupted() == []
-            statuses = {r["id"]: r["status"] for r in rec.runs(kid)}
+            statuses = {r.id: r.status for r in rec.runs(kid)}
             assert list(statuses.values()) == ["running"] * 3
             rec.finish_run(mine, "done")
     finally:
@@ -533,7 +591,7 @@ def test_live_runs_of_other_processes_are_left_running(db: Path) -> None:
     assert proc.exitcode == 0
     with Records(db) as rec:
         first = rec.runs(rec.kernel_id(FakeKernel("axpy", 1024), {}))[0]
-        assert (first["status"], first["stopped_by"], first["evaluations"]) == (
+        assert (first.status, first.stopped_by, first.evaluations) == (
             "finished", "told to stop", 1)
 
 
@@ -548,10 +606,10 @@ def test_stale_runs_of_other_hosts(db: Path) -> None:
         conn.close()
         assert rec.mark_interrupted(stale_after_s=None) == []
         (run,) = rec.runs(kid)
-        assert rec.mark_interrupted() == [run["id"]]
+        assert rec.mark_interrupted() == [run.id]
         (run,) = rec.runs(kid)
-        assert run["status"] == "interrupted" and "presumed ended" in run["stopped_by"]
-        assert run["ended_at"] == 200.0
+        assert run.status == "interrupted" and "presumed ended" in run.stopped_by
+        assert run.ended_at == 200.0
 
 
 # ---------------------------------------------------------------------- errors
@@ -616,7 +674,7 @@ def test_threads_share_one_records(db: Path) -> None:
         assert errors == []
         assert len(rec.evaluations(kid)) == per_thread * threads
         best = rec.best(kid, mid, TARGET)
-        assert best is not None and best["time_s"] == 1e-3
+        assert best is not None and best.time_s == 1e-3
 
 
 def test_writes_wait_out_another_writer(db: Path) -> None:
@@ -652,7 +710,7 @@ def test_a_writer_that_never_yields_is_reported(db: Path) -> None:
             holder.execute("ROLLBACK")
             holder.close()
         rec.add_evaluation(run, evaluation(1))
-        assert [e["index"] for e in rec.evaluations(kid)] == [0, 1]
+        assert [e.index for e in rec.evaluations(kid)] == [0, 1]
 
 
 def _fork_child(rec: Records, run: int) -> None:
@@ -671,9 +729,9 @@ def test_forked_child_reconnects(db: Path) -> None:
         proc.join(60)
         assert proc.exitcode == 0
         rec.add_evaluation(run, evaluation(2))  # the parent's connection still works
-        assert [e["index"] for e in rec.evaluations(kid)] == [0, 1, 2]
+        assert [e.index for e in rec.evaluations(kid)] == [0, 1, 2]
         # The child did not close the parent's run as interrupted.
-        assert rec.runs(kid)[0]["status"] == "running"
+        assert rec.runs(kid)[0].status == "running"
 
 
 WORKER_EVALUATIONS = 200
@@ -723,20 +781,20 @@ def test_concurrent_processes_lose_nothing(db: Path) -> None:
 
         runs = rec.runs(kid)
         assert len(runs) == workers
-        assert all(r["status"] == "finished" and r["evaluations"] == WORKER_EVALUATIONS
+        assert all(r.status == "finished" and r.evaluations == WORKER_EVALUATIONS
                    for r in runs)
         evals = rec.evaluations(kid, mid)
         assert len(evals) == workers * WORKER_EVALUATIONS
         for r in runs:
-            mine = [e for e in evals if e["run_id"] == r["id"]]
-            w = r["options"]["worker"]
-            assert [e["index"] for e in mine] == list(range(WORKER_EVALUATIONS))
-            assert [e["median_s"] for e in mine] == worker_times(w)
-            assert all(e["flags"] == f"-DW{w}" for e in mine)
+            mine = [e for e in evals if e.run_id == r.id]
+            w = r.options["worker"]
+            assert [e.index for e in mine] == list(range(WORKER_EVALUATIONS))
+            assert [e.median_s for e in mine] == worker_times(w)
+            assert all(e.flags == f"-DW{w}" for e in mine)
 
         fastest = min(t for w in range(workers) for t in worker_times(w) if t is not None)
         best = rec.best(kid, mid, TARGET)
-        assert best is not None and best["time_s"] == fastest
-        winner = next(e for e in evals if e["id"] == best["evaluation_id"])
-        assert winner["median_s"] == fastest and winner["decisions"] == best["decisions"]
+        assert best is not None and best.time_s == fastest
+        winner = next(e for e in evals if e.id == best.evaluation_id)
+        assert winner.median_s == fastest and winner.decisions == best.decisions
         assert len(rec.seen_decisions(kid, mid, TARGET)) == workers * WORKER_EVALUATIONS

@@ -263,4 +263,4 @@ def test_records_keep_the_variant(tmp_path) -> None:
         b = rec.kernel_id(split, kernel_params(split))
         assert a != b
         found = rec.find_kernel(split.structural_hash)
-    assert found is not None and found["params"]["partials"] == 4
+    assert found is not None and found.params["partials"] == 4

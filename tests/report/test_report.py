@@ -13,6 +13,7 @@ import random
 import shutil
 import struct
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 import partita
 from partita.codegen.c import print_c
 from partita.codegen.program import Param, Program, signature
-from partita.db import Records
+from partita.db import BestRow, EvaluationRow, Records
 from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Kernel
 from partita.report import build_flags, export_c, prototype, write_report
@@ -276,12 +277,27 @@ def synthetic_evaluations() -> list[dict[str, Any]]:
     return evals
 
 
-def best_of(evals: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = min((e for e in evals if e["status"] == "ok"), key=lambda e: e["median_s"])
-    return {"time_s": ok["median_s"], "entry": "mm_best", "flags": "-O3 -march=native",
-            "source": "void mm_best(void) { /* a < b && c */ }",
-            "decisions": json.dumps([["dim_kind", ["i.0"], ["PARALLEL"]],
-                                     ["size", ["j.1", "j.2"], [8]]])}
+def as_rows(evals: list[dict[str, Any]]) -> list[EvaluationRow]:
+    """The evaluations (as a search writes them) as the records return them, with made-up
+    ids and dates."""
+    return [EvaluationRow(id=i + 1, run_id=1, kernel_id=1, machine_id=1, index=ev["index"],
+                          decisions=ev["decisions"], decisions_hash="", bound_s=ev["bound_s"],
+                          status=ev["status"], reason=ev["reason"], median_s=ev["median_s"],
+                          min_s=ev["min_s"], spread=ev.get("spread"), reps=ev.get("reps", 0),
+                          elapsed_s=ev.get("elapsed_s", 0.0), source_digest="", flags="",
+                          created_at=0.0, slowdown=ev.get("slowdown"))
+            for i, ev in enumerate(evals)]
+
+
+def best_of(evals: list[EvaluationRow]) -> BestRow:
+    ok = min((e for e in evals if e.ok and e.median_s is not None),
+             key=lambda e: e.median_s or 0.0)
+    assert ok.median_s is not None
+    return BestRow(kernel_id=1, machine_id=1, target="cpu", evaluation_id=ok.id,
+                   time_s=ok.median_s, entry="mm_best", flags="-O3 -march=native",
+                   source="void mm_best(void) { /* a < b && c */ }",
+                   decisions=[["dim_kind", ["i.0"], ["PARALLEL"]], ["size", ["j.1", "j.2"], [8]]],
+                   updated_at=0.0)
 
 
 def is_png(path: Path) -> bool:
@@ -293,7 +309,7 @@ def is_png(path: Path) -> bool:
 
 
 def test_report_from_synthetic_evaluations(tmp_path: Path) -> None:
-    evals = synthetic_evaluations()
+    evals = as_rows(synthetic_evaluations())
     best = best_of(evals)
     machine = {"key": "m-1", "model": "Test CPU <x86>", "cores": 8, "compiler": "gcc 12",
                "flags": ["avx2", "fma"], "cpu": {"nested": "not shown"}}
@@ -322,8 +338,8 @@ def test_report_from_synthetic_evaluations(tmp_path: Path) -> None:
     violation = next(i for i, e in enumerate(evals, start=1) if is_violation(e))
     assert f'<tr><td class="num">{violation}</td><td class="num">' in text
     assert '<td class="num">3.06</td></tr>' in text  # bound / min time: 3 / 0.98
-    assert format_time(best["time_s"]) in text
-    assert f"{flops / best['time_s'] / 1e9:.4g}" in text
+    assert format_time(best.time_s) in text
+    assert f"{flops / best.time_s / 1e9:.4g}" in text
     assert "peak 100 GFLOP/s" in text
 
     # Decisions of the best, one row each; a decision over two arguments lists both.
@@ -338,22 +354,23 @@ def test_report_from_synthetic_evaluations(tmp_path: Path) -> None:
 
 
 def test_violations_follow_the_tuner() -> None:
-    ok = {"status": "ok", "bound_s": 1.0, "median_s": 1.0, "min_s": 0.99}
+    [ok] = as_rows([{"index": 0, "decisions": [], "status": "ok", "reason": "",
+                     "bound_s": 1.0, "median_s": 1.0, "min_s": 0.99}])
     assert not is_violation(ok)  # within noise
-    assert is_violation(ok | {"bound_s": 1.2})
-    assert is_violation(ok | {"bound_s": 1.1, "min_s": None})  # falls back to the median
-    assert not is_violation(ok | {"bound_s": 2.0, "status": "wrong"})
-    assert not is_violation(ok | {"bound_s": None})
+    assert is_violation(replace(ok, bound_s=1.2))
+    assert is_violation(replace(ok, bound_s=1.1, min_s=None))  # falls back to the median
+    assert not is_violation(replace(ok, bound_s=2.0, status="wrong"))
+    assert not is_violation(replace(ok, bound_s=None))
 
 
 def test_report_without_measurements(tmp_path: Path) -> None:
     """A run where everything failed still gets a page (that is when it is needed most)."""
     first = write_report(tmp_path, title="t", kernel_desc="k", best=None, machine=None,
-                         evaluations=synthetic_evaluations())
+                         evaluations=as_rows(synthetic_evaluations()))
     assert all((tmp_path / name).exists() for name in PLOTS.values())
-    failed = [{"index": i, "decisions": "[]", "bound_s": None, "status": "crash",
-               "reason": f"signal {i}", "median_s": None, "min_s": None}
-              for i in range(60)]
+    failed = as_rows([{"index": i, "decisions": [], "bound_s": None, "status": "crash",
+                       "reason": f"signal {i}", "median_s": None, "min_s": None}
+                      for i in range(60)])
     page = write_report(tmp_path, title="all failed", kernel_desc="k", evaluations=failed,
                         best=None, machine=None, flops=1e9)
     assert page == first
@@ -394,5 +411,5 @@ def test_report_from_records(tmp_path: Path) -> None:
                         evaluations=stored, best=best, machine=None)
     text = page.read_text()
     assert "<td>Evaluations</td><td class=\"num\">44</td>" in text
-    assert format_time(best["time_s"]) in text and "Decisions (1)" in text
+    assert format_time(best.time_s) in text and "Decisions (1)" in text
     assert all(is_png(tmp_path / "rep" / name) for name in PLOTS.values())

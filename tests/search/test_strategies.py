@@ -36,14 +36,19 @@ RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cy
 
 
 class FakeMeasurement:
-    """A deterministic 'measured' time: the bound times a factor drawn from the decisions."""
+    """A deterministic 'measured' time (see :func:`fake_time`), with the fields a search
+    reads of a measurement (:class:`partita.runtime.Outcome`); not judged by a speed probe
+    unless a test sets ``slowdown`` and ``slowed``."""
 
     def __init__(self, time_s: float) -> None:
         self.status = "ok"
         self.reason = ""
-        self.median_s = self.min_s = time_s
-        self.spread = 0.0
+        self.median_s: float | None = time_s
+        self.min_s: float | None = time_s
+        self.spread: float | None = 0.0
         self.reps = 1
+        self.slowdown: float | None = None
+        self.slowed = False
 
 
 def fake_time(model: Model, cand: Candidate) -> float:

@@ -22,6 +22,7 @@ from partita.codegen.program import Param, Program, prototype, signature
 from partita.codegen.vector import needs_intrinsics, vector_header
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
+from partita.space.nest import CommonKind
 
 __all__ = ["CPrinter", "CodegenError", "Slot", "Storage", "c_literal", "print_c"]
 
@@ -150,7 +151,7 @@ class CPrinter(CFamilyPrinter):
             penv |= dict.fromkeys(node.dims, f"(({ix}) % {size})" if node is not pf.outer[-1]
                                   else f"({ix})")
             points *= size
-        penv |= {d: "0" for n in pf.copy if n.kind == "VECTOR" for d in n.dims}
+        penv |= {d: "0" for n in pf.copy if n.kind == CommonKind.VECTOR for d in n.dims}
         weight = count
         for i, (node, radix) in enumerate(zip(lines, radices, strict=True)):
             weight //= radix

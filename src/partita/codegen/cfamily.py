@@ -44,6 +44,9 @@ from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Const, Index, Instruction, Operand, Reduce, Scalar, Value
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
+from partita.space.nest import CommonKind
+from partita.space.temporaries import CommonPlace
+from partita.targets.cpu.space import MemSpace as CpuPlace
 
 PROMOTED_VALUES_MAX = 32
 """At most this many elements (vectors or scalars) of memory temporaries are kept in variables
@@ -213,7 +216,7 @@ class CFamilyPrinter:
         """Declare the variables and stack buffers whose innermost enclosing loop is ``node``
         (as scalars with ``scalar``, for the one-lane-at-a-time version of a vector dim)."""
         for st in self.plan.all_storage():
-            if st.space not in ("VAR", "REGISTER", "LOCAL"):
+            if st.space not in ("VAR", CommonPlace.REGISTER, CpuPlace.LOCAL):
                 continue
             if self.plan.lca(st.accessors) is not node:
                 continue
@@ -241,18 +244,18 @@ class CFamilyPrinter:
             return
         d = node.dims[0]
         size = self.sizes[d]
-        if size == 1 and node.kind != "VECTOR":
+        if size == 1 and node.kind != CommonKind.VECTOR:
             # A loop of one iteration is a scope with its index fixed to 0.
             self.emit(indent, f"{{ /* {d} = 0 */")
             self.print_body(node, {**env, **dict.fromkeys(node.dims, "0")}, indent + 1)
             self.emit(indent, "}")
-        elif node.kind == "UNROLL":
+        elif node.kind == CommonKind.UNROLL:
             assert isinstance(size, int)
             for i in range(size):
                 self.emit(indent, f"{{ /* {d} = {i} */")
                 self.print_body(node, {**env, **dict.fromkeys(node.dims, str(i))}, indent + 1)
                 self.emit(indent, "}")
-        elif node.kind == "VECTOR":
+        elif node.kind == CommonKind.VECTOR:
             self._print_vector(node, env, indent)
         else:
             sunk = self.plan.sinkable(node, self.sunk, self.full_tiles)
@@ -357,13 +360,13 @@ class CFamilyPrinter:
                 return
             n = path[at]
             size = self.sizes[n.dims[0]]
-            if n.kind == "VECTOR" and size != 1:
+            if n.kind == CommonKind.VECTOR and size != 1:
                 assert at == len(path) - 1 and isinstance(size, int)
                 lane = (n, size) if self.plan.iterates(inst, n) else None
                 self._write_copies(inst, {**scope, **dict.fromkeys(n.dims, "0")}, indent + 1,
                                    lane)
                 return
-            for i in range(size if n.kind == "UNROLL" and isinstance(size, int) else 1):
+            for i in range(size if n.kind == CommonKind.UNROLL and isinstance(size, int) else 1):
                 walk(at + 1, {**scope, **dict.fromkeys(n.dims, str(i))})
 
         walk(0, env)

@@ -44,6 +44,10 @@ from partita.codegen.program import Param, c_parameters, signature
 from partita.ir.operands import Instruction, Value
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
+from partita.space.temporaries import CommonPlace
+from partita.targets.gpu.space import Cache
+from partita.targets.gpu.space import DimKind as GpuKind
+from partita.targets.gpu.space import MemSpace as GpuPlace
 
 __all__ = ["HW_NAMES", "MAX_BLOCK", "MAX_GRID", "MEMORY_SPACES", "CudaPrinter", "GpuPrinter",
            "GpuProgram", "GridSize", "OpenclPrinter", "UnsoundCandidate", "Workspace",
@@ -153,7 +157,7 @@ class GpuPrinter(CFamilyPrinter):
     # -- printing ----------------------------------------------------------------------------
 
     def _hw_var(self, kind: str, h: int) -> str:
-        return f"{'bid' if kind == 'BLOCK' else 'tid'}_{HW_NAMES[h]}"
+        return f"{'bid' if kind == GpuKind.BLOCK else 'tid'}_{HW_NAMES[h]}"
 
     def _grid(self) -> list[GridSize]:
         grid: list[GridSize] = [1, 1, 1]
@@ -164,23 +168,24 @@ class GpuPrinter(CFamilyPrinter):
     def _bound(self, node: Node) -> str:
         """The index a BLOCK or THREAD node binds: its hardware index, or 0 when alone."""
         h = self.hw_of[id(node)]
-        if node.kind == "THREAD":
-            return "0" if self.thread_sizes[h] == 1 else self._hw_var("THREAD", h)
-        return "0" if self._grid()[h] == 1 else self._hw_var("BLOCK", h)
+        if node.kind == GpuKind.THREAD:
+            return "0" if self.thread_sizes[h] == 1 else self._hw_var(GpuKind.THREAD, h)
+        return "0" if self._grid()[h] == 1 else self._hw_var(GpuKind.BLOCK, h)
 
     def print(self) -> GpuProgram:
         k = self.k
         params = signature(k)
         storages = self.plan.all_storage()
-        workspace = [st for st in storages if st.temp is not None and st.space == "GLOBAL"]
-        shared = [st for st in storages if st.temp is not None and st.space == "SHARED"]
+        workspace = [st for st in storages
+                     if st.temp is not None and st.space == CommonPlace.GLOBAL]
+        shared = [st for st in storages if st.temp is not None and st.space == GpuPlace.SHARED]
         for st in shared:
             if not isinstance(st.elements, int):
                 raise CodegenError(f"{st.name}: shared memory of dynamic size {st.elements}")
         self.shared_bytes = sum(_padded(int(st.elements) * st.dtype.itemsize)
                                 for st in shared)
         private = sum(int(st.elements) * st.dtype.itemsize for st in storages
-                      if st.temp is not None and st.space == "REGISTER"
+                      if st.temp is not None and st.space == CommonPlace.REGISTER
                       and isinstance(st.elements, int))
         block = tuple(self.thread_sizes + [1] * (3 - len(self.thread_sizes)))
         grid = self._grid()
@@ -191,12 +196,12 @@ class GpuPrinter(CFamilyPrinter):
             self.emit(1, line)
         for h, n in enumerate(self.thread_sizes):
             if n > 1:
-                self.emit(1, f"const int {self._hw_var('THREAD', h)} = "
-                             f"{self.hw_index('THREAD', h)};")
+                self.emit(1, f"const int {self._hw_var(GpuKind.THREAD, h)} = "
+                             f"{self.hw_index(GpuKind.THREAD, h)};")
         for h, g in enumerate(grid):
             if g != 1:
-                self.emit(1, f"const {self.idx_t} {self._hw_var('BLOCK', h)} = "
-                             f"{self.hw_index('BLOCK', h)};")
+                self.emit(1, f"const {self.idx_t} {self._hw_var(GpuKind.BLOCK, h)} = "
+                             f"{self.hw_index(GpuKind.BLOCK, h)};")
         self.print_body(self.tree, {}, 1)
         self.emit(0, "}")
         hardware = self._hardware_names()
@@ -251,7 +256,8 @@ class GpuPrinter(CFamilyPrinter):
 
     def declare(self, node: Node, indent: int, scalar: bool = False) -> None:
         for st in self.plan.all_storage():
-            if st.space not in ("VAR", "REGISTER") or self.plan.lca(st.accessors) is not node:
+            if (st.space not in ("VAR", CommonPlace.REGISTER)
+                    or self.plan.lca(st.accessors) is not node):
                 continue
             c = self.ctype(st.dtype)
             if st.temp is not None:
@@ -264,9 +270,9 @@ class GpuPrinter(CFamilyPrinter):
 
     def print_node(self, node: Node, env: dict[str, str], indent: int) -> None:
         """Block and thread dims bind hardware indices; the rest print as on the CPU."""
-        if node.inst is None and node.kind in ("BLOCK", "THREAD"):
+        if node.inst is None and node.kind in (GpuKind.BLOCK, GpuKind.THREAD):
             h = self.hw_of[id(node)]
-            hw = f"{'blockIdx' if node.kind == 'BLOCK' else 'threadIdx'}.{HW_NAMES[h]}"
+            hw = f"{'blockIdx' if node.kind == GpuKind.BLOCK else 'threadIdx'}.{HW_NAMES[h]}"
             self.emit(indent, f"{{ /* {node.kind.lower()} {', '.join(node.dims)} = {hw} */")
             self.print_body(node, {**env, **dict.fromkeys(node.dims, self._bound(node))},
                              indent + 1)
@@ -439,7 +445,8 @@ class GpuPrinter(CFamilyPrinter):
 
     def print_inst(self, inst: Instruction, env: dict[str, str], indent: int,
                     lane: tuple[Node, int] | None) -> None:
-        conds = [f"{self._hw_var('THREAD', h)} == 0" for h in sorted(self.plan.guard_hw[inst.name])]
+        conds = [f"{self._hw_var(GpuKind.THREAD, h)} == 0"
+                 for h in sorted(self.plan.guard_hw[inst.name])]
         if lane is not None:
             conds += [f"{self.logical_index(env, ld)} < {self.extent(ld)}"
                       for ld in inst.dims if self.needs_guard(ld)
@@ -496,11 +503,12 @@ def _lane_index(base: str, step: int | str, i: int) -> str:
 # --------------------------------------------------------------------------- CUDA
 
 
-CUDA_LOADS = {"READ_ONLY": "__ldg", "L1": "__ldca", "L2": "__ldcg", "NONE": "__ldcv"}
+CUDA_LOADS: dict[str, str] = {Cache.READ_ONLY: "__ldg", Cache.L1: "__ldca", Cache.L2: "__ldcg",
+                              Cache.NONE: "__ldcv"}
 """Cache operators of loads: read-only (non-coherent) path, cache at all levels, cache in L2
 only, and do not cache (fetch again)."""
 
-CUDA_STORES = {"L2": "__stcg", "NONE": "__stcs"}
+CUDA_STORES: dict[str, str] = {Cache.L2: "__stcg", Cache.NONE: "__stcs"}
 """Cache operators of stores: cache in L2 only, and streaming (evict first)."""
 
 
@@ -512,7 +520,7 @@ class CudaPrinter(GpuPrinter):
     long_t = "long long"
 
     def hw_index(self, kind: str, h: int) -> str:
-        return f"{'blockIdx' if kind == 'BLOCK' else 'threadIdx'}.{HW_NAMES[h]}"
+        return f"{'blockIdx' if kind == GpuKind.BLOCK else 'threadIdx'}.{HW_NAMES[h]}"
 
     def vector_ok(self, dtype: DType, lanes: int) -> bool:
         # float2, float4, double2 and int2/int4 are native 8 and 16-byte accesses.
@@ -590,8 +598,8 @@ class OpenclPrinter(GpuPrinter):
     long_t = "long"
 
     def hw_index(self, kind: str, h: int) -> str:
-        fn = "get_group_id" if kind == "BLOCK" else "get_local_id"
-        return f"({self.idx_t if kind == 'BLOCK' else 'int'}){fn}({h})"
+        fn = "get_group_id" if kind == GpuKind.BLOCK else "get_local_id"
+        return f"({self.idx_t if kind == GpuKind.BLOCK else 'int'}){fn}({h})"
 
     def vector_ok(self, dtype: DType, lanes: int) -> bool:
         return lanes in (2, 4, 8, 16)
@@ -603,8 +611,8 @@ class OpenclPrinter(GpuPrinter):
         return f"{expr}.s{i:x}"
 
     def _qualifier(self, space: str) -> str:
-        return {"ARRAY": "__global", "GLOBAL": "__global", "SHARED": "__local"}.get(
-            space, "__private")
+        return {"ARRAY": "__global", CommonPlace.GLOBAL: "__global",
+                GpuPlace.SHARED: "__local"}.get(space, "__private")
 
     def vec_load(self, inst: Instruction | None, ptr: str, space: str, dtype: DType,
                  lanes: int, aligned: bool) -> str | None:

@@ -52,10 +52,14 @@ from partita.codegen.lower import LoweredPlan, Slot, Storage
 from partita.ir.kernel import Array
 from partita.ir.operands import Instruction, Reduce, Value
 from partita.space.candidate import Candidate
-from partita.space.temporaries import permutation
+from partita.space.nest import CommonKind
+from partita.space.temporaries import CommonPlace, permutation
+from partita.targets.gpu.space import DimKind as GpuKind
+from partita.targets.gpu.space import MemSpace as GpuPlace
+from partita.targets.gpu.space import ThreadMapping
 
 HW_NAMES = ("x", "y", "z")
-MEMORY_SPACES = ("SHARED", "GLOBAL")
+MEMORY_SPACES = (GpuPlace.SHARED, CommonPlace.GLOBAL)
 """Temporaries every thread of a block (or of the grid) can read."""
 
 MAX_BLOCK = (1024, 1024, 64)
@@ -137,12 +141,12 @@ class GpuPlan(LoweredPlan):
 
     def _map_hardware(self) -> None:
         node = self.tree
-        while len(node.children) == 1 and node.children[0].kind == "BLOCK":
+        while len(node.children) == 1 and node.children[0].kind == GpuKind.BLOCK:
             node = node.children[0]
             self.block_nodes.append(node)
         nodes = list(walk_loops(self.tree))
         chain = {id(b) for b in self.block_nodes}
-        stray = [n.dims[0] for n in nodes if n.kind == "BLOCK" and id(n) not in chain]
+        stray = [n.dims[0] for n in nodes if n.kind == GpuKind.BLOCK and id(n) not in chain]
         if stray:
             raise CodegenError(f"block dimensions {stray} do not enclose the whole kernel")
         if len(self.block_nodes) > len(HW_NAMES):
@@ -150,9 +154,9 @@ class GpuPlan(LoweredPlan):
         for pos, b in enumerate(self.block_nodes):
             self.hw_of[id(b)] = len(self.block_nodes) - 1 - pos
         classes: list[list[Node]] = []
-        for n in (n for n in nodes if n.kind == "THREAD"):
+        for n in (n for n in nodes if n.kind == GpuKind.THREAD):
             for c in classes:
-                if self._mapping(n.dims[0], c[0].dims[0]) == "MAPPED":
+                if self._mapping(n.dims[0], c[0].dims[0]) == ThreadMapping.MAPPED:
                     c.append(n)
                     break
             else:
@@ -160,7 +164,7 @@ class GpuPlan(LoweredPlan):
         if len(classes) > len(HW_NAMES):
             raise CodegenError(f"{len(classes)} hardware thread dimensions (at most 3)")
         # A class is mapped to an outer hardware dimension than every class it is OUT of.
-        rank = [sum(self._mapping(c[0].dims[0], o[0].dims[0]) == "OUT"
+        rank = [sum(self._mapping(c[0].dims[0], o[0].dims[0]) == ThreadMapping.OUT
                     for o in classes if o is not c) for c in classes]
         if sorted(rank) != list(range(len(classes))):
             raise CodegenError(f"thread_mapping does not order the thread classes: {rank}")
@@ -213,11 +217,11 @@ class GpuPlan(LoweredPlan):
 
     def keeps_slot(self, space: str, a: str, b: str) -> bool:
         """Whether a temporary is indexed by the pair (a, b) of producer and consumer dims."""
-        if space == "GLOBAL":
+        if space == CommonPlace.GLOBAL:
             return True
         merged = self.merged(a, b)
-        threads = self.kind(a) == "THREAD" and self.kind(b) == "THREAD"
-        if space == "SHARED":
+        threads = self.kind(a) == GpuKind.THREAD and self.kind(b) == GpuKind.THREAD
+        if space == GpuPlace.SHARED:
             # Fused thread dims: the block's threads write different values.
             return not merged or threads
         # Registers are per thread: a pair on one hardware thread dim is the thread itself.
@@ -244,7 +248,7 @@ class GpuPlan(LoweredPlan):
 
     def _thread_nodes(self, inst: str) -> dict[int, Node]:
         return {self.hw_of[id(a)]: a for a in self.ancestors(self.node_of[inst])
-                if a.kind == "THREAD"}
+                if a.kind == GpuKind.THREAD}
 
     def _reads(self, inst: Instruction) -> list[tuple[str, Storage, set[tuple[str, str]]]]:
         """(writer, storage, tile-level pairs writer -> reader) of each value ``inst`` reads."""
@@ -386,7 +390,7 @@ class GpuPlan(LoweredPlan):
 
     def _iterates_around(self, node: Node | None) -> bool:
         while node is not None:
-            if node.kind in ("LOOP", "UNROLL") and self.sizes[node.dims[0]] != 1:
+            if node.kind in (CommonKind.LOOP, CommonKind.UNROLL) and self.sizes[node.dims[0]] != 1:
                 return True
             node = self.parent[id(node)]
         return False
@@ -403,7 +407,7 @@ class GpuPlan(LoweredPlan):
                     if w[0] == r[0] or self._same_thread(st, w, r):
                         continue
                     top = self.lca({w[0], r[0]})
-                    if top.kind == "VECTOR":
+                    if top.kind == CommonKind.VECTOR:
                         raise CodegenError(f"{st.name} crosses threads inside vector dim "
                                            f"{top.name}")
                     x = self._child_towards(top, w[0])
@@ -411,7 +415,7 @@ class GpuPlan(LoweredPlan):
                     marks = self.barriers.setdefault(id(top), set())
                     again = self._iterates_around(top)
                     # Each element of a GLOBAL temporary is written once: no overwrite.
-                    overwrites = st.space != "GLOBAL"
+                    overwrites = st.space != CommonPlace.GLOBAL
                     if x < y:
                         marks.add(y)
                         if again and overwrites:

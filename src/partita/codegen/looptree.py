@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cmp_to_key
 
 from partita.space.candidate import Candidate
+from partita.space.nest import Order
 
 
 @dataclass
@@ -60,7 +61,7 @@ def loop_tree(cand: Candidate) -> Node:
     reps: list[str] = []
     members: dict[str, list[str]] = {}
     for d in (d.name for d in k.dims):
-        rep = next((r for r in reps if _order(cand, d, r) == "MERGED"), None)
+        rep = next((r for r in reps if _order(cand, d, r) == Order.MERGED), None)
         if rep is None:
             reps.append(d)
             members[d] = [d]
@@ -72,14 +73,14 @@ def loop_tree(cand: Candidate) -> Node:
     nodes |= {i.name: Node(inst=i.name) for i in k.instructions}
     root = Node()
     for s in statements:
-        outer = [r for r in reps if r != s and _order(cand, s, r) == "IN"]
+        outer = [r for r in reps if r != s and _order(cand, s, r) == Order.IN]
         # The innermost enclosing loop is the one inside all the others.
         parent = next((r for r in outer
-                       if all(o == r or _order(cand, r, o) == "IN" for o in outer)), None)
+                       if all(o == r or _order(cand, r, o) == Order.IN for o in outer)), None)
         (nodes[parent] if parent else root).children.append(nodes[s])
 
     def before(a: Node, b: Node) -> int:
-        return -1 if _order(cand, a.name, b.name) == "BEFORE" else 1
+        return -1 if _order(cand, a.name, b.name) == Order.BEFORE else 1
 
     def sort(node: Node) -> None:
         node.children.sort(key=cmp_to_key(before))

@@ -67,7 +67,11 @@ from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Instruction, Reduce, Value
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
-from partita.space.temporaries import layout_order, temporary_name
+from partita.space.nest import CommonKind, Order
+from partita.space.temporaries import CommonPlace, layout_order, temporary_name
+from partita.targets.cpu.space import DimKind as CpuKind
+from partita.targets.cpu.space import MemSpace as CpuPlace
+from partita.targets.cpu.space import Prefetch as PrefetchHint
 
 LOCAL_STACK_BYTES = 64 * 1024
 """LOCAL buffers up to this size live on the stack; larger ones are allocated once per thread."""
@@ -80,7 +84,7 @@ def keeps_pair(space: str, fused: bool) -> bool:
     slot for a (producer tile, consumer tile) pair: a buffer allocated whole (``GLOBAL``)
     keeps every pair; a local buffer or registers hold one slice per iteration of the loops
     fused around both ends, so a fused pair is left out."""
-    return space == "GLOBAL" or not fused
+    return space == CommonPlace.GLOBAL or not fused
 
 
 def accumulator_temporary(k: Kernel, inst: str) -> str | None:
@@ -164,7 +168,7 @@ class Prefetch:
         vector's lanes are contiguous, one prefetch covers them) and the loops foreign to
         the load, which repeat its addresses (a copy nested in the loops of another
         statement: 256 prefetches at each reduction step, where 2 cover every line)."""
-        return [n for n in self.copy if n.kind != "VECTOR" and any(d in self.own
+        return [n for n in self.copy if n.kind != CommonKind.VECTOR and any(d in self.own
                                                                    for d in n.dims)]
 
 
@@ -230,15 +234,15 @@ class LoweredPlan:
         index (its iterations would write the same elements on two threads at once: the same
         values, but a race)."""
         heap = [st for st in self.all_storage() if st.temp is not None
-                and st.space == "GLOBAL"]
+                and st.space == CommonPlace.GLOBAL]
         big = self._big_locals()
-        nest = next((c for c in self.tree.children if c.kind == "PARALLEL"), None)
+        nest = next((c for c in self.tree.children if c.kind == CpuKind.PARALLEL), None)
         loops = self.parallel_loops(nest) if nest is not None else []
 
         def private(st: Storage) -> bool:
             if nest is None or not self.within(self.lca(st.accessors), nest):
                 return False
-            return st.space != "GLOBAL" or not all(
+            return st.space != CommonPlace.GLOBAL or not all(
                 any(sl.producer_dim in p.dims for sl in st.slots) for p in loops)
 
         self.parallel_nest = nest
@@ -313,7 +317,7 @@ class LoweredPlan:
 
     def binds_in_loop(self, node: Node, dims: set[str]) -> bool:
         """Whether ``node`` binds one of ``dims`` to a loop index (not to constants)."""
-        if node.kind in ("UNROLL", "VECTOR") or self.sizes[node.dims[0]] == 1:
+        if node.kind in (CommonKind.UNROLL, CommonKind.VECTOR) or self.sizes[node.dims[0]] == 1:
             return False
         return any(d in dims for d in node.dims)
 
@@ -324,10 +328,10 @@ class LoweredPlan:
         return next((a for a in self.k.arrays if a.name == name), None)
 
     def merged(self, a: str, b: str) -> bool:
-        return self.cand.domain("order", a, b) == ("MERGED",)
+        return self.cand.domain("order", a, b) == (Order.MERGED,)
 
     def is_vector(self, d: str) -> bool:
-        return self.cand.domain("dim_kind", d) == ("VECTOR",)
+        return self.cand.domain("dim_kind", d) == (CommonKind.VECTOR,)
 
     def temp_storage(self, temp: Array, op: Value | Reduce) -> Storage:
         """How a temporary is indexed: its slots in the decided layout (an extension point:
@@ -347,7 +351,7 @@ class LoweredPlan:
             # then one contiguous panel.
             slots = [*fastest[:-1], *slots[:-len(fastest)], fastest[-1]]
         lanes = 1
-        if space == "REGISTER":
+        if space == CommonPlace.REGISTER:
             # Registers have no layout: the (widest) vectorised pair goes last, so the
             # temporary is an array of whole vectors that gcc keeps in vector registers.
             def vector_width(sl: Slot) -> int:
@@ -402,7 +406,7 @@ class LoweredPlan:
                 # A value varies along the lanes only if the instruction producing it does:
                 # a foreign instruction inside a vector loop computes one scalar, which its
                 # readers broadcast.
-                if node.kind == "VECTOR" and self.iterates(st.producer, node):
+                if node.kind == CommonKind.VECTOR and self.iterates(st.producer, node):
                     st.vector_dim = node.dims[0]
 
     def all_storage(self) -> list[Storage]:
@@ -424,11 +428,11 @@ class LoweredPlan:
         """LOCAL buffers too large for the stack: on the heap."""
         out = []
         for st in self.all_storage():
-            if st.temp is None or st.space == "GLOBAL":
+            if st.temp is None or st.space == CommonPlace.GLOBAL:
                 continue
             n = st.elements
             if not isinstance(n, int) or n * st.dtype.itemsize > LOCAL_STACK_BYTES:
-                if st.space == "REGISTER":
+                if st.space == CommonPlace.REGISTER:
                     raise CodegenError(f"{st.name}: a register temporary of {n} elements")
                 st.space = "HEAP"
                 out.append(st)
@@ -439,7 +443,7 @@ class LoweredPlan:
         """The parallel loops nested directly in one another from ``top`` (one collapsed
         nest)."""
         chain = [top]
-        while len(chain[-1].children) == 1 and chain[-1].children[0].kind == "PARALLEL":
+        while len(chain[-1].children) == 1 and chain[-1].children[0].kind == CpuKind.PARALLEL:
             chain.append(chain[-1].children[0])
         return chain
 
@@ -457,7 +461,8 @@ class LoweredPlan:
         if "prefetch" not in self.cand.compiled.sdef.enums:
             return
         for temp in self.k.arrays:
-            if temp.carries is None or self.cand.domain("prefetch", temp.name) != ("NEXT",):
+            if (temp.carries is None
+                    or self.cand.domain("prefetch", temp.name) != (PrefetchHint.NEXT,)):
                 continue
             plan = self._prefetch_plan(temp.name, *temp.carries)
             if plan is not None:
@@ -468,8 +473,9 @@ class LoweredPlan:
         load = self.k.inst(producer)
         around: list[Node] = []
         node: Node | None = outer
-        while node is not None and node is not self.tree and node.kind in ("LOOP", "PARALLEL") \
-                and isinstance(self.sizes[node.dims[0]], int):
+        while (node is not None and node is not self.tree
+               and node.kind in (CommonKind.LOOP, CpuKind.PARALLEL)
+               and isinstance(self.sizes[node.dims[0]], int)):
             around.append(node)
             node = self.parent[id(node)]
         own = self.k.iteration_dims(producer)
@@ -484,7 +490,7 @@ class LoweredPlan:
         copy = below(producer)
         reader = []
         for node in below(consumer):
-            if node.kind != "LOOP" or not isinstance(self.sizes[node.dims[0]], int):
+            if node.kind != CommonKind.LOOP or not isinstance(self.sizes[node.dims[0]], int):
                 break
             reader.append(node)
         if not reader or not copy or copy[0] is reader[0] \
@@ -595,7 +601,7 @@ class LoweredPlan:
         reduction dim or binds an index to constants (unrolled, vector, or one iteration);
         neither the accumulator nor the copy is indexed by a reduction dim, and no dim of the
         accumulation's other logical dims needs a guard here."""
-        if not self.promotes or node.kind != "LOOP" or self.sizes[node.dims[0]] == 1:
+        if not self.promotes or node.kind != CommonKind.LOOP or self.sizes[node.dims[0]] == 1:
             return {}
         out = {}
         for inst in self.insts_under(node):
@@ -609,7 +615,7 @@ class LoweredPlan:
             if not any(d in reduction for d in node.dims):
                 continue
             path = self.loops_to(inst, node)[:-1]
-            if any(n.kind == "VECTOR" if set(n.dims) & reduction
+            if any(n.kind == CommonKind.VECTOR if set(n.dims) & reduction
                    else self.binds_in_loop(n, own) for n in path):
                 continue  # lanes along the reduction, or an index bound in a loop
             st = self.storage[inst]
@@ -636,12 +642,13 @@ class LoweredPlan:
         inside the loop, allocated outside it, and whose elements accessed inside the loop
         do not depend on any loop index bound there: between the loop and each access only
         unrolled and vector dims, or loops along dims that do not index it."""
-        if not self.promotes or self.cand.domain("dim_kind", node.dims[0]) == ("PARALLEL",):
+        if not self.promotes or self.cand.domain("dim_kind", node.dims[0]) == (CpuKind.PARALLEL,):
             return []
         inside = set(self.insts_under(node))
         out = []
         for st in self.all_storage():
-            if st.temp is None or st.space not in ("LOCAL", "GLOBAL", "HEAP") or st.lanes > 1:
+            if (st.temp is None or st.lanes > 1
+                    or st.space not in (CpuPlace.LOCAL, CommonPlace.GLOBAL, "HEAP")):
                 continue
             here = [i for i in st.accessors if i in inside]
             if not any(self.writes(i, st, sunk) for i in here):

@@ -8,9 +8,11 @@ from partita.db.records import (
     default_path,
     migrate,
 )
+from partita.db.rows import BestRow, EvaluationRow, KernelRow, RelatedBest, Row, RunRow
 from partita.db.schema import MIGRATIONS, SCHEMA_VERSION, Migration, decisions_hash
 
 __all__ = [
-    "ENV_VAR", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "Records", "RecordsError",
-    "decisions_hash", "default_path", "migrate",
+    "ENV_VAR", "MIGRATIONS", "SCHEMA_VERSION", "BestRow", "EvaluationRow", "KernelRow",
+    "Migration", "Records", "RecordsError", "RelatedBest", "Row", "RunRow", "decisions_hash",
+    "default_path", "migrate",
 ]

@@ -34,6 +34,14 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from partita.config import RECORDS_VARIABLE, records_file, xdg_cache_home
+from partita.db.rows import (
+    EVALUATION_COLUMNS,
+    BestRow,
+    EvaluationRow,
+    KernelRow,
+    RelatedBest,
+    RunRow,
+)
 from partita.db.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration, decisions_hash
 
 ENV_VAR = RECORDS_VARIABLE
@@ -192,20 +200,9 @@ def _float(value: Any, what: str) -> float | None:
 
 
 def _row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    """An SQL row by column name: what the typed rows of :mod:`partita.db.rows` are built
+    from."""
     return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
-
-
-def _evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
-    out = {("index" if k == "idx" else k): v for k, v in row.items()}
-    out["decisions"] = json.loads(out["decisions"])
-    return out
-
-
-_EVALUATION_FIELDS = (
-    "id", "run_id", "kernel_id", "machine_id", "idx", "decisions", "decisions_hash", "bound_s",
-    "status", "reason", "median_s", "min_s", "spread", "reps", "elapsed_s", "source_digest",
-    "flags", "created_at", "slowdown")
-_EVALUATION_COLUMNS = ", ".join(_EVALUATION_FIELDS)
 
 
 # ---------------------------------------------------------------------- the records
@@ -401,16 +398,11 @@ class Records:
             self._kernel_ids[key] = kid
         return kid
 
-    def find_kernel(self, structural_hash: str) -> dict[str, Any] | None:
+    def find_kernel(self, structural_hash: str) -> KernelRow | None:
         """The kernel recorded under ``structural_hash``: id, name, params and definition."""
         rows = self._read("looking up a kernel", "SELECT * FROM kernels WHERE structural_hash "
                           "= ?", (structural_hash,))
-        if not rows:
-            return None
-        out = rows[0]
-        out["params"] = json.loads(out["params"])
-        out["definition"] = json.loads(out["definition"])
-        return out
+        return KernelRow.from_row(rows[0]) if rows else None
 
     def machine_id(self, fingerprint: Mapping[str, Any]) -> int:
         """The id of the machine with ``fingerprint['key']`` (recorded on first use).
@@ -523,7 +515,7 @@ class Records:
                 marked.append(run_id)
         return marked
 
-    def runs(self, kernel_id: int, machine_id: int | None = None) -> list[dict[str, Any]]:
+    def runs(self, kernel_id: int, machine_id: int | None = None) -> list[RunRow]:
         """The runs of a kernel (on one machine, or all), oldest first, each with its number
         of evaluations and its best measured time (``best_s``, None if nothing was timed)."""
         sql = ("SELECT r.*, (SELECT count(*) FROM evaluations e WHERE e.run_id = r.id) "
@@ -534,10 +526,8 @@ class Records:
         if machine_id is not None:
             sql += " AND r.machine_id = ?"
             args.append(machine_id)
-        rows = self._read("listing runs", sql + " ORDER BY r.id", args)
-        for row in rows:
-            row["options"] = json.loads(row["options"])
-        return rows
+        return [RunRow.from_row(r) for r in self._read("listing runs", sql + " ORDER BY r.id",
+                                                       args)]
 
     # -- evaluations -----------------------------------------------------------------------
 
@@ -591,12 +581,10 @@ class Records:
         return self._write("recording an evaluation", insert)
 
     def evaluations(self, kernel_id: int, machine_id: int | None = None,
-                    run_id: int | None = None) -> list[dict[str, Any]]:
+                    run_id: int | None = None) -> list[EvaluationRow]:
         """Evaluations of a kernel, in the order they were recorded, optionally only those on
-        one machine or of one run. Each has ``Evaluation``'s fields (decisions decoded) plus
-        ``id``, ``run_id``, ``kernel_id``, ``machine_id``, ``decisions_hash``, ``flags`` and
-        ``created_at``."""
-        sql = f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE kernel_id = ?"
+        one machine or of one run."""
+        sql = f"SELECT {', '.join(EVALUATION_COLUMNS)} FROM evaluations WHERE kernel_id = ?"
         args: list[Any] = [kernel_id]
         if machine_id is not None:
             sql += " AND machine_id = ?"
@@ -604,8 +592,8 @@ class Records:
         if run_id is not None:
             sql += " AND run_id = ?"
             args.append(run_id)
-        return [_evaluation_row(r) for r in self._read("listing evaluations",
-                                                        sql + " ORDER BY id", args)]
+        return [EvaluationRow.from_row(r) for r in self._read("listing evaluations",
+                                                               sql + " ORDER BY id", args)]
 
     def seen_decisions(self, kernel_id: int, machine_id: int, target: str, *,
                        ok_only: bool = False) -> set[str]:
@@ -620,18 +608,18 @@ class Records:
         return {r["decisions"] for r in rows}
 
     def find_evaluation(self, kernel_id: int, machine_id: int, target: str,
-                        decisions: Any) -> dict[str, Any] | None:
+                        decisions: Any) -> EvaluationRow | None:
         """The latest evaluation of exactly ``decisions`` (a list or its JSON text) for a
         kernel on a machine and target, or None: a measurement to reuse instead of taking."""
         text = _decisions_text(decisions)
         rows = self._read(
             "looking up an evaluation",
-            f"SELECT {', '.join('e.' + c for c in _EVALUATION_FIELDS)} "
+            f"SELECT {', '.join('e.' + c for c in EVALUATION_COLUMNS)} "
             "FROM evaluations e JOIN runs r ON r.id = e.run_id WHERE e.kernel_id = ? "
             "AND e.machine_id = ? AND e.decisions_hash = ? AND r.target = ? "
             "AND e.decisions = ? ORDER BY e.id DESC LIMIT 1",
             (kernel_id, machine_id, decisions_hash(text), target, text))
-        return _evaluation_row(rows[0]) if rows else None
+        return EvaluationRow.from_row(rows[0]) if rows else None
 
     # -- best implementations --------------------------------------------------------------
 
@@ -675,7 +663,7 @@ class Records:
         return self._write("offering a best implementation", upsert)
 
     def related_best(self, name: str, kernel_id: int, machine_id: int,
-                     target: str) -> list[dict[str, Any]]:
+                     target: str) -> list[RelatedBest]:
         """The best implementations recorded on this machine and target for the other
         kernels of the same name (other sizes or variants): their decisions (decoded), time
         and the kernel's parameters (decoded)."""
@@ -684,19 +672,12 @@ class Records:
                           "JOIN kernels k ON b.kernel_id = k.id WHERE k.name = ? "
                           "AND b.machine_id = ? AND b.target = ? AND b.kernel_id != ?",
                           (name, machine_id, target, kernel_id))
-        for row in rows:
-            row["decisions"] = json.loads(row["decisions"])
-            row["params"] = json.loads(row["params"])
-        return rows
+        return [RelatedBest.from_row(r) for r in rows]
 
-    def best(self, kernel_id: int, machine_id: int, target: str) -> dict[str, Any] | None:
+    def best(self, kernel_id: int, machine_id: int, target: str) -> BestRow | None:
         """The fastest implementation recorded for (kernel, machine, target), or None: its
         evaluation id, time, decisions (decoded), C source, entry name and flags."""
         rows = self._read("reading the best implementation",
                           "SELECT * FROM best WHERE kernel_id = ? AND machine_id = ? "
                           "AND target = ?", (kernel_id, machine_id, target))
-        if not rows:
-            return None
-        out = rows[0]
-        out["decisions"] = json.loads(out["decisions"])
-        return out
+        return BestRow.from_row(rows[0]) if rows else None

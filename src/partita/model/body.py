@@ -11,6 +11,7 @@ from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.model.terms import BodyTerms, BoundModel, KernelTerms, Parallel, carried_operand
 from partita.space.candidate import Candidate
+from partita.space.nest import CommonKind, Order
 
 
 def body_terms(model: BoundModel, k: Kernel, inst: str) -> BodyTerms:
@@ -134,7 +135,7 @@ def body_points(model: BoundModel, cand: Candidate, t: KernelTerms,
     outside: dict[str, int] = {}
     inside: dict[str, int] = {}
     looped: set[str] = set()
-    rolled = ("LOOP", r.parallel_kind)
+    rolled = (CommonKind.LOOP, r.parallel_kind)
     lanes: dict[str, int] = {}
     for logical, tiles, n in body.tiles:
         certain = -1
@@ -147,7 +148,7 @@ def body_points(model: BoundModel, cand: Candidate, t: KernelTerms,
             his.append(hi)
             if lo > 1 and all(kind in rolled for kind in kinds):
                 certain, first = index, index
-            elif first is None and hi > 1 and ("LOOP" in kinds or r.parallel_kind in kinds):
+            elif first is None and hi > 1 and any(kind in kinds for kind in rolled):
                 first = index
         if certain >= 0:
             looped.add(logical)
@@ -263,7 +264,7 @@ def register_copy(model: BoundModel, cand: Candidate, t: KernelTerms, holder: st
     if holder is not None:
         if model.rates.register_space not in cand.domain("mem_space", holder):
             return None
-    elif not any(cand.allows("order", pair, "BEFORE") for pair in pairs):
+    elif not any(cand.allows("order", pair, Order.BEFORE) for pair in pairs):
         return None
     return tuple((ld, min(t.widest, model.dim_size_range(cand, d)[1]))
                  for d, ld in inner

@@ -65,12 +65,15 @@ from partita.model.terms import (
     temporary_axes,
 )
 from partita.space.candidate import Candidate
+from partita.space.nest import CommonKind, Order
 from partita.space.temporaries import layout_order
+from partita.targets.cpu.space import DimKind as CpuKind
+from partita.targets.cpu.space import MemSpace as CpuPlace
 
 __all__ = ["PEELED", "Bound", "Model", "Rates"]
 
 CACHE_LINE = 64
-SEQUENTIAL = frozenset({"LOOP", "PARALLEL"})
+SEQUENTIAL = frozenset({CommonKind.LOOP, CpuKind.PARALLEL})
 PAGE = 4096
 
 
@@ -257,21 +260,22 @@ class Model:
         for dim, kinds in parallel:
             encloses = True
             if own is not None and inst is not None and dim.name not in own:
-                if not cand.allows("order", (dim.name, inst), "OUT"):
+                if not cand.allows("order", (dim.name, inst), Order.OUT):
                     continue
                 if dim.name not in repeated and not any(
-                        k.mergeable(dim.name, d) and cand.allows("order", (dim.name, d), "MERGED")
+                        k.mergeable(dim.name, d)
+                        and cand.allows("order", (dim.name, d), Order.MERGED)
                         for d in own_parallel):
                     continue  # the instruction would run whole in each of its iterations
-                encloses = cand.is_only("order", (dim.name, inst), "OUT")
+                encloses = cand.is_only("order", (dim.name, inst), Order.OUT)
             if len(kinds) > 1 or not encloses or (
                     dim.sizes is not None and len(cand.domain("size", dim.name)) > 1):
                 return optimistic
             fused = [cand.domain("order", dim.name, c) for c in counted
                      if k.mergeable(dim.name, c)]
-            if ("MERGED",) in fused:
+            if (Order.MERGED,) in fused:
                 continue
-            if any("MERGED" in dom for dom in fused):
+            if any(Order.MERGED in dom for dom in fused):
                 return optimistic
             counted.append(dim.name)
             n *= self.dim_size_range(cand, dim.name)[0]
@@ -340,24 +344,24 @@ class Model:
         size = self.dim_size_range
 
         def inside(a: str, b: str) -> bool:  # a may be nested inside b
-            return cand.allows("order", (a, b), "IN")
+            return cand.allows("order", (a, b), Order.IN)
 
         # Accumulators interleaved between two updates of one (at most).
         chains = 1
         for d in other:
-            if cand.is_only("dim_kind", (d,), "VECTOR"):
+            if cand.is_only("dim_kind", (d,), CommonKind.VECTOR):
                 continue
             if all(inside(d, e) for e in red):
                 chains *= size(cand, d)[1]
         # The shortest run of dependent updates the nest still allows.
         run = None
         for e in red:
-            if any(cand.is_only("order", (f, e), "IN") for f in red if f != e):
+            if any(cand.is_only("order", (f, e), Order.IN) for f in red if f != e):
                 continue  # not the innermost reduction tile
             n = size(cand, e)[0]
             for f in red:
-                if f != e and cand.is_only("order", (e, f), "IN") and not any(
-                        inside(g, f) and cand.allows("order", (g, e), "OUT") for g in other):
+                if f != e and cand.is_only("order", (e, f), Order.IN) and not any(
+                        inside(g, f) and cand.allows("order", (g, e), Order.OUT) for g in other):
                     n *= size(cand, f)[0]
             run = n if run is None else min(run, n)
         if run is None or run <= 1:
@@ -417,7 +421,7 @@ class Model:
             if (b, inner) not in kept:
                 fusable = local and b != unfused
                 kept[b, inner] = any(self.dim_size_range(cand, p)[0] > 1 and not (
-                    fusable and cand.allows("order", (p, q), "MERGED"))
+                    fusable and cand.allows("order", (p, q), Order.MERGED))
                     for p, q in (axes[b][-1:] if inner else axes[b]))
             return kept[b, inner]
 
@@ -471,11 +475,11 @@ class Model:
             return ()
         counted: list[str] = []
         for f in reusing:
-            if not any(cand.is_only("order", (d, f), "IN") for d in loops):
+            if not any(cand.is_only("order", (d, f), Order.IN) for d in loops):
                 continue
-            if any(cand.allows("order", (d, f), "MERGED") for d in varying):
+            if any(cand.allows("order", (d, f), Order.MERGED) for d in varying):
                 continue
-            if any(cand.allows("order", (f, g), "MERGED") for g in counted):
+            if any(cand.allows("order", (f, g), Order.MERGED) for g in counted):
                 continue
             counted.append(f)
         return tuple(counted)
@@ -575,8 +579,8 @@ class Model:
             for size, pairs in zip(axes, t.temp_axes[temp], strict=True):
                 along = 1
                 for producer, consumer in pairs:
-                    fused = "MERGED" in cand.domain("order", producer, consumer)
-                    if keeps_pair("LOCAL", fused):
+                    fused = Order.MERGED in cand.domain("order", producer, consumer)
+                    if keeps_pair(CpuPlace.LOCAL, fused):
                         along *= self.dim_size_range(cand, producer)[0]
                 elements *= min(along, size)
         nbytes = elements * itemsize

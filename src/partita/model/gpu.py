@@ -10,7 +10,10 @@ spread it: one warp issue covers at most 32 of its iterations.
 from __future__ import annotations
 
 from partita.model.bound import Rates
+from partita.space.nest import CommonKind
+from partita.space.temporaries import CommonPlace
 from partita.targets.gpu.device import GpuCapabilities
+from partita.targets.gpu.space import DimKind as GpuKind
 
 
 def gpu_rates(gpu: GpuCapabilities, dtype: str = "float32") -> Rates:
@@ -23,6 +26,6 @@ def gpu_rates(gpu: GpuCapabilities, dtype: str = "float32") -> Rates:
         stores_per_cycle=gpu.l1_bytes_per_cycle_per_sm / vector_bytes,
         fma_latency_cycles=gpu.fma_latency_cycles,
         bandwidth_gbs=((gpu.l2_bytes, gpu.l2_gbs), (1 << 62, gpu.dram_gbs)),
-        parallel_kind="BLOCK", register_space="REGISTER",
-        lane_kinds=("THREAD", "VECTOR"), lane_group=gpu.warp_size,
+        parallel_kind=GpuKind.BLOCK, register_space=CommonPlace.REGISTER,
+        lane_kinds=(GpuKind.THREAD, CommonKind.VECTOR), lane_group=gpu.warp_size,
     )

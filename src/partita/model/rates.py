@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from partita.space.nest import CommonKind
+from partita.space.temporaries import CommonPlace
+from partita.targets.cpu.space import DimKind as CpuKind
+
 PEELED = 16
 """Loops of at most this many iterations may be fully unrolled by the compiler (gcc's default
 ``max-completely-peel-times`` at -O3), after which invariant copies can be hoisted: where
@@ -32,8 +36,8 @@ class Rates:
     scalar_loads_per_cycle: float = 0.0
     scalar_stores_per_cycle: float = 0.0
     """Loads and stores narrower than the widest vector (0: as fast as the widest)."""
-    parallel_kind: str = "PARALLEL"
-    lane_kinds: tuple[str, ...] = ("VECTOR",)
+    parallel_kind: str = CpuKind.PARALLEL
+    lane_kinds: tuple[str, ...] = (CommonKind.VECTOR,)
     """Dim kinds that spread an instruction's iterations over lanes (CPU: VECTOR; GPU: THREAD
     and VECTOR)."""
     lane_group: int = 0
@@ -43,8 +47,8 @@ class Rates:
     bandwidth_one_core_gbs: tuple[tuple[int, float], ...] = ()
     """The same table for what one core moves alone (empty: unknown, then only the all-core
     table bounds): a loop nest that runs on one core streams at this rate."""
-    register_space: str = "REGISTER"
-    heap_space: str = "GLOBAL"
+    register_space: str = CommonPlace.REGISTER
+    heap_space: str = CommonPlace.GLOBAL
     """The memory space of temporaries allocated whole, on the heap, at every call."""
     reorder_window: int = 512
     """Instructions an out-of-order core holds in flight at most (an upper bound: current x86

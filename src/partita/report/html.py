@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from partita.db.rows import BestRow, EvaluationRow
 from partita.runtime.harness import TimingOptions
 
 # The tuner's tolerance, so that the report and the tuner agree on what a model bug is.
@@ -90,31 +91,19 @@ def _number(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _measured(ev: Mapping[str, Any]) -> float | None:
+def _measured(ev: EvaluationRow) -> float | None:
     """The time an evaluation counts for: its median, for a successful evaluation only."""
-    if ev.get("status") != "ok":
+    if not ev.ok:
         return None
-    t = _number(ev.get("median_s"))
+    t = _number(ev.median_s)
     return t if t is not None and t > 0 else None
 
 
-def is_violation(ev: Mapping[str, Any], noise: float = NOISE) -> bool:
+def is_violation(ev: EvaluationRow, noise: float = NOISE) -> bool:
     """Whether the model's bound exceeds the measured time beyond noise: the bound claims
     the implementation cannot be that fast, so the model is wrong."""
-    return ev.get("status") == "ok" and exceeds_measurement(
-        _number(ev.get("bound_s")), _number(ev.get("min_s")), _number(ev.get("median_s")), noise)
-
-
-def _decisions(value: Any) -> list[Any]:
-    """Decisions as a list, whether decoded or the stored JSON text."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return []
-    return list(value) if isinstance(value, list | tuple) else []
+    return ev.ok and exceeds_measurement(
+        _number(ev.bound_s), _number(ev.min_s), _number(ev.median_s), noise)
 
 
 def _table(headers: Sequence[str] | None, rows: Sequence[Sequence[Any]],
@@ -152,7 +141,7 @@ def _save(fig: Any, path: Path) -> None:
     fig.savefig(path, format="png", metadata={"Software": None})
 
 
-def _plot_best(evals: Sequence[Mapping[str, Any]], path: Path) -> bool:
+def _plot_best(evals: Sequence[EvaluationRow], path: Path) -> bool:
     """Best time so far against the number of evaluations: how fast the search converged,
     and whether more evaluations would likely pay."""
     xs: list[int] = []
@@ -186,14 +175,14 @@ def _plot_best(evals: Sequence[Mapping[str, Any]], path: Path) -> bool:
     return True
 
 
-def _plot_bound(evals: Sequence[Mapping[str, Any]], path: Path, noise: float) -> bool:
+def _plot_bound(evals: Sequence[EvaluationRow], path: Path, noise: float) -> bool:
     """Model bound against measured time, log-log: the bound must stay below y = x; points
     above it are model violations, drawn in red."""
     fine: list[tuple[float, float]] = []
     bad: list[tuple[float, float]] = []
     for ev in evals:
         t = _measured(ev)
-        bound = _number(ev.get("bound_s"))
+        bound = _number(ev.bound_s)
         if t is None or bound is None or bound <= 0:
             continue
         (bad if is_violation(ev, noise) else fine).append((t, bound))
@@ -224,7 +213,7 @@ def _plot_bound(evals: Sequence[Mapping[str, Any]], path: Path, noise: float) ->
     return True
 
 
-def _plot_histogram(evals: Sequence[Mapping[str, Any]], path: Path) -> bool:
+def _plot_histogram(evals: Sequence[EvaluationRow], path: Path) -> bool:
     """Distribution of measured times on a log scale: how much choosing well matters (a
     wide spread) and how rare the fast implementations are."""
     import numpy as np
@@ -251,11 +240,11 @@ def _plot_histogram(evals: Sequence[Mapping[str, Any]], path: Path) -> bool:
 # ---------------------------------------------------------------------- page sections
 
 
-def _summary(evals: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None,
+def _summary(evals: Sequence[EvaluationRow], best: BestRow | None,
              flops: float | None, peak: str, noise: float) -> str:
-    statuses = Counter(str(ev.get("status", "")) for ev in evals)
+    statuses = Counter(ev.status for ev in evals)
     measured = [t for ev in evals if (t := _measured(ev)) is not None]
-    best_time = _number(best.get("time_s")) if best else None
+    best_time = _number(best.time_s) if best else None
     if best_time is None and measured:
         best_time = min(measured)
     failures = sum(n for s, n in statuses.items() if s != "ok")
@@ -275,8 +264,7 @@ def _summary(evals: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None,
     if peak:
         rows.append(("Peak", peak))
     rows.append(("Model violations", str(violations)))
-    judged = [d for ev in evals if ev.get("status") == "ok"
-              and (d := _number(ev.get("slowdown"))) is not None]
+    judged = [d for ev in evals if ev.ok and (d := _number(ev.slowdown)) is not None]
     if judged:
         slowed = sum(1 for d in judged if d > SLOW_LIMIT)
         rows.append((f"Timed while a core ran slowed (> {SLOW_LIMIT:g}x, of {len(judged)} "
@@ -289,8 +277,8 @@ def _summary(evals: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None,
         found: list[tuple[Any, ...]] = []
         for i, ev in enumerate(evals, start=1):
             if is_violation(ev, noise) and len(found) < MAX_FAILURES:
-                bound = _number(ev.get("bound_s")) or 0.0
-                fastest = _number(ev.get("min_s")) or _number(ev.get("median_s")) or 0.0
+                bound = _number(ev.bound_s) or 0.0
+                fastest = _number(ev.min_s) or _number(ev.median_s) or 0.0
                 found.append((i, format_time(bound), format_time(fastest),
                               f"{bound / fastest:.3g}" if fastest else "n/a"))
         parts.append(_table(("evaluation", "model bound", "fastest measured",
@@ -312,20 +300,20 @@ def _machine(machine: Mapping[str, Any] | None) -> str:
     return '<h2 id="machine">Machine</h2>\n' + _table(None, rows)
 
 
-def _best(best: Mapping[str, Any] | None, flops: float | None) -> str:
+def _best(best: BestRow | None, flops: float | None) -> str:
     parts = ['<h2 id="best">Best implementation</h2>']
     if not best:
         parts.append('<p class="note">No implementation was measured successfully.</p>')
         return "\n".join(parts)
-    time_s = _number(best.get("time_s"))
+    time_s = _number(best.time_s)
     facts = [("Time", format_time(time_s))]
     if flops and time_s:
         facts.append(("GFLOP/s", f"{flops / time_s / 1e9:.4g}"))
-    for key, label in (("entry", "Entry point"), ("flags", "Flags")):
-        if best.get(key):
-            facts.append((label, str(best[key])))
+    for label, value in (("Entry point", best.entry), ("Flags", best.flags)):
+        if value:
+            facts.append((label, value))
     parts.append(_table(None, facts))
-    decisions = _decisions(best.get("decisions"))
+    decisions = best.decisions
     parts.append(f"<h3>Decisions ({len(decisions)})</h3>")
     rows = []
     for i, d in enumerate(decisions, start=1):
@@ -338,14 +326,14 @@ def _best(best: Mapping[str, Any] | None, flops: float | None) -> str:
         else:
             rows.append((i, json.dumps(d), "", ""))
     parts.append(_table(("#", "choice", "of", "value"), rows, numeric=(0,)))
-    if best.get("source"):
+    if best.source:
         parts.append("<details><summary>C source</summary>"
-                     f"<pre>{_esc(best['source'])}</pre></details>")
+                     f"<pre>{_esc(best.source)}</pre></details>")
     return "\n".join(parts)
 
 
-def _failures(evals: Sequence[Mapping[str, Any]]) -> str:
-    failed = [(i, ev) for i, ev in enumerate(evals) if ev.get("status") != "ok"]
+def _failures(evals: Sequence[EvaluationRow]) -> str:
+    failed = [(i, ev) for i, ev in enumerate(evals) if not ev.ok]
     parts = [f'<h2 id="failures">Failures ({len(failed)})</h2>']
     if not failed:
         parts.append('<p class="note">None.</p>')
@@ -355,10 +343,10 @@ def _failures(evals: Sequence[Mapping[str, Any]]) -> str:
     rows = ["<table>", "<tr><th>evaluation</th><th>status</th><th>reason</th></tr>"]
     for i, ev in failed[:MAX_FAILURES]:
         index = i + 1
-        reason = str(ev.get("reason") or "")
+        reason = ev.reason
         if len(reason) > MAX_REASON:
             reason = reason[:MAX_REASON] + " ..."
-        rows.append(f'<tr><td class="num">{_esc(index)}</td><td>{_esc(ev.get("status"))}</td>'
+        rows.append(f'<tr><td class="num">{_esc(index)}</td><td>{_esc(ev.status)}</td>'
                     f'<td class="reason">{_esc(reason)}</td></tr>')
     rows.append("</table>")
     parts.append("\n".join(rows))
@@ -378,7 +366,7 @@ def _figure_section(heading: str, anchor: str, file: str | None, alt: str, missi
 
 
 def write_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: str,
-                 evaluations: list[dict[str, Any]], best: dict[str, Any] | None,
+                 evaluations: Sequence[EvaluationRow], best: BestRow | None,
                  machine: dict[str, Any] | None, peak: str = "",
                  flops: float | None = None, noise: float = NOISE) -> Path:
     """Write ``index.html`` and its plots into ``out_dir``; return the page's path.

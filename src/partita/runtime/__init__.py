@@ -16,11 +16,12 @@ from partita.runtime.compile import (
     compiler_version,
 )
 from partita.runtime.data import generate_inputs, make_case, tolerance
-from partita.runtime.evaluate import STATUSES, Evaluator, Measurement
+from partita.runtime.evaluate import STATUSES, Checked, Evaluator, Measurement, Outcome
 from partita.runtime.harness import Timing, TimingOptions, measure, summarize
 
 __all__ = [
-    "DEFAULT_FLAGS", "STATUSES", "CompileError", "Compiler", "Evaluator", "Measurement",
-    "SharedObject", "Timing", "TimingOptions", "compiler_version", "generate_inputs",
+    "DEFAULT_FLAGS", "STATUSES", "Checked", "CompileError", "Compiler", "Evaluator",
+    "Measurement", "Outcome", "SharedObject", "Timing", "TimingOptions", "compiler_version",
+    "generate_inputs",
     "make_case", "measure", "summarize", "tolerance",
 ]

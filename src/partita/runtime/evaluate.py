@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from partita import config
 from partita.codegen.program import Program
@@ -72,6 +72,37 @@ def default_memory_limit() -> int | None:
         return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError):
         return None
+
+
+class Checked(Protocol):
+    """What sampling reads of the result of running one program: its status (``ok`` when
+    it ran and computed the reference's outputs), why it failed, and its median time where
+    the runner timed it (None: checked only, as OpenCL on the CPU checks GPU code)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def median_s(self) -> float | None: ...
+
+
+class Outcome(Checked, Protocol):
+    """What a search reads of the result of running one program: every runner's
+    :class:`Measurement` (the CPU evaluator's, the CUDA runner's), or the result of a
+    caller's own runner with these fields. ``slowdown`` and ``slowed`` say how slowed the
+    machine was while it timed the program (None and False: not judged)."""
+
+    @property
+    def min_s(self) -> float | None: ...
+    @property
+    def spread(self) -> float | None: ...
+    @property
+    def reps(self) -> int: ...
+    @property
+    def slowdown(self) -> float | None: ...
+    @property
+    def slowed(self) -> bool: ...
 
 
 @dataclass

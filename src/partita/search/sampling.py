@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from partita.codegen.c import CodegenError, print_c
 from partita.codegen.program import Program
+from partita.runtime.evaluate import Checked
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.estimate import random_descent
 
@@ -57,13 +58,12 @@ class SampleReport:
 
 
 def sample_and_evaluate(root: Candidate | DeadEnd, count: int, rng: random.Random,
-                        evaluate: Callable[[list[Program]], list[Any]],
+                        evaluate: Callable[[list[Program]], Sequence[Checked]],
                         printer: Callable[[Candidate, str], Program] = print_c
                         ) -> SampleReport:
     """Draw ``count`` implementations, print, compile, run and verify each one.
 
-    ``evaluate`` returns one result per program with ``status``, ``reason`` and ``median_s``
-    (None when not timed, as on an OpenCL device used for correctness only)."""
+    ``evaluate`` returns one result per program (see :class:`partita.runtime.Checked`)."""
     report = SampleReport()
     cands = list(sample_implementations(root, count, rng))
     report.sampled = len(cands)
@@ -80,7 +80,7 @@ def sample_and_evaluate(root: Candidate | DeadEnd, count: int, rng: random.Rando
             report.compiled += 1
         if m.status == "ok":
             report.verified += 1
-            if getattr(m, "median_s", None) is not None:
+            if m.median_s is not None:
                 report.times.append(m.median_s)
                 if report.best_time_s is None or m.median_s < report.best_time_s:
                     report.best_time_s = m.median_s

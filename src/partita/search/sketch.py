@@ -39,7 +39,10 @@ from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.candidate import Candidate, Decision, Space
 from partita.space.decl import SpaceError
+from partita.space.nest import Order
 from partita.space.temporaries import layout_index, temporary_name
+from partita.targets.cpu.space import DimKind as CpuKind
+from partita.targets.cpu.space import MemSpace as CpuPlace
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def _readers(k: Kernel, acc: str) -> list[str]:
 
 def _fused(k: Kernel, inst: str, acc: str, only: set[str] | None = None) -> list[Decision]:
     """``inst``'s tiles fused with ``acc``'s (those in ``only``, or all)."""
-    return [Decision("order", (d, e), ("MERGED",)) for d, e in _tile_pairs(k, inst, acc)
+    return [Decision("order", (d, e), (Order.MERGED,)) for d, e in _tile_pairs(k, inst, acc)
             if only is None or e in only]
 
 
@@ -223,19 +226,19 @@ class _Contraction:
                      if REGISTER_ROWS <= v <= self.rows_n)
         out = [Decision("size", (unr_tiles[-1],), tall)] if tall else []
         out += [Decision("size", (vec_tiles[-1],), (self.lanes,)),
-                Decision("dim_kind", (vec_tiles[-1],), ("VECTOR",)),
-                Decision("dim_kind", (parallel,), ("PARALLEL",)),
-                Decision("dim_kind", (unr_tiles[-1],), ("UNROLL",))]
-        out += [Decision("dim_kind", (d,), ("UNROLL",)) for d in vec_tiles[1:-1]]
-        out += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
+                Decision("dim_kind", (vec_tiles[-1],), (CpuKind.VECTOR,)),
+                Decision("dim_kind", (parallel,), (CpuKind.PARALLEL,)),
+                Decision("dim_kind", (unr_tiles[-1],), (CpuKind.UNROLL,))]
+        out += [Decision("dim_kind", (d,), (CpuKind.UNROLL,)) for d in vec_tiles[1:-1]]
+        out += [Decision("order", (a, b), (Order.OUT,)) for a, b in itertools.pairwise(chain)]
         # The initial value and the store: fused with the loops around the reduction, their
         # register-tile loops beside the accumulation's (before it, after it).
-        for inst, beside in [(self.init, "BEFORE"), *((s, "AFTER") for s in self.stores)]:
+        for inst, beside in [(self.init, Order.BEFORE), *((s, Order.AFTER) for s in self.stores)]:
             for d, e in _tile_pairs(k, inst, acc):
-                out.append(Decision("order", (d, e), ("MERGED",) if e not in register
+                out.append(Decision("order", (d, e), (Order.MERGED,) if e not in register
                                     else (beside,)))
-        out += [Decision("mem_space", (temporary_name(self.init, acc),), ("REGISTER",))]
-        out += [Decision("mem_space", (temporary_name(acc, s),), ("REGISTER",))
+        out += [Decision("mem_space", (temporary_name(self.init, acc),), (CpuPlace.REGISTER,))]
+        out += [Decision("mem_space", (temporary_name(acc, s),), (CpuPlace.REGISTER,))
                 for s in self.stores]
         return out
 
@@ -262,7 +265,7 @@ class _Contraction:
                    for d in free}
         if p not in shape.strided and 1 in strides.values():
             chain = sorted(free, key=lambda d: (-strides[d], k.dim(d).level))
-            out += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
+            out += [Decision("order", (a, b), (Order.OUT,)) for a, b in itertools.pairwise(chain)]
             # The micro-kernel reads a vector of B, and the register tile's rows of A, at
             # consecutive addresses; A in panels of the register tile's rows, so that the
             # steps of the reduction follow one another too (in one block of rows, the step
@@ -276,12 +279,12 @@ class _Contraction:
         along = _counterpart(k, p, shape.vector)
         if along is not None and p not in shape.strided:
             # B's copy moves vectors (a transposing copy's are left to the search).
-            out.append(Decision("dim_kind", (k.dims_of(along)[-1],), ("VECTOR",)))
+            out.append(Decision("dim_kind", (k.dims_of(along)[-1],), (CpuKind.VECTOR,)))
         first = next((d for d, e in _tile_pairs(k, p, acc)
                       if e not in shared and e in self.reduction), None)
         if first is not None and before is not None:
-            out.append(Decision("order", (first, before), ("BEFORE",)))
-        out.append(Decision("mem_space", (temporary_name(p, acc),), ("LOCAL",)))
+            out.append(Decision("order", (first, before), (Order.BEFORE,)))
+        out.append(Decision("mem_space", (temporary_name(p, acc),), (CpuPlace.LOCAL,)))
         return out
 
     def column_sketches(self) -> list[Sketch]:
@@ -447,7 +450,7 @@ def _init_placement(k: Kernel, acc: str, around: set[str]) -> list[Decision]:
     """The init of ``acc`` fused with the accumulation's tiles in ``around`` and before the
     others (the init of each register tile's accumulators, just before its reduction)."""
     init = _init(k, acc)
-    return [Decision("order", (d, e), ("MERGED",) if e in around else ("BEFORE",))
+    return [Decision("order", (d, e), (Order.MERGED,) if e in around else (Order.BEFORE,))
             for d, e in _tile_pairs(k, init, acc)]
 
 
@@ -488,21 +491,23 @@ def partial_sum_sketches(k: Kernel, lanes: int, cores: int = 1) -> list[Sketch]:
     reduction = [d for ld in shape.reduction for d in k.dims_of(ld)]
     chain = [parallel, *outer, *reduction, *unrolled, *register]
     decisions = [Decision("size", (p_tiles[-1],), (lanes,)),
-                 Decision("dim_kind", (p_tiles[-1],), ("VECTOR",)),
-                 Decision("dim_kind", (parallel,), ("PARALLEL",))]
+                 Decision("dim_kind", (p_tiles[-1],), (CpuKind.VECTOR,)),
+                 Decision("dim_kind", (parallel,), (CpuKind.PARALLEL,))]
     if row_tiles:
         decisions += _threads_kept(k, row_tiles[0], cores)
-    decisions += [Decision("dim_kind", (d,), ("UNROLL",)) for d in [*unrolled, *register[:-1]]]
-    decisions += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
+    decisions += [Decision("dim_kind", (d,), (CpuKind.UNROLL,))
+                  for d in [*unrolled, *register[:-1]]]
+    decisions += [Decision("order", (a, b), (Order.OUT,)) for a, b in itertools.pairwise(chain)]
     around = {parallel, *outer}
     decisions += _init_placement(k, acc, around)
     # The final sum shares the parallel rows it does not add up (gemv's, not dot's chunks).
     summed = set(k.reduction_dims)
-    decisions += [Decision("order", (d, e), ("MERGED",))
+    decisions += [Decision("order", (d, e), (Order.MERGED,))
                   for d, e in _tile_pairs(k, shape.final, acc)
                   if e in around and k.dim(e).logical in shape.rows and d not in summed]
     decisions += [d for ld in _loads(k, acc) for d in _fused(k, ld, acc)]
-    decisions.append(Decision("mem_space", (temporary_name(_init(k, acc), acc),), ("REGISTER",)))
+    decisions.append(Decision("mem_space", (temporary_name(_init(k, acc), acc),),
+                              (CpuPlace.REGISTER,)))
     return [Sketch("partials", tuple(decisions))]
 
 
@@ -527,14 +532,14 @@ def row_chain_sketches(k: Kernel, cores: int = 1) -> list[Sketch]:
     outer = [d for t in row_tiles for d in t if d != parallel and d not in unrolled]
     reduction = [d for ld in red for d in k.dims_of(ld)]
     chain = [parallel, *outer, *reduction, *unrolled]
-    decisions = [Decision("dim_kind", (parallel,), ("PARALLEL",))]
+    decisions = [Decision("dim_kind", (parallel,), (CpuKind.PARALLEL,))]
     decisions += _threads_kept(k, row_tiles[0], cores)
-    decisions += [Decision("dim_kind", (d,), ("UNROLL",)) for d in unrolled]
-    decisions += [Decision("order", (a, b), ("OUT",)) for a, b in itertools.pairwise(chain)]
+    decisions += [Decision("dim_kind", (d,), (CpuKind.UNROLL,)) for d in unrolled]
+    decisions += [Decision("order", (a, b), (Order.OUT,)) for a, b in itertools.pairwise(chain)]
     decisions += _init_placement(k, acc, {parallel, *outer})
     decisions += [d for ld in _loads(k, acc) for d in _fused(k, ld, acc)]
     decisions.append(Decision("mem_space", (temporary_name(_init(k, acc), acc),),
-                              ("REGISTER",)))
+                              (CpuPlace.REGISTER,)))
     return [Sketch("rows", tuple(decisions))]
 
 

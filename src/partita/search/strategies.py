@@ -19,7 +19,7 @@ from typing import Any
 from partita.space.candidate import Candidate, DeadEnd, Decision
 from partita.space.compiler import set_bits
 from partita.space.estimate import random_descent
-from partita.space.nest import is_dim
+from partita.space.nest import Order, is_dim
 
 BoundFn = Callable[[Candidate], float]
 
@@ -474,11 +474,11 @@ def _fusion_values(cand: Candidate, choice: str, args: tuple[str, ...]) -> set[o
         return set()
     a, b = args
     if is_dim(k, a) and is_dim(k, b):
-        return {"MERGED"} if k.mergeable(a, b) else set()
+        return {Order.MERGED} if k.mergeable(a, b) else set()
     if is_dim(k, b) and _fusable_into(k, a, b):
-        return {"IN"}  # the instruction a inside b, where fusion can put it
+        return {Order.IN}  # the instruction a inside b, where fusion can put it
     if is_dim(k, a) and _fusable_into(k, b, a):
-        return {"OUT"}
+        return {Order.OUT}
     return set()
 
 

@@ -13,13 +13,14 @@ import hashlib
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from partita.codegen.c import CodegenError, print_c
 from partita.codegen.program import Program
 from partita.model import Model
+from partita.runtime.evaluate import Outcome
 from partita.search.stop import Progress, Stop
 from partita.search.strategies import SearchState, Strategy, make_strategy
 from partita.space.candidate import Candidate, DeadEnd, Space
@@ -141,8 +142,9 @@ def entry_name(kernel: str, cand: Candidate) -> str:
     return f"partita_{kernel}_{digest}"
 
 
-Evaluate = Callable[[list[Program]], list[Any]]
-"""Runs programs and returns one measurement each (see :mod:`partita.runtime`)."""
+Evaluate = Callable[[list[Program]], Sequence[Outcome]]
+"""Runs programs and returns one measurement each (see :mod:`partita.runtime`), in order;
+fewer where the budget ran out before the others started."""
 
 
 EMPTY_ROUNDS = 50
@@ -299,7 +301,8 @@ class _Search:
         self.progress.space_lower_bound = self.result.space_lower_bound_s = least
         self.result.lower_bound_history.append((self.elapsed(), least))
 
-    def record(self, cand: Candidate, prog: Program | None, failure: str, m: Any) -> None:
+    def record(self, cand: Candidate, prog: Program | None, failure: str,
+               m: Outcome | None) -> None:
         """One evaluation: kept in the result, the best time updated, the strategy told."""
         result, progress, state = self.result, self.progress, self.state
         ev = Evaluation(len(result.evaluations), [d.to_json() for d in cand.decisions],
@@ -308,9 +311,7 @@ class _Search:
                         elapsed_s=self.elapsed(), source_digest=prog.digest if prog else "")
         if m is not None and m.status == "ok":
             ev.median_s, ev.min_s, ev.spread, ev.reps = m.median_s, m.min_s, m.spread, m.reps
-            # An evaluator without a speed probe (a caller's own) leaves them unset.
-            ev.slowdown = getattr(m, "slowdown", None)
-            ev.slowed = bool(getattr(m, "slowed", False))
+            ev.slowdown, ev.slowed = m.slowdown, m.slowed
             if ev.slowed:  # its true time is unknown: only its bound is
                 self.floor = min(self.floor, ev.bound_s)
         result.evaluations.append(ev)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from partita.ir.kernel import Kernel
@@ -53,6 +54,9 @@ class EnumDecl:
 
     ``antisymmetric`` pairs values that swap when the two arguments swap (BEFORE <-> AFTER);
     values not listed map to themselves. ``symmetric`` choices have the same value both ways.
+    ``constants`` is the class of named constants the values are members of, when the space
+    declares one (every target's space does: code names a value by its constant, so that a
+    misspelt value is an error where it is written, not a condition that never holds).
     """
 
     name: str
@@ -62,6 +66,7 @@ class EnumDecl:
     antisymmetric: tuple[tuple[str, str], ...] | None = None
     symmetric: bool = False
     doc: str = ""
+    constants: type[StrEnum] | None = None
 
     @property
     def is_pair(self) -> bool:
@@ -237,19 +242,24 @@ class SpaceDef:
         self.sets[name] = SetDecl(name, items, param, doc)
         return name
 
-    def enum(self, name: str, params: Sequence[str], values: Sequence[str], *,
+    def enum(self, name: str, params: Sequence[str], values: Sequence[str] | type[StrEnum], *,
              requires: dict[str, Callable[..., bool]] | None = None,
              antisymmetric: dict[str, str] | None = None, symmetric: bool = False,
              doc: str = "") -> str:
+        """``values`` is a class of named constants (its members are the values, in
+        declaration order) or, for spaces without one, the value strings."""
         self._check_params(name, params)
+        constants = values if isinstance(values, type) else None
+        values = tuple(values)
         if (antisymmetric is not None or symmetric) and len(params) != 2:
             raise SpaceError(f"choice {name!r}: only pairs can be (anti)symmetric")
         for v in (requires or {}):
             if v not in values:
                 raise SpaceError(f"choice {name!r}: requirement on unknown value {v!r}")
         anti = None if antisymmetric is None else tuple(antisymmetric.items())
-        self.enums[name] = EnumDecl(name, tuple(params), tuple(values),
-                                    tuple((requires or {}).items()), anti, symmetric, doc)
+        self.enums[name] = EnumDecl(name, tuple(params), values,
+                                    tuple((requires or {}).items()), anti, symmetric, doc,
+                                    constants)
         return name
 
     def integer(self, name: str, params: Sequence[str], universe: Callable[..., Sequence[int]],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from partita.ir.dependences import dependences
 from partita.ir.kernel import Kernel
 from partita.space.decl import Is, SpaceDef, Static, Var, values
-from partita.space.nest import NOT_MERGED, declare_only_in_own_loops, own_dim
+from partita.space.nest import NOT_MERGED, Order, declare_only_in_own_loops, own_dim
 
 
 def carries(k: Kernel, d: str) -> bool:
@@ -30,14 +30,14 @@ def declare_memory_dependences(S: SpaceDef, sequential_kinds: tuple[str, ...]) -
     x, y = Var("x", "Dims"), Var("y", "Dims")
     S.require("memory dependences keep their loops nested", [x, y],
               Static(lambda k, a, b: not dependences(k).must_enclose(a, b), ("x", "y")),
-              Is("order", ("y", "x"), values("IN")),
+              Is("order", ("y", "x"), values(Order.IN)),
               doc="A dependence through memory with a negative distance along a dimension "
                   "(Gauss-Seidel's (1, -1)) is kept only by the sequential nesting of the "
                   "dimensions it moves along: none of their tiles is interchanged.")
     i, j = Var("i", "Insts"), Var("j", "Insts")
     S.require("memory dependences keep their order in a loop body", [i, j],
               Static(lambda k, a, b: not dependences(k).after(a, b), ("i", "j")),
-              Is("order", ("i", "j"), values("AFTER")),
+              Is("order", ("i", "j"), values(Order.AFTER)),
               doc="A dependence between two accesses at the same indices of their shared "
                   "loops (a load of y[i] before the store of y[i]) keeps its source first.")
     declare_only_in_own_loops(

@@ -10,14 +10,36 @@ fusion and distribution, loop-invariant code motion and strip-mining are all dec
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 
 from partita.ir.kernel import Kernel
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
 
-ORDER_VALUES = ("BEFORE", "AFTER", "IN", "OUT", "MERGED")
-NOT_IN = values("BEFORE", "AFTER", "OUT", "MERGED")
-NOT_BEFORE = values("AFTER", "IN", "OUT", "MERGED")
-NOT_MERGED = values("BEFORE", "AFTER", "IN", "OUT")
+
+class Order(StrEnum):
+    """The values of ``order(x, y)`` (see the module docstring)."""
+
+    BEFORE = "BEFORE"
+    AFTER = "AFTER"
+    IN = "IN"
+    OUT = "OUT"
+    MERGED = "MERGED"
+
+
+class CommonKind(StrEnum):
+    """The ``dim_kind`` values every target's space has (each target declares its kinds as
+    one class holding these and its own): a sequential loop, a loop whose body is repeated
+    in the source, and one vector operation. Code shared by targets (the loop tree, the
+    printers' common part, the models) names these kinds only."""
+
+    LOOP = "LOOP"
+    UNROLL = "UNROLL"
+    VECTOR = "VECTOR"
+
+
+NOT_IN = values(Order.BEFORE, Order.AFTER, Order.OUT, Order.MERGED)
+NOT_BEFORE = values(Order.AFTER, Order.IN, Order.OUT, Order.MERGED)
+NOT_MERGED = values(Order.BEFORE, Order.AFTER, Order.IN, Order.OUT)
 
 
 # -- static properties of the backbone (evaluated once per kernel, into tables) ----------------
@@ -75,7 +97,7 @@ def _inherits(xy: str, dy: str) -> bool:
     One relation over both choices (rather than two conditions on ``order(d, y)``) lets
     propagation combine them: with x inside y, d must be inside, contain or be fused with y.
     """
-    return dy in ("OUT", "MERGED") or xy == dy
+    return dy in (Order.OUT, Order.MERGED) or xy == dy
 
 
 # -- the declarations ----------------------------------------------------------------------
@@ -109,12 +131,12 @@ def declare_nest(S: SpaceDef) -> None:
               Compare("strip_factor", ("ld",), "in", lambda k, ld: k.strip_factors(ld), ("ld",)),
               doc="A static logical size must be covered exactly (or with a remainder when "
                   "allowed); the cap on the factor applies to every logical dimension.")
-    S.enum("order", ["Statements", "Statements"], ORDER_VALUES,
-           antisymmetric={"BEFORE": "AFTER", "IN": "OUT"},
+    S.enum("order", ["Statements", "Statements"], Order,
+           antisymmetric={Order.BEFORE: Order.AFTER, Order.IN: Order.OUT},
            requires={
-               "IN": lambda k, x, y: is_dim(k, y),
-               "OUT": lambda k, x, y: is_dim(k, x),
-               "MERGED": lambda k, x, y: is_dim(k, x) and is_dim(k, y) and k.mergeable(x, y),
+               Order.IN: lambda k, x, y: is_dim(k, y),
+               Order.OUT: lambda k, x, y: is_dim(k, x),
+               Order.MERGED: lambda k, x, y: is_dim(k, x) and is_dim(k, y) and k.mergeable(x, y),
            },
            doc="Sequence, nesting and fusion of two statements (Beaugnon's thesis, Listing "
                "4.4). Only dimensions contain statements, and only tiles of one level of "
@@ -128,11 +150,11 @@ def _declare_order_coherence(S: SpaceDef) -> None:
     d = Var("d", "Dims")
     S.require("before is transitive", [x, y, z],
               Is("order", ("x", "y"), NOT_BEFORE), Is("order", ("y", "z"), NOT_BEFORE),
-              Is("order", ("x", "z"), values("BEFORE")),
+              Is("order", ("x", "z"), values(Order.BEFORE)),
               doc="x before y before z puts x before z (Beaugnon's thesis, eq. 4.3).")
     S.require("nesting is transitive", [x, y, z],
               Is("order", ("x", "y"), NOT_IN), Is("order", ("y", "z"), NOT_IN),
-              Is("order", ("x", "z"), values("IN")),
+              Is("order", ("x", "z"), values(Order.IN)),
               doc="A statement inside a loop inside another loop is inside both.")
     S.require("loops form a tree", [x, d, y],
               Is("order", ("x", "d"), NOT_IN),
@@ -144,7 +166,7 @@ def _declare_order_coherence(S: SpaceDef) -> None:
     partner = Var("y", "Partners", of="d")
     S.require("fused loops share their body", [x, d, partner],
               Is("order", ("x", "d"), NOT_IN), Is("order", ("d", "y"), NOT_MERGED),
-              Is("order", ("x", "y"), values("IN")),
+              Is("order", ("x", "y"), values(Order.IN)),
               doc="What is inside a loop is inside the loops fused with it.")
     dx, dy = Var("x", "Dims"), Var("y", "Partners", of="x")
     S.require("merged dims have the same order", [dx, dy, z],
@@ -164,15 +186,15 @@ def _declare_semantics(S: SpaceDef) -> None:
     a, b = Var("a", "SizedDims"), Var("b", "SizedDims")
     S.require("data dependencies", [x, y],
               Static(lambda k, p, q: not depends(k, p, q), ("x", "y")),
-              Is("order", ("x", "y"), values("AFTER")),
+              Is("order", ("x", "y"), values(Order.AFTER)),
               doc="A consumer runs after its producer, and after the loops whose last value "
                   "it reads (Beaugnon's thesis, eq. 4.6).")
     S.require("instructions iterate their dimensions", [i, d],
               Static(lambda k, p, q: not own_dim(k, p, q), ("i", "d")),
-              Is("order", ("i", "d"), values("IN")))
+              Is("order", ("i", "d"), values(Order.IN)))
     S.require("tiles nest in order", [Var("x", "Dims"), Var("y", "Dims")],
               Static(lambda k, p, q: not outer_tile(k, p, q), ("x", "y")),
-              Is("order", ("x", "y"), values("IN")),
+              Is("order", ("x", "y"), values(Order.IN)),
               doc="Tile d.l is inside tile d.(l-1): the index formula assumes it.")
     S.require("mapped dims have the same size", [a, b],
               Static(lambda k, p, q: not mapped(k, p, q), ("a", "b")),
@@ -181,7 +203,7 @@ def _declare_semantics(S: SpaceDef) -> None:
                   "the other (Beaugnon's thesis, §4.2.2).")
     S.require("producers run before or fused", [d, e],
               Static(lambda k, p, q: not produces_into(k, p, q), ("d", "e")),
-              Is("order", ("d", "e"), values("BEFORE", "MERGED")),
+              Is("order", ("d", "e"), values(Order.BEFORE, Order.MERGED)),
               doc="A consumer iteration reads a value produced at the same iteration of the "
                   "mapped dim: either the loops are fused, or the producer loop completed.")
     declare_only_in_own_loops(
@@ -208,7 +230,7 @@ def declare_only_in_own_loops(S: SpaceDef, what: str,
               Static(lambda k, p, q: not own_dim(k, p, q), ("i", "e")),
               Static(lambda k, p, q: not k.mergeable(p, q), ("d", "e")),
               Is("order", ("i", "d"), NOT_IN),
-              Is("order", ("d", "e"), values("MERGED")), doc=fused)
+              Is("order", ("d", "e"), values(Order.MERGED)), doc=fused)
 
 
 def _runs_after(k: Kernel) -> dict[str, frozenset[str]]:
@@ -289,7 +311,7 @@ def _declare_enclosed_accumulations(S: SpaceDef) -> None:
               Static(lambda k, inst, dim: not _drags_accumulation(k, inst, dim, 1), ("i", "d")),
               Static(lambda k, dim, other: not _sole_partner(k, dim, other), ("d", "e")),
               Is("order", ("i", "d"), NOT_IN),
-              Is("order", ("i", "e"), values("IN")),
+              Is("order", ("i", "e"), values(Order.IN)),
               doc="As above, with an accumulation that the loop can be fused with through one "
                   "dimension only: the loop is then fused with that dimension, whose loop "
                   "holds the instruction too. Half of the dead ends of random descents on "

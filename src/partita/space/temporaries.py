@@ -12,11 +12,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from enum import StrEnum
 
 from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.decl import Compare, Is, SpaceDef, Static, Var, values
-from partita.space.nest import produces_into
+from partita.space.nest import Order, produces_into
+
+
+class CommonPlace(StrEnum):
+    """The ``mem_space`` values every target's space has (each target declares its places as
+    one class holding these and its own): registers, and memory that every thread of the
+    program reaches (a heap buffer on a CPU, global memory on a GPU)."""
+
+    REGISTER = "REGISTER"
+    GLOBAL = "GLOBAL"
 
 
 def carrying_operand(k: Kernel, a: str, b: str) -> tuple[str, str, tuple[str, ...]]:
@@ -120,7 +130,7 @@ def permutation(rank: int, index: int) -> tuple[int, ...]:
     return axis_orders(rank)[index]
 
 
-def declare_temporaries(S: SpaceDef, places: tuple[str, ...],
+def declare_temporaries(S: SpaceDef, places: type[StrEnum],
                         panel_spaces: tuple[str, ...] = ()) -> None:
     """The trigger, the ``Temporaries`` sets and ``mem_space`` / ``layout`` of temporaries;
     with ``panel_spaces``, the panel layouts of :func:`layout_order` too, for temporaries
@@ -129,7 +139,7 @@ def declare_temporaries(S: SpaceDef, places: tuple[str, ...],
     S.set("TempDims", temporary_dims, param="Temporaries")
     S.trigger("carry through a temporary", [Var("a", "Dims"), Var("b", "Dims")],
               [Static(lambda k, p, q: produces_into(k, p, q), ("a", "b")),
-               Is("order", ("a", "b"), values("BEFORE"))],
+               Is("order", ("a", "b"), values(Order.BEFORE))],
               lower_to_temporary,
               doc="Mapped dims that are not fused communicate through a temporary array.")
     S.enum("mem_space", ["Temporaries"], places,

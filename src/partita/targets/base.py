@@ -21,7 +21,7 @@ from partita.codegen.program import Program
 from partita.ir.kernel import Kernel
 from partita.model.bound import Model
 from partita.runtime.data import Reference
-from partita.runtime.evaluate import Measurement
+from partita.runtime.evaluate import Checked, Measurement
 from partita.runtime.harness import TimingOptions
 from partita.space.candidate import Candidate, Space
 from partita.space.decl import SpaceDef
@@ -30,7 +30,7 @@ from partita.targets.cpu.machine import CpuCapabilities
 Printer = Callable[[Candidate, "str | None"], Program]
 """A printer: a fully decided candidate (and an entry name, or the default) to a program."""
 
-BatchLimit = Callable[[list[Any]], float]
+BatchLimit = Callable[[Sequence[Measurement]], float]
 """A limit that depends on the measurements of a batch so far (see
 :func:`partita.tuning.limits.batch_limit`)."""
 
@@ -67,7 +67,7 @@ class Sampling:
     (and, where the target can, times) a list of programs printed by ``printer``; ``where``
     is said after the target's name in the summary line."""
 
-    evaluate: Callable[[list[Program]], list[Any]]
+    evaluate: Callable[[list[Program]], Sequence[Checked]]
     printer: Printer
     where: str = ""
 

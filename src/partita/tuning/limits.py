@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
+from partita.runtime.evaluate import Measurement
 from partita.search.stop import Evaluations, Stop, WallTime, parse_duration
 
 
@@ -18,11 +18,11 @@ def call_limit(best_s: float, floor_s: float = 0.5, factor: float = 5.0,
     return default_s if math.isinf(best_s) else max(floor_s, factor * best_s)
 
 
-def batch_best(best_s: float, done: list[Any]) -> float:
+def batch_best(best_s: float, done: Sequence[Measurement]) -> float:
     """The best time so far, the batch's fully timed programs included (an abandoned one
     is never faster than the best, by construction)."""
     times = [m.median_s for m in done if m.ok and m.median_s is not None
-             and getattr(m, "stop", "") != "abandoned"]
+             and m.stop != "abandoned"]
     return min([best_s, *times])
 
 
@@ -32,11 +32,12 @@ FIRST_CALL_BOUNDS = 50.0
 batch ran past a fixed 10 s, and the tune ended with nothing verified."""
 
 
-def batch_limit(best_s: float, root_bound_s: float = 0.0) -> Callable[[list[Any]], float]:
+def batch_limit(best_s: float, root_bound_s: float = 0.0
+                ) -> Callable[[Sequence[Measurement]], float]:
     """The per-call limit of each program of a batch: :func:`call_limit` of the best time so
     far, including the programs of the batch measured before it (with none,
     :data:`FIRST_CALL_BOUNDS` times the kernel's root bound if that is longer)."""
-    def limit(done: list[Any]) -> float:
+    def limit(done: Sequence[Measurement]) -> float:
         best = batch_best(best_s, done)
         if math.isinf(best):
             return max(call_limit(best), FIRST_CALL_BOUNDS * root_bound_s)
@@ -54,10 +55,10 @@ ABANDON_FACTOR = 1.5
 further: it cannot be the new best, and on a large kernel each extra call costs seconds."""
 
 
-def batch_abandon(best_s: float) -> Callable[[list[Any]], float]:
+def batch_abandon(best_s: float) -> Callable[[Sequence[Measurement]], float]:
     """The time beyond which timing a program of a batch stops (:data:`ABANDON_FACTOR`
     times the best so far, the batch's own measurements included; 0 with no best yet)."""
-    def limit(done: list[Any]) -> float:
+    def limit(done: Sequence[Measurement]) -> float:
         best = batch_best(best_s, done)
         return 0.0 if math.isinf(best) else ABANDON_FACTOR * best
     return limit

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from partita.codegen.program import Program
-from partita.db import Records
+from partita.db import BestRow, Records
 from partita.ir.kernel import Kernel
 from partita.model import Model
 from partita.runtime.data import Reference, reference_kind
+from partita.runtime.evaluate import Measurement
 from partita.runtime.harness import TimingOptions
 from partita.search.stop import GapReached, Stop, parse_duration, parse_gap
 from partita.search.strategies import SearchState
@@ -107,6 +108,17 @@ class Request:
     search_options: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class SlowedTiming:
+    """The fastest verified timing of a run that was taken on a slowed machine: its
+    evaluation id, time, decisions (JSON text) and program."""
+
+    eid: int
+    time_s: float
+    decisions: str
+    prog: Program
+
+
 @dataclass
 class Recorder:
     """Where a run's evaluations go as they complete: the records (each evaluation, and the
@@ -121,15 +133,14 @@ class Recorder:
     flags: str = ""
     programs: dict[str, Program] = field(default_factory=dict)
     """The programs of the batch in flight, by source digest."""
-    slowed_best: dict[str, Any] = field(default_factory=dict)
+    slowed_best: SlowedTiming | None = None
 
     def record(self, e: Evaluation) -> None:
         eid = self.rec.add_evaluation(self.run, e.to_json(), self.flags)
         prog = self.programs.pop(e.source_digest, None)
         if (prog is not None and e.ok and e.slowed and e.median_s is not None
-                and e.median_s < self.slowed_best.get("time_s", math.inf)):
-            self.slowed_best.update(eid=eid, time_s=e.median_s, prog=prog,
-                                    decisions=json.dumps(e.decisions))
+                and (self.slowed_best is None or e.median_s < self.slowed_best.time_s)):
+            self.slowed_best = SlowedTiming(eid, e.median_s, json.dumps(e.decisions), prog)
         # The search has already taken a new best time into its state: only a new best's
         # source goes to the records (never a slowed timing's).
         if (prog is not None and e.ok and not e.slowed and e.median_s is not None
@@ -139,15 +150,14 @@ class Recorder:
         if self.on_evaluation is not None:
             self.on_evaluation(e, self.state)
 
-    def slowed_stand_in(self, name: str) -> dict[str, Any] | None:
+    def slowed_stand_in(self, name: str) -> BestRow | None:
         """Where every verified time of a tune was taken on a slowed machine, the fastest
         stands in as the best, with a warning, until a quiet run times one."""
-        if not self.slowed_best:
-            return None
         slowed = self.slowed_best
-        prog = slowed["prog"]
-        self.rec.offer_best(*self.where, slowed["eid"], slowed["time_s"], slowed["decisions"],
-                            prog.source, prog.entry, self.flags)
+        if slowed is None:
+            return None
+        self.rec.offer_best(*self.where, slowed.eid, slowed.time_s, slowed.decisions,
+                            slowed.prog.source, slowed.prog.entry, self.flags)
         warnings.warn(f"{name}: every implementation was timed while the machine ran slowed "
                       "(another process or guest sharing a core), even after retiming; the "
                       "best time recorded is too high: tune again with --continue on a quiet "
@@ -159,7 +169,7 @@ class Recorder:
 
 
 def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: Recorder,
-               best: dict[str, Any] | None, params: dict[str, Any],
+               best: BestRow | None, params: dict[str, Any],
                seen: set[str]) -> TuneResult:
     """Search ``space`` with the target's runner until ``stop``, starting from the
     implementations transferred from related kernels and the target's first batch."""
@@ -172,7 +182,7 @@ def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: R
         root = space.root()
         root_bound = model.bound(root).time_s if isinstance(root, Candidate) else 0.0
 
-        def evaluate(progs: list[Program]) -> list[Any]:
+        def evaluate(progs: list[Program]) -> list[Measurement]:
             recorder.programs.update((p.digest, p) for p in progs)
             until = state.deadline if math.isfinite(state.deadline) else None
             return plug.evaluate(runner, progs, timeout_s=batch_limit(state.best_time, root_bound),
@@ -222,7 +232,7 @@ def tune_recorded(req: Request, db: str | Path | None) -> Tuned:
         stop = req.stop or budget_stop(req.budget_s, req.evaluations)
         run = rec.start_run(kid, mid, stored, req.search, run_options(req, space, stop),
                             req.seed)
-        state = SearchState(best_time=best["time_s"] if best else math.inf)
+        state = SearchState(best_time=best.time_s if best else math.inf)
         recorder = Recorder(rec, (kid, mid, stored), run, state, req.on_evaluation)
         result: TuneResult | None = None
         status = "interrupted"
@@ -238,7 +248,7 @@ def tune_recorded(req: Request, db: str | Path | None) -> Tuned:
     return final_result(req, best, total, result)
 
 
-def final_result(req: Request, best: dict[str, Any] | None, total: int,
+def final_result(req: Request, best: BestRow | None, total: int,
                  result: TuneResult | None) -> Tuned:
     """The :class:`Tuned` of the best recorded after a run, or a RuntimeError naming what
     the evaluations ended as where none was verified."""

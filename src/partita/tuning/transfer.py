@@ -56,12 +56,12 @@ def transferred(rec: Records, space: Space, kernel: Kernel, params: dict[str, An
     :data:`TRANSFERRED` closest), adapted to ``space`` (:func:`adapt`): a tune starts from
     them, so that a large size inherits what a smaller one found."""
     rows = rec.related_best(kernel.name, kernel_id, machine_id, target)
-    rows.sort(key=lambda r: (parameter_distance(params, r["params"]), r["time_s"]))
+    rows.sort(key=lambda r: (parameter_distance(params, r.params), r.time_s))
     rng = random.Random(seed)
     seen = set(skip)
     out = []
     for row in rows[:TRANSFERRED]:
-        cand = adapt(space, row["decisions"], rng)
+        cand = adapt(space, row.decisions, rng)
         if cand is not None and cand.decisions_json() not in seen:
             seen.add(cand.decisions_json())
             out.append(cand)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from partita.codegen.program import Param, Program, signature
-from partita.db import Records
+from partita.db import BestRow, Records
 from partita.ir.kernel import Kernel
 from partita.kernels.registry import library_params
 from partita.paths import cache_root
@@ -156,14 +155,12 @@ class StaleRecord(LookupError):
     """Recorded decisions that no longer replay to an implementation of the kernel."""
 
 
-def rebuild_program(kernel: Kernel, best: dict[str, Any], target: str = "cpu"
+def rebuild_program(kernel: Kernel, best: BestRow, target: str = "cpu"
                     ) -> tuple[Any, bool]:
     """The program of a recorded best, printed again from its decisions (records are data:
     their stored source is never compiled, so a records file from elsewhere runs no code of
     its author's), and whether it is the very source that was measured (its digest)."""
-    decisions = best["decisions"]
-    if isinstance(decisions, str):
-        decisions = json.loads(decisions)
+    decisions = best.decisions
     plug = get_target(target)
     try:
         cand = Space(plug.space_def(kernel), kernel).replay(decisions)
@@ -174,12 +171,12 @@ def rebuild_program(kernel: Kernel, best: dict[str, Any], target: str = "cpu"
         why = cand.reason if isinstance(cand, DeadEnd) else "choices are left open"
         raise StaleRecord(f"the recorded decisions of {kernel.name} are no implementation of "
                           f"this build's space ({why}): tune it again")
-    program = plug.print_program(cand, best["entry"])
-    measured = hashlib.sha256(str(best.get("source", "")).encode()).hexdigest()[:16]
+    program = plug.print_program(cand, best.entry)
+    measured = hashlib.sha256(best.source.encode()).hexdigest()[:16]
     return program, program.digest == measured
 
 
-def from_record(kernel: Kernel, best: dict[str, Any], evaluations: int,
+def from_record(kernel: Kernel, best: BestRow, evaluations: int,
                 target: str = "cpu", stacklevel: int = 3) -> Tuned:
     """The :class:`Tuned` of a recorded best, its code printed again and written to
     :func:`code_dir` (with a warning where it differs from the code that was measured,
@@ -190,8 +187,8 @@ def from_record(kernel: Kernel, best: dict[str, Any], evaluations: int,
                       "differs from the code that was measured (another build of partita, or "
                       "an edited records file); the recorded time may not hold",
                       stacklevel=stacklevel)
-    tuned = Tuned(kernel, program.source, program.entry, list(best["decisions"]),
-                  best["time_s"], signature(kernel), best.get("flags", ""), evaluations)
+    tuned = Tuned(kernel, program.source, program.entry, list(best.decisions),
+                  best.time_s, signature(kernel), best.flags, evaluations)
     tuned.code_path = write_code(kernel, program.source, get_target(target).code_suffix)
     tuned.reference = reference_kind(kernel)
     return tuned

@@ -26,12 +26,15 @@ waiting for memory after it.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
 from partita.space.memory import carries, declare_memory_dependences
 from partita.space.nest import (
     NOT_IN,
+    Order,
     can_enclose_inst,
     declare_nest,
     declare_sets,
@@ -42,12 +45,35 @@ from partita.space.nest import (
 from partita.space.temporaries import declare_temporaries
 from partita.targets.cpu.machine import CpuCapabilities
 
-KINDS = ("LOOP", "UNROLL", "VECTOR", "PARALLEL")
-REGISTER_KINDS = values("UNROLL", "VECTOR")
+
+class DimKind(StrEnum):
+    """The values of ``dim_kind`` (see the module docstring)."""
+
+    LOOP = "LOOP"
+    UNROLL = "UNROLL"
+    VECTOR = "VECTOR"
+    PARALLEL = "PARALLEL"
+
+
+class MemSpace(StrEnum):
+    """The values of ``mem_space``: where a temporary lives (see the module docstring)."""
+
+    REGISTER = "REGISTER"
+    LOCAL = "LOCAL"
+    GLOBAL = "GLOBAL"
+
+
+class Prefetch(StrEnum):
+    """The values of ``prefetch`` (see the module docstring)."""
+
+    NONE = "NONE"
+    NEXT = "NEXT"
+
+
+REGISTER_KINDS = values(DimKind.UNROLL, DimKind.VECTOR)
 CHOICE_ORDER = ("layout", "size", "dim_kind", "mem_space", "order", "prefetch")
 """Decisions in the order of Beaugnon's thesis, §6.1: layouts, sizes, kinds, memory spaces,
 order, then the cache hints (prefetching)."""
-PREFETCH = ("NONE", "NEXT")
 
 
 def _innermost_tile(k: Kernel, d: str) -> bool:
@@ -121,25 +147,25 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
     declare_sets(S)
     vec_sizes = cpu.vector_sizes(itemsize)
     carried = carries if memory_dependences else (lambda k, d: d in k.reduction_dims)
-    S.enum("dim_kind", ["Dims"], KINDS, requires={
-        "UNROLL": lambda k, d: k.dim(d).is_static,
-        "VECTOR": lambda k, d: (k.dim(d).is_static and not carried(k, d)
+    S.enum("dim_kind", ["Dims"], DimKind, requires={
+        DimKind.UNROLL: lambda k, d: k.dim(d).is_static,
+        DimKind.VECTOR: lambda k, d: (k.dim(d).is_static and not carried(k, d)
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
-        "PARALLEL": lambda k, d: not carried(k, d) and k.dim(d).level == 0,
+        DimKind.PARALLEL: lambda k, d: not carried(k, d) and k.dim(d).level == 0,
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
     if memory_dependences:
-        declare_memory_dependences(S, ("LOOP", "UNROLL"))
-    declare_temporaries(S, ("REGISTER", "LOCAL", "GLOBAL"), panel_spaces=("LOCAL", "GLOBAL"))
-    S.quotient("merged", "Dims", "order", "MERGED",
+        declare_memory_dependences(S, (DimKind.LOOP, DimKind.UNROLL))
+    declare_temporaries(S, MemSpace, panel_spaces=(MemSpace.LOCAL, MemSpace.GLOBAL))
+    S.quotient("merged", "Dims", "order", Order.MERGED,
                doc="Fused dimensions count once around an instruction.")
     _declare_vectors(S, vec_sizes)
     _declare_parallel(S, cpu)
     _declare_registers(S, cpu, itemsize)
     _declare_prefetch(S)
-    S.prefer("dim_kind", values("VECTOR"),
+    S.prefer("dim_kind", values(DimKind.VECTOR),
              doc="One vector instruction does the work of a register's lanes of scalar ones; "
                  "wherever a dimension may be VECTOR, it usually should be.")
     S.prefer("layout", values(0),
@@ -147,7 +173,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
                  "the kernel's own arrays) is read along the consumer's innermost dimension "
                  "contiguously; a transposed packed panel is read with a stride of a whole "
                  "row per element (measured 6x slower on a packed matmul).")
-    S.prefer("mem_space", values("REGISTER"),
+    S.prefer("mem_space", values(MemSpace.REGISTER),
              doc="A temporary in registers costs no load or store, and an accumulator kept "
                  "in registers between its init and its store is the heart of a fast "
                  "micro-kernel.")
@@ -168,8 +194,8 @@ def _packs_kernel_array(k: Kernel, t: str) -> bool:
 
 
 def _declare_prefetch(S: SpaceDef) -> None:
-    S.enum("prefetch", ["Temporaries"], PREFETCH,
-           requires={"NEXT": _packs_kernel_array},
+    S.enum("prefetch", ["Temporaries"], Prefetch,
+           requires={Prefetch.NEXT: _packs_kernel_array},
            doc="Whether the nest that reads a packed copy also prefetches what the copy "
                "loads at the next iteration of their common loop (see the module "
                "docstring). A copy from memory otherwise stalls its core for as long as "
@@ -178,8 +204,8 @@ def _declare_prefetch(S: SpaceDef) -> None:
                "10.9 ms with, 10.0 ms for the same code on a contiguous A).")
     t = Var("t", "Temporaries")
     S.require("prefetched copies are buffers", [t],
-              Is("prefetch", ("t",), values("NONE")),
-              Is("mem_space", ("t",), values("LOCAL", "GLOBAL")),
+              Is("prefetch", ("t",), values(Prefetch.NONE)),
+              Is("mem_space", ("t",), values(MemSpace.LOCAL, MemSpace.GLOBAL)),
               doc="Only a copy stored in a buffer is read by a later nest; in registers the "
                   "copy and its reader are fused, with no next copy to run ahead of.")
 
@@ -187,18 +213,18 @@ def _declare_prefetch(S: SpaceDef) -> None:
 def _declare_vectors(S: SpaceDef, vec_sizes: tuple[int, ...]) -> None:
     d, x, y, m = Var("d", "SizedDims"), Var("x", "Dims"), Var("y", "Dims"), Var("m", "MemInsts")
     S.require("vector sizes fit registers", [d],
-              Is("dim_kind", ("d",), values("LOOP", "UNROLL", "PARALLEL")),
+              Is("dim_kind", ("d",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.PARALLEL)),
               Compare("size", ("d",), "in", vec_sizes),
               doc="A vector dimension spans a quarter of a register up to one register "
                   "(see CpuCapabilities.vector_sizes).")
     S.require("vector dims are innermost", [x, y],
-              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "PARALLEL")),
-              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.PARALLEL)),
+              Is("order", ("x", "y"), values(Order.BEFORE, Order.AFTER, Order.IN, Order.MERGED)),
               doc="Only instructions are inside a vector dimension.")
     S.require("vector accesses are contiguous", [m, Var("d", "Dims")],
               Static(lambda k, a, b: not _strided_access(k, a, b), ("m", "d")),
               Is("order", ("m", "d"), NOT_IN),
-              Is("dim_kind", ("d",), values("LOOP", "UNROLL", "PARALLEL")),
+              Is("dim_kind", ("d",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.PARALLEL)),
               doc="Vector loads and stores move consecutive elements (or broadcast one).")
 
 
@@ -206,17 +232,17 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
     x, s, y = Var("x", "Dims"), Var("s", "Statements"), Var("y", "Dims")
     i = Var("i", "Insts")
     S.require("parallel loops are outermost", [x, s],
-              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
-              Is("order", ("x", "s"), values("BEFORE", "AFTER", "OUT", "MERGED")),
-              Is("dim_kind", ("s",), values("PARALLEL")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
+              Is("order", ("x", "s"), values(Order.BEFORE, Order.AFTER, Order.OUT, Order.MERGED)),
+              Is("dim_kind", ("s",), values(DimKind.PARALLEL)),
               doc="The parallel loops are the outermost loops of one top-level nest, which "
                   "becomes one OpenMP parallel region; what runs before or after that nest "
                   "runs on one thread (such as the final sum of partial sums).")
     S.require("parallel loops enclose all but what adds up their results", [x, s],
               Static(lambda k, d, st: st in _after_parallel(k, d), ("x", "s")),
-              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
-              Is("order", ("x", "s"), values("OUT", "MERGED")),
-              Is("dim_kind", ("s",), values("PARALLEL")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
+              Is("order", ("x", "s"), values(Order.OUT, Order.MERGED)),
+              Is("dim_kind", ("s",), values(DimKind.PARALLEL)),
               doc="Only the sums across the parallel iterations (and what feeds or follows "
                   "only them) may run outside the parallel nest: everything else inside it "
                   "keeps one region per call, and decides the nest's shape as soon as a loop "
@@ -227,43 +253,43 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
                      or inst in _after_parallel(k, d), ("i", "x")),
               Static(lambda k, inst, d: not own_dim(k, inst, d), ("i", "e")),
               Static(lambda k, d, f: not k.mergeable(d, f), ("x", "e")),
-              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
-              Is("dim_kind", ("e",), values("PARALLEL")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
+              Is("dim_kind", ("e",), values(DimKind.PARALLEL)),
               doc="A parallel loop around an accumulation is fused with one of its loops, "
                   "which is then parallel too (implied; stated to prune the kinds early).")
     S.require("parallel loops enclose accumulations only through their own loops", [x, i],
               Static(lambda k, inst, d: not _replicates_reduction(k, inst, d), ("i", "x")),
-              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
-              Is("order", ("x", "i"), values("BEFORE", "AFTER")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
+              Is("order", ("x", "i"), values(Order.BEFORE, Order.AFTER)),
               doc="Threads running copies of an accumulation foreign to their loop would "
                   "update the same accumulator at once.")
     c = Var("c", "Insts")
     S.require("values leave a parallel loop only through its own iterations", [x, i, c],
               Static(lambda k, inst, user: not _consumes(k, user, inst), ("i", "c")),
               Static(lambda k, inst, d: can_enclose_inst(k, inst, d), ("i", "x")),
-              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
-              Is("order", ("x", "i"), values("BEFORE", "AFTER")),
-              Is("order", ("x", "c"), values("OUT")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
+              Is("order", ("x", "i"), values(Order.BEFORE, Order.AFTER)),
+              Is("order", ("x", "c"), values(Order.OUT)),
               doc="Every thread running a copy of an instruction foreign to its parallel loop "
                   "would write the value that a consumer outside the loop reads to one shared "
                   "place, at every iteration: a race, and a cache line passed between cores.")
     S.require("parallel loops nest together", [x, y],
-              Is("dim_kind", ("x",), values("LOOP", "UNROLL", "VECTOR")),
-              Is("dim_kind", ("y",), values("LOOP", "UNROLL", "VECTOR")),
-              Is("order", ("x", "y"), values("IN", "OUT", "MERGED")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
+              Is("dim_kind", ("y",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
+              Is("order", ("x", "y"), values(Order.IN, Order.OUT, Order.MERGED)),
               doc="Parallel loops form one collapsed nest.")
     S.require("a parallel loop inside another holds all it holds", [x, y, s],
-              Is("dim_kind", ("y",), values("LOOP", "UNROLL", "VECTOR")),
+              Is("dim_kind", ("y",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
               Is("order", ("y", "x"), NOT_IN),
               Is("order", ("s", "x"), NOT_IN),
-              Is("order", ("s", "y"), values("IN", "OUT", "MERGED")),
+              Is("order", ("s", "y"), values(Order.IN, Order.OUT, Order.MERGED)),
               doc="The collapsed nest is a chain of parallel loops, each the only statement "
                   "of the one around it: OpenMP shares one work-shared nest, so a parallel "
                   "loop beside another statement would run as a sequential loop, printing the "
                   "code of its LOOP twin (29% of random matmul implementations had one).")
     S.counter("parallel_dims", [Var("i", "Insts")], "sum", Var("d", "Dims"),
-              when=(Is("order", ("i", "d"), values("IN")),
-                    Is("dim_kind", ("d",), values("PARALLEL"))),
+              when=(Is("order", ("i", "d"), values(Order.IN)),
+                    Is("dim_kind", ("d",), values(DimKind.PARALLEL))),
               quotient="merged", doc="Parallel loops around an instruction.")
     S.require("collapse at most a few parallel loops", [Var("i", "Insts")],
               Compare("parallel_dims", ("i",), "<=", cpu.max_parallel_dims))
@@ -272,7 +298,7 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
 def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None:
     S.counter("register_values", [Var("i", "Insts")], "mul", Var("d", "Dims"),
               value="size", default=lambda k, d: k.dim(d).static_size or 1,
-              when=(Is("order", ("i", "d"), values("IN")),
+              when=(Is("order", ("i", "d"), values(Order.IN)),
                     Is("dim_kind", ("d",), REGISTER_KINDS)),
               quotient="merged",
               doc="Copies of an instruction's value that unrolled and vector dims keep live.")
@@ -282,8 +308,8 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
               doc="Beyond the register file, unrolling spills: never the fastest code.")
     S.counter("unrolled_copies", [Var("i", "Insts")], "mul", Var("d", "Dims"),
               value="size", default=lambda k, d: k.dim(d).static_size or 1,
-              when=(Is("order", ("i", "d"), values("IN")),
-                    Is("dim_kind", ("d",), values("UNROLL"))),
+              when=(Is("order", ("i", "d"), values(Order.IN)),
+                    Is("dim_kind", ("d",), values(DimKind.UNROLL))),
               quotient="merged",
               doc="Copies of an instruction in the source, one per iteration of its unrolled "
                   "loops.")
@@ -295,7 +321,7 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
     x, y = Var("x", "Dims"), Var("y", "Dims")
     S.require("an unrolled tile's inner tiles fit the registers", [x, y],
               Static(lambda k, a, b: not _inner_tile_of(k, b, a), ("x", "y")),
-              Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.VECTOR, DimKind.PARALLEL)),
               Compare("size", ("y",), "<=", cpu.vector_registers // 2),
               doc="Inside an unrolled tile every inner tile of the same dimension is unrolled "
                   "or a vector (at most a register): an inner tile larger than half the "
@@ -304,8 +330,8 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
     copies = cpu.vector_registers
     S.require("an unrolled tile and its unrolled inner tiles fit the registers", [x, y],
               Static(lambda k, a, b: not _inner_tile_of(k, b, a), ("x", "y")),
-              Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
-              Is("dim_kind", ("y",), values("VECTOR")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.VECTOR, DimKind.PARALLEL)),
+              Is("dim_kind", ("y",), values(DimKind.VECTOR)),
               Related("size", ("x",), "size", ("y",), lambda a, b: a * b <= copies),
               doc="An unrolled tile's inner tiles are inside it, so they are unrolled too "
                   "unless one is the vector: an instruction then has at least the product of "
@@ -314,8 +340,8 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
                   "UNROLL from an outer tile before it is drawn (it was half of the dead ends "
                   "of random descents on matmul 256x256x32).")
     S.require("unrolled loops enclose no loop", [x, y],
-              Is("dim_kind", ("x",), values("LOOP", "VECTOR", "PARALLEL")),
-              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
+              Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.VECTOR, DimKind.PARALLEL)),
+              Is("order", ("x", "y"), values(Order.BEFORE, Order.AFTER, Order.IN, Order.MERGED)),
               Is("dim_kind", ("y",), REGISTER_KINDS),
               doc="Unrolling is for the innermost loops (a register tile); copies of whole "
                   "loop nests would only grow the code and the compile time.")
@@ -323,8 +349,8 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
     for side in ("a", "b"):
         S.require(f"register temporaries are unrolled ({side})", [t, a, b],
                   Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b")),
-                  Is("mem_space", ("t",), values("LOCAL", "GLOBAL")),
-                  Is("order", ("a", "b"), values("MERGED")),
+                  Is("mem_space", ("t",), values(MemSpace.LOCAL, MemSpace.GLOBAL)),
+                  Is("order", ("a", "b"), values(Order.MERGED)),
                   Is("dim_kind", (side,), REGISTER_KINDS),
                   doc="A temporary lives in registers only if every index into it is a "
                       "compile-time constant: its unfused dims are unrolled or vectorised.")

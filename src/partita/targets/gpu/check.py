@@ -71,6 +71,11 @@ class GpuRun:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def median_s(self) -> float | None:
+        """Never timed: the run checks the code, on a device other than the one it is for."""
+        return None
+
 
 @dataclass
 class GpuCase:

@@ -27,16 +27,26 @@ exceeded after the next decision (a dead end). Each is tested to lose no impleme
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 
 from partita.ir.kernel import Kernel
 from partita.space.decl import Compare, Is, Related, SpaceDef, SpaceError, Static, Var, values
-from partita.space.nest import NOT_MERGED, produces_into, tile_sizes
+from partita.space.nest import NOT_MERGED, Order, produces_into, tile_sizes
 from partita.space.temporaries import temporary_dims
+from partita.targets.gpu.decisions import DimKind, MemSpace, ThreadMapping
 from partita.targets.gpu.device import GpuCapabilities
 
-NOT_BLOCK = values("LOOP", "UNROLL", "VECTOR", "THREAD")
-NOT_THREAD = values("LOOP", "UNROLL", "VECTOR", "BLOCK")
-APART_OR_NONE = values("NOT_THREADS", "MAPPED")
+
+class SharedSlot(StrEnum):
+    """The values of ``shared_slot(t, a)`` (see :func:`declare_shared_memory`)."""
+
+    KEPT = "KEPT"
+    FUSED = "FUSED"
+
+
+NOT_BLOCK = values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR, DimKind.THREAD)
+NOT_THREAD = values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR, DimKind.BLOCK)
+APART_OR_NONE = values(ThreadMapping.NOT_THREADS, ThreadMapping.MAPPED)
 """A pair of dims that is not on two different hardware thread dimensions."""
 
 MAX_STRIP_FACTORS = 32
@@ -93,12 +103,12 @@ def declare_thread_limits(S: SpaceDef, gpu: GpuCapabilities) -> None:
     d = Var("d", "StaticDims")
     S.counter("threads", [], "mul", d, value="size",
               default=lambda k, x: k.dim(x).static_size or 1,
-              when=(Is("dim_kind", ("d",), values("THREAD")),), quotient="thread_classes",
+              when=(Is("dim_kind", ("d",), values(DimKind.THREAD)),), quotient="thread_classes",
               doc="Threads per block: product over hardware thread dimensions.")
     S.require("threads per block", [],
               Compare("threads", (), "<=", limit))
     S.counter("thread_dims", [], "sum", d,
-              when=(Is("dim_kind", ("d",), values("THREAD")),), quotient="thread_classes")
+              when=(Is("dim_kind", ("d",), values(DimKind.THREAD)),), quotient="thread_classes")
     S.require("at most 3 thread dimensions", [],
               Compare("thread_dims", (), "<=", gpu.max_thread_dims))
     _declare_thread_pruning(S, gpu)
@@ -115,8 +125,9 @@ def _declare_thread_pruning(S: SpaceDef, gpu: GpuCapabilities) -> None:
                   doc="Of four thread dims, two are MAPPED together (redundant with the "
                       "thread_dims counter).")
     S.require("nested thread dims are not mapped together", [x, y],
-              Is("order", ("x", "y"), values("BEFORE", "AFTER", "MERGED")),
-              Is("thread_mapping", ("x", "y"), values("NOT_THREADS", "IN", "OUT")),
+              Is("order", ("x", "y"), values(Order.BEFORE, Order.AFTER, Order.MERGED)),
+              Is("thread_mapping", ("x", "y"),
+                 values(ThreadMapping.NOT_THREADS, ThreadMapping.IN, ThreadMapping.OUT)),
               doc="Implied by the clauses that map nested thread dims outside in.")
     limit = gpu.max_threads_per_block
     a, b, c = Var("a", "SizedDims"), Var("b", "SizedDims"), Var("c", "SizedDims")
@@ -134,7 +145,8 @@ def _declare_thread_pruning(S: SpaceDef, gpu: GpuCapabilities) -> None:
                   doc="Redundant with the threads counter: a clause relates two choices, so "
                       "the third class's size is bounded from below by a constant.")
     i = Var("i", "Insts")
-    around = (Is("order", ("i", "d"), values("IN")), Is("dim_kind", ("d",), values("THREAD")))
+    around = (Is("order", ("i", "d"), values(Order.IN)),
+              Is("dim_kind", ("d",), values(DimKind.THREAD)))
     S.counter("thread_dims_around", [i], "sum", Var("d", "StaticDims"), when=around,
               quotient="merged",
               doc="Thread dims around an instruction: nested, hence on distinct hardware "
@@ -168,7 +180,7 @@ def declare_block_limits(S: SpaceDef, gpu: GpuCapabilities) -> None:
     """Block dimensions and blocks per grid dimension."""
     x, y = Var("x", "Dims"), Var("y", "Dims")
     S.counter("block_dims", [], "sum", Var("d", "Dims"),
-              when=(Is("dim_kind", ("d",), values("BLOCK")),), quotient="merged")
+              when=(Is("dim_kind", ("d",), values(DimKind.BLOCK)),), quotient="merged")
     S.require("at most 3 block dimensions", [],
               Compare("block_dims", (), "<=", gpu.max_block_dims))
     S.require("block tiles of unfusable dimensions fit the grid", [x, y],
@@ -185,7 +197,7 @@ def declare_block_limits(S: SpaceDef, gpu: GpuCapabilities) -> None:
               Static(lambda k, p, q: not (extent_known(k, p) and extent_known(k, q)),
                      ("x", "y")),
               Is("dim_kind", ("x",), NOT_BLOCK), Is("dim_kind", ("y",), NOT_BLOCK),
-              Is("order", ("x", "y"), values("MERGED")),
+              Is("order", ("x", "y"), values(Order.MERGED)),
               Compare("tile_extent", ("x",), "<=", min(gpu.max_grid[1:])),
               Compare("tile_extent", ("y",), "<=", min(gpu.max_grid[1:])),
               doc="The printers move the one class of BLOCK dims above the y and z limits "
@@ -254,26 +266,26 @@ def declare_shared_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
     drops the slot of a fused pair, unless the pair is a THREAD dim (whose threads write
     different values). It is never decided: ``order`` and ``dim_kind`` fix it.
     ``shared_elements(t)`` multiplies the extents of the kept tiles."""
-    S.enum("shared_slot", ["Temporaries", "Dims"], ("KEPT", "FUSED"),
-           requires={"FUSED": lambda k, t, d: d in temporary_dims(k, t)},
+    S.enum("shared_slot", ["Temporaries", "Dims"], SharedSlot,
+           requires={SharedSlot.FUSED: lambda k, t, d: d in temporary_dims(k, t)},
            doc="Whether a temporary in shared memory is indexed by a tile (never decided).")
     t, a = Var("t", "Temporaries"), Var("a", "TempDims", of="t")
     b = Var("b", "Partners", of="a")
     pair = (Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b")),
             Static(lambda k, tt, q: not _consumer_dim(k, tt, q), ("t", "b")))
-    kept, fused = values("KEPT"), values("FUSED")
+    kept, fused = values(SharedSlot.KEPT), values(SharedSlot.FUSED)
     S.require("an unfused pair keeps its slot", [t, a, b], *pair,
-              Is("shared_slot", ("t", "a"), kept), Is("order", ("a", "b"), values("MERGED")))
+              Is("shared_slot", ("t", "a"), kept), Is("order", ("a", "b"), values(Order.MERGED)))
     S.require("a thread pair keeps its slot", [t, a, b], *pair,
               Is("shared_slot", ("t", "a"), kept), Is("dim_kind", ("a",), NOT_THREAD))
     S.require("a fused pair of loops drops its slot", [t, a, b], *pair,
               Is("shared_slot", ("t", "a"), fused), Is("order", ("a", "b"), NOT_MERGED),
-              Is("dim_kind", ("a",), values("THREAD")))
+              Is("dim_kind", ("a",), values(DimKind.THREAD)))
     S.counter("shared_elements", [t], "mul", a, value="tile_extent",
               when=(Is("shared_slot", ("t", "a"), kept),),
               doc="Elements of a temporary in shared memory.")
     S.require("shared memory of a temporary", [t],
-              Is("mem_space", ("t",), values("REGISTER", "GLOBAL")),
+              Is("mem_space", ("t",), values(MemSpace.REGISTER, MemSpace.GLOBAL)),
               Compare("shared_elements", ("t",), "<=",
                       lambda k, x: gpu.shared_bytes_per_block // k.array(x).dtype.itemsize,
                       ("t",)),
@@ -281,12 +293,12 @@ def declare_shared_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
                   "multiple of 16, so the rounded size fits where the exact one does.")
     S.counter("shared_bytes", [], "sum", t,
               value=lambda k, x: k.array(x).dtype.itemsize,
-              when=(Is("mem_space", ("t",), values("SHARED")),), half=True,
+              when=(Is("mem_space", ("t",), values(MemSpace.SHARED)),), half=True,
               doc="Shared memory used by temporaries (each holds at least one element).")
     S.require("shared memory capacity", [],
               Compare("shared_bytes", (), "<=", gpu.shared_bytes_per_block))
 
 
-__all__ = ["LIMITS", "REDUNDANT", "block_chains_overflow", "declare_block_limits",
+__all__ = ["LIMITS", "REDUNDANT", "SharedSlot", "block_chains_overflow", "declare_block_limits",
            "declare_shared_memory", "declare_thread_limits", "declare_tile_extents",
            "extent_known"]

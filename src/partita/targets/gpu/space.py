@@ -15,6 +15,7 @@ from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, valu
 from partita.space.memory import carries, declare_memory_dependences
 from partita.space.nest import (
     NOT_IN,
+    Order,
     can_enclose_everything,
     declare_enclosing_kind,
     declare_nest,
@@ -22,6 +23,7 @@ from partita.space.nest import (
     produces_into,
 )
 from partita.space.temporaries import declare_temporaries, temporary_dims
+from partita.targets.gpu.decisions import Cache, DimKind, MemSpace, ThreadMapping
 from partita.targets.gpu.device import GpuCapabilities
 from partita.targets.gpu.limits import (
     declare_block_limits,
@@ -30,11 +32,11 @@ from partita.targets.gpu.limits import (
     declare_tile_extents,
 )
 
-KINDS = ("LOOP", "UNROLL", "VECTOR", "BLOCK", "THREAD")
-NOT_VECTOR = values("LOOP", "UNROLL", "BLOCK", "THREAD")
-NOT_THREAD = values("LOOP", "UNROLL", "VECTOR", "BLOCK")
-NOT_BLOCK = values("LOOP", "UNROLL", "VECTOR", "THREAD")
-MAPPINGS = ("NOT_THREADS", "MAPPED", "IN", "OUT")
+__all__ = ["CHOICE_ORDER", "Cache", "DimKind", "MemSpace", "ThreadMapping", "gpu_space"]
+
+NOT_VECTOR = values(DimKind.LOOP, DimKind.UNROLL, DimKind.BLOCK, DimKind.THREAD)
+NOT_THREAD = values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR, DimKind.BLOCK)
+NOT_BLOCK = values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR, DimKind.THREAD)
 CHOICE_ORDER = ("layout", "size", "dim_kind", "thread_mapping", "mem_space", "order", "cache")
 """The fixed choice order of Beaugnon's thesis, §6.1."""
 
@@ -58,19 +60,19 @@ def _is_load_of_input(k: Kernel, m: str) -> bool:
 def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
     S = SpaceDef("gpu", choice_order=CHOICE_ORDER)
     declare_sets(S)
-    S.enum("dim_kind", ["Dims"], KINDS, requires={
-        "UNROLL": lambda k, d: k.dim(d).is_static,
-        "VECTOR": lambda k, d: (k.dim(d).is_static and not carries(k, d)
+    S.enum("dim_kind", ["Dims"], DimKind, requires={
+        DimKind.UNROLL: lambda k, d: k.dim(d).is_static,
+        DimKind.VECTOR: lambda k, d: (k.dim(d).is_static and not carries(k, d)
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in gpu.vector_sizes)),
-        "BLOCK": lambda k, d: not carries(k, d) and can_enclose_everything(k, d),
-        "THREAD": lambda k, d: k.dim(d).is_static and not carries(k, d),
+        DimKind.BLOCK: lambda k, d: not carries(k, d) and can_enclose_everything(k, d),
+        DimKind.THREAD: lambda k, d: k.dim(d).is_static and not carries(k, d),
     }, doc="How a dimension is implemented (Beaugnon's thesis, Listing 4.2).")
     declare_nest(S)
-    declare_memory_dependences(S, ("LOOP", "UNROLL"))
-    declare_temporaries(S, ("REGISTER", "SHARED", "GLOBAL"))
-    S.quotient("merged", "Dims", "order", "MERGED")
+    declare_memory_dependences(S, (DimKind.LOOP, DimKind.UNROLL))
+    declare_temporaries(S, MemSpace)
+    S.quotient("merged", "Dims", "order", Order.MERGED)
     _declare_kinds(S, gpu)
     _declare_thread_mapping(S)
     _declare_memory(S)
@@ -86,16 +88,16 @@ def _declare_kinds(S: SpaceDef, gpu: GpuCapabilities) -> None:
     x, s, y = Var("x", "Dims"), Var("s", "Statements"), Var("y", "Dims")
     S.require("block dims are outermost", [x, s],
               Is("dim_kind", ("x",), NOT_BLOCK),
-              Is("order", ("x", "s"), values("OUT", "MERGED")),
-              Is("dim_kind", ("s",), values("BLOCK")),
+              Is("order", ("x", "s"), values(Order.OUT, Order.MERGED)),
+              Is("dim_kind", ("s",), values(DimKind.BLOCK)),
               doc="Blocks partition the whole computation.")
-    declare_enclosing_kind(S, "BLOCK", ("LOOP", "UNROLL", "VECTOR", "THREAD"))
+    declare_enclosing_kind(S, DimKind.BLOCK, tuple(NOT_BLOCK))
     S.require("vector sizes", [Var("d", "SizedDims")],
               Is("dim_kind", ("d",), NOT_VECTOR),
               Compare("size", ("d",), "in", gpu.vector_sizes))
     S.require("vector dims are innermost", [x, y],
               Is("dim_kind", ("x",), NOT_VECTOR),
-              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")))
+              Is("order", ("x", "y"), values(Order.BEFORE, Order.AFTER, Order.IN, Order.MERGED)))
     S.require("only memory accesses are vectorised", [Var("i", "Insts"), Var("d", "Dims")],
               Static(lambda k, i: k.inst(i).is_memory, ("i",)),
               Is("order", ("i", "d"), NOT_IN),
@@ -107,42 +109,43 @@ def _declare_kinds(S: SpaceDef, gpu: GpuCapabilities) -> None:
               Is("dim_kind", ("d",), NOT_VECTOR))
     S.counter("unroll", [Var("i", "Insts")], "mul", Var("d", "Dims"),
               value="size", default=lambda k, d: k.dim(d).static_size or 1,
-              when=(Is("order", ("i", "d"), values("IN")),
-                    Is("dim_kind", ("d",), values("UNROLL"))),
+              when=(Is("order", ("i", "d"), values(Order.IN)),
+                    Is("dim_kind", ("d",), values(DimKind.UNROLL))),
               quotient="merged", doc="Copies of an instruction in unrolled loops.")
     S.require("unroll factor", [Var("i", "Insts")],
               Compare("unroll", ("i",), "<=", gpu.max_unroll))
 
 
 def _declare_thread_mapping(S: SpaceDef) -> None:
-    S.enum("thread_mapping", ["StaticDims", "StaticDims"], MAPPINGS,
-           antisymmetric={"IN": "OUT"},
+    M = ThreadMapping
+    S.enum("thread_mapping", ["StaticDims", "StaticDims"], M,
+           antisymmetric={M.IN: M.OUT},
            doc="Relative order of the hardware thread dimensions two dims map to "
                "(Beaugnon's thesis, Listing 4.8).")
-    S.quotient("thread_classes", "StaticDims", "thread_mapping", "MAPPED")
+    S.quotient("thread_classes", "StaticDims", "thread_mapping", M.MAPPED)
     x, y, z = Var("x", "StaticDims"), Var("y", "StaticDims"), Var("z", "StaticDims")
     for side in ("x", "y"):
         S.require(f"only thread dims map ({side})", [x, y],
-                  Is("dim_kind", (side,), values("THREAD")),
-                  Is("thread_mapping", ("x", "y"), values("NOT_THREADS")))
+                  Is("dim_kind", (side,), values(DimKind.THREAD)),
+                  Is("thread_mapping", ("x", "y"), values(M.NOT_THREADS)))
     S.require("thread dims map", [x, y],
               Is("dim_kind", ("x",), NOT_THREAD), Is("dim_kind", ("y",), NOT_THREAD),
-              Is("thread_mapping", ("x", "y"), values("MAPPED", "IN", "OUT")))
+              Is("thread_mapping", ("x", "y"), values(M.MAPPED, M.IN, M.OUT)))
     S.require("merged thread dims are mapped", [x, y],
-              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "OUT")),
-              Is("thread_mapping", ("x", "y"), values("MAPPED", "NOT_THREADS")))
+              Is("order", ("x", "y"), values(Order.BEFORE, Order.AFTER, Order.IN, Order.OUT)),
+              Is("thread_mapping", ("x", "y"), values(M.MAPPED, M.NOT_THREADS)))
     S.require("nested thread dims map outside in", [x, y],
-              Is("order", ("x", "y"), values("BEFORE", "AFTER", "IN", "MERGED")),
-              Is("thread_mapping", ("x", "y"), values("OUT", "NOT_THREADS")))
+              Is("order", ("x", "y"), values(Order.BEFORE, Order.AFTER, Order.IN, Order.MERGED)),
+              Is("thread_mapping", ("x", "y"), values(M.OUT, M.NOT_THREADS)))
     S.require("thread mapping is transitive", [x, y, z],
-              Is("thread_mapping", ("x", "y"), values("NOT_THREADS", "MAPPED", "IN")),
-              Is("thread_mapping", ("y", "z"), values("NOT_THREADS", "MAPPED", "IN")),
-              Is("thread_mapping", ("x", "z"), values("OUT")))
+              Is("thread_mapping", ("x", "y"), values(M.NOT_THREADS, M.MAPPED, M.IN)),
+              Is("thread_mapping", ("y", "z"), values(M.NOT_THREADS, M.MAPPED, M.IN)),
+              Is("thread_mapping", ("x", "z"), values(M.OUT)))
     S.require("mapped thread dims are interchangeable", [x, y, z],
-              Is("thread_mapping", ("x", "y"), values("NOT_THREADS", "IN", "OUT")),
+              Is("thread_mapping", ("x", "y"), values(M.NOT_THREADS, M.IN, M.OUT)),
               Related("thread_mapping", ("x", "z"), "thread_mapping", ("y", "z")))
     a, b = Var("a", "SizedDims"), Var("b", "SizedDims")
-    apart = Is("thread_mapping", ("a", "b"), values("NOT_THREADS", "IN", "OUT"))
+    apart = Is("thread_mapping", ("a", "b"), values(M.NOT_THREADS, M.IN, M.OUT))
     S.require("mapped thread dims have the same size", [a, b], apart,
               Related("size", ("a",), "size", ("b",)))
     # An untiled dimension of static size has no size choice: its size is the kernel's.
@@ -179,19 +182,19 @@ def _declare_register_temporaries(S: SpaceDef) -> None:
     carried = Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b"))
     to_consumer = Static(lambda k, tt, q: q not in k.iteration_dims(
         (k.array(tt).carries or ("", ""))[1]), ("t", "b"))
-    in_memory = Is("mem_space", ("t",), values("SHARED", "GLOBAL"))
+    in_memory = Is("mem_space", ("t",), values(MemSpace.SHARED, MemSpace.GLOBAL))
     S.require("register temporaries stay in their thread (producer)", [t, a, b],
               carried, to_consumer, in_memory,
               Is("dim_kind", ("a",), NOT_THREAD),
-              Is("thread_mapping", ("a", "b"), values("MAPPED")))
+              Is("thread_mapping", ("a", "b"), values(ThreadMapping.MAPPED)))
     S.require("register temporaries stay in their thread (consumer)", [t, a, b],
               carried, to_consumer, in_memory,
               Is("dim_kind", ("b",), NOT_THREAD),
-              Is("dim_kind", ("a",), values("THREAD")))
+              Is("dim_kind", ("a",), values(DimKind.THREAD)))
 
 
 def _declare_memory(S: SpaceDef) -> None:
-    S.enum("cache", ["MemInsts"], ("L1", "L2", "READ_ONLY", "NONE"), requires={
-        "L1": lambda k, m: k.inst(m).op == "load",
-        "READ_ONLY": _is_load_of_input,
+    S.enum("cache", ["MemInsts"], Cache, requires={
+        Cache.L1: lambda k, m: k.inst(m).op == "load",
+        Cache.READ_ONLY: _is_load_of_input,
     }, doc="Cache level of a memory access; the read-only path only for inputs.")

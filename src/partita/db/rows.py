@@ -1,0 +1,151 @@
+"""The rows the records return, as typed values.
+
+Each listing of :class:`~partita.db.records.Records` returns frozen dataclasses: one per table
+it reads (a kernel, a run with its counts, an evaluation, a best implementation) and one for
+the best implementations of related kernels. Each is built from its SQL row in one place,
+:meth:`Row.from_row`, which decodes the columns stored as JSON text and renames the columns
+whose SQL name is a keyword (``idx``); :meth:`Row.as_json` gives the fields back as a dict
+in column order, which is what the command line prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row read from the records (see the subclasses)."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ()
+    """Columns stored as JSON text, decoded into their field."""
+    RENAMED: ClassVar[Mapping[str, str]] = {}
+    """Field names of the columns that are named otherwise in SQL (field: column)."""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Self:
+        """The row of a query that selects (at least) one column per field; other columns
+        are ignored, so that a query may select ``*`` of a table that later gains one."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            value = row[cls.RENAMED.get(f.name, f.name)]
+            if f.name in cls.JSON_COLUMNS and isinstance(value, str):
+                value = json.loads(value)
+            values[f.name] = value
+        return cls(**values)
+
+    def as_json(self) -> dict[str, Any]:
+        """The fields as a dict, in column order (JSON output of the command line)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelRow(Row):
+    """A recorded kernel: its parameters and definition (:meth:`Kernel.to_json`)."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("params", "definition")
+
+    id: int
+    structural_hash: str
+    name: str
+    params: dict[str, Any]
+    definition: Any
+    created_at: float
+
+
+@dataclass(frozen=True)
+class RunRow(Row):
+    """A tuning run, with the number of its evaluations and its best time (None while
+    nothing was timed)."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("options",)
+
+    id: int
+    kernel_id: int
+    machine_id: int
+    target: str
+    strategy: str
+    options: dict[str, Any]
+    seed: int | None
+    host: str
+    pid: int | None
+    started_at: float
+    heartbeat_at: float
+    ended_at: float | None
+    stopped_by: str
+    status: str
+    evaluations: int
+    best_s: float | None
+
+
+@dataclass(frozen=True)
+class EvaluationRow(Row):
+    """One evaluation: the fields of :class:`~partita.search.tuner.Evaluation` (decisions
+    decoded), where it was recorded, and the flags its program was built with."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("decisions",)
+    RENAMED: ClassVar[Mapping[str, str]] = {"index": "idx"}
+
+    id: int
+    run_id: int
+    kernel_id: int
+    machine_id: int
+    index: int
+    decisions: list[Any]
+    decisions_hash: str
+    bound_s: float | None
+    status: str
+    reason: str
+    median_s: float | None
+    min_s: float | None
+    spread: float | None
+    reps: int
+    elapsed_s: float
+    source_digest: str
+    flags: str
+    created_at: float
+    slowdown: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+EVALUATION_COLUMNS = tuple(EvaluationRow.RENAMED.get(f.name, f.name)
+                for f in dataclasses.fields(EvaluationRow))
+"""The columns of the ``evaluations`` table that an :class:`EvaluationRow` is built from."""
+
+
+@dataclass(frozen=True)
+class BestRow(Row):
+    """The fastest implementation recorded for a kernel on a machine and target: the
+    evaluation it came from, its time, decisions (decoded), C source, entry and flags."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("decisions",)
+
+    kernel_id: int
+    machine_id: int
+    target: str
+    evaluation_id: int | None
+    time_s: float
+    decisions: list[Any]
+    source: str
+    entry: str
+    flags: str
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class RelatedBest(Row):
+    """The best implementation of a related kernel (same name, other parameters): its time,
+    decisions and the kernel's parameters (decoded)."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("decisions", "params")
+
+    time_s: float
+    decisions: list[Any]
+    params: dict[str, Any]
