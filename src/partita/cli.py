@@ -399,6 +399,7 @@ def _tune_summary(kernel: str, k: Any, tuned: Tuned, seed: int, cold_cache: bool
         out["pruned"] = result.state.pruned
         out["space_lower_bound_s"] = result.space_lower_bound_s or None
         out["optimality_gap"] = result.optimality_gap
+        out["certificate_violations"] = len(result.certificate_violations)
         reach = result.time_to_fraction(0.95)
         out["time_to_95pct_s"], out["evaluations_to_95pct"] = reach or (None, None)
     if tuned.variant is not None:
@@ -529,6 +530,10 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool
                    f"{r.evaluations} evaluations, best "
                    f"{'-' if b is None else f'{b * 1e3:.4g} ms'}, started "
                    f"{_when(r.started_at)}")
+        if r.space_lower_bound_s and b is not None:
+            click.echo(f"    nothing left in its space runs faster than "
+                       f"{r.space_lower_bound_s * 1e3:.4g} ms (gap "
+                       f"{b / r.space_lower_bound_s:.3g}x)")
 
 
 @main.command("export")

@@ -473,6 +473,7 @@ def test_rows_are_typed_and_print_as_their_columns(db: Path) -> None:
     [stored_run] = raw_rows(db, "SELECT * FROM runs")
     assert list(runs[0].as_json()) == [*stored_run, "evaluations", "best_s"]
     assert runs[0].as_json() == stored_run | {"options": {"batch": 4}, "evaluations": 2,
+                                              "lower_bound_history": [],
                                               "best_s": evaluation(0)["median_s"]}
     stored_evals = raw_rows(db, "SELECT * FROM evaluations ORDER BY id")
     for row, raw in zip(evals, stored_evals, strict=True):

@@ -18,7 +18,7 @@ from partita.codegen.c import print_c
 from partita.codegen.program import Program
 from partita.model import Model
 from partita.search.stop import Evaluations, GapReached, parse_stop
-from partita.search.tuner import TuneResult, tune_space
+from partita.search.tuner import Evaluation, TuneResult, tune_space
 from partita.space.candidate import Candidate
 from tests.search.test_strategies import (
     RATES,
@@ -76,6 +76,7 @@ def test_the_certificate_never_exceeds_the_true_best(strategy: str) -> None:
             assert 0 < certificate <= optimum * (1 + 1e-12)
         assert result.space_lower_bound_s == result.lower_bound_history[-1][1]
         assert result.optimality_gap is not None and result.optimality_gap >= 1
+        assert not result.certificate_violations
 
 
 def test_branch_and_bound_with_gap_one_returns_the_true_best() -> None:
@@ -136,5 +137,27 @@ def test_tune_reports_the_certificate_and_stops_on_the_gap(tmp_path: Any) -> Non
     assert result["optimality_gap"] == pytest.approx(
         result["best_time_s"] / result["space_lower_bound_s"], rel=1e-6)
     assert "within x1" in result["stopped_by"]
+    assert result["certificate_violations"] == 0
+    shown = CliRunner().invoke(main, ["show", "axpy", "n=256", "--db", str(db), "--json"])
+    (run,) = json.loads(shown.output)["runs"]
+    assert run["space_lower_bound_s"] == pytest.approx(result["space_lower_bound_s"])
+    assert run["lower_bound_history"] and all(b <= result["best_time_s"]
+                                              for _, b in run["lower_bound_history"])
+    text = CliRunner().invoke(main, ["show", "axpy", "n=256", "--db", str(db)]).output
+    assert "nothing left in its space runs faster than" in text
     with pytest.raises(ValueError, match="gap must be a finite factor"):
         partita.tune(partita.kernel("axpy", n=256), gap=0.5, db=db)
+
+
+def test_a_time_below_an_earlier_certificate_is_a_violation() -> None:
+    """The check that runs beside the bound violations: a certificate given at 1 s claims
+    nothing left runs under 2 ms; a 1.5 ms timing at 3 s refutes it, one at 0.5 s does not
+    (the certificate then was lower), nor a slowed one."""
+    result = TuneResult("bnb", lower_bound_history=[(0.0, 1e-3), (1.0, 2e-3)])
+    result.evaluations = [
+        Evaluation(0, [], 1e-3, "ok", median_s=1.5e-3, elapsed_s=0.5),
+        Evaluation(1, [], 1e-3, "ok", median_s=1.5e-3, elapsed_s=3.0),
+        Evaluation(2, [], 1e-3, "ok", median_s=1.5e-3, elapsed_s=3.0, slowed=True),
+        Evaluation(3, [], 1e-3, "ok", median_s=2.5e-3, elapsed_s=3.0),
+    ]
+    assert [e.index for e in result.certificate_violations] == [1]

@@ -28,7 +28,7 @@ import sqlite3
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -469,14 +469,22 @@ class Records:
             self._open_runs.add(run_id)
         return run_id
 
-    def finish_run(self, run_id: int, stopped_by: str = "", status: str = "finished") -> None:
-        """Record the end of a run and why it stopped (``finished`` or ``interrupted``)."""
+    def finish_run(self, run_id: int, stopped_by: str = "", status: str = "finished", *,
+                   space_lower_bound_s: float | None = None,
+                   lower_bound_history: Sequence[tuple[float, float]] = ()) -> None:
+        """Record the end of a run, why it stopped (``finished`` or ``interrupted``) and its
+        optimality certificate (with how it rose, batch by batch)."""
         if status not in ("finished", "interrupted"):
             raise ValueError(f"a run ends 'finished' or 'interrupted', not {status!r}")
+        history = _dumps([[_float(t, "elapsed time"), _float(b, "lower bound")]
+                          for t, b in lower_bound_history], "lower bound history")
+        certificate = _float(space_lower_bound_s, "space lower bound")
 
         def update(conn: sqlite3.Connection) -> None:
-            cur = conn.execute("UPDATE runs SET status = ?, stopped_by = ?, ended_at = ? "
-                               "WHERE id = ?", (status, stopped_by, time.time(), run_id))
+            cur = conn.execute("UPDATE runs SET status = ?, stopped_by = ?, ended_at = ?, "
+                               "space_lower_bound_s = ?, lower_bound_history = ? "
+                               "WHERE id = ?", (status, stopped_by, time.time(), certificate,
+                                                history, run_id))
             if cur.rowcount == 0:
                 raise RecordsError(self._path, f"there is no run {run_id}")
 

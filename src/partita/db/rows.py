@@ -62,7 +62,7 @@ class RunRow(Row):
     """A tuning run, with the number of its evaluations and its best time (None while
     nothing was timed)."""
 
-    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("options",)
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("options", "lower_bound_history")
 
     id: int
     kernel_id: int
@@ -78,6 +78,10 @@ class RunRow(Row):
     ended_at: float | None
     stopped_by: str
     status: str
+    space_lower_bound_s: float | None
+    """The optimality certificate when the run ended (None for a run that did not say)."""
+    lower_bound_history: list[Any]
+    """[elapsed seconds, certificate] after each batch."""
     evaluations: int
     best_s: float | None
 

@@ -138,10 +138,19 @@ def _v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE evaluations ADD COLUMN slowdown REAL")
 
 
+def _v4(conn: sqlite3.Connection) -> None:
+    # The optimality certificate of a run (the least bound over what its search left) and how
+    # it rose batch by batch, so that a report can show the gap over time.
+    conn.execute("ALTER TABLE runs ADD COLUMN space_lower_bound_s REAL")
+    conn.execute("ALTER TABLE runs ADD COLUMN lower_bound_history TEXT NOT NULL DEFAULT '[]'")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "kernels, machines, runs, evaluations and best implementations", _v1),
     Migration(2, "evaluations.decisions_hash, backfilled and indexed for resume look-ups", _v2),
     Migration(3, "evaluations.slowdown, the speed probe's verdict on each timing", _v3),
+    Migration(4, "runs.space_lower_bound_s and runs.lower_bound_history, the optimality "
+                 "certificate", _v4),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

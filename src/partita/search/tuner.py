@@ -91,6 +91,19 @@ class TuneResult:
     """(elapsed seconds, certificate) after each batch."""
 
     @property
+    def certificate_violations(self) -> list[Evaluation]:
+        """Implementations timed faster than a certificate given before they were timed:
+        each one refutes the bound (never seen; checked like :attr:`violations`)."""
+        out = []
+        for e in self.evaluations:
+            if not e.ok or e.slowed or e.median_s is None:
+                continue
+            before = [b for t, b in self.lower_bound_history if t <= e.elapsed_s]
+            if before and e.median_s < max(before) * (1 - 1e-9):
+                out.append(e)
+        return out
+
+    @property
     def optimality_gap(self) -> float | None:
         """The best time over the certificate: how much faster the best implementation of
         the space could be at most (1 when the best is proven the best)."""
@@ -298,6 +311,8 @@ class _Search:
         self.waiting = waiting
         least = min([self.state.best_time, self.strategy.frontier_bound(), self.floor]
                     + [self.bound(c) for c, p, _ in waiting if p is not None])
+        if math.isinf(least):  # nothing measured and nothing left: no certificate
+            return
         self.progress.space_lower_bound = self.result.space_lower_bound_s = least
         self.result.lower_bound_history.append((self.elapsed(), least))
 

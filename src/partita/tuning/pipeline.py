@@ -242,7 +242,9 @@ def tune_recorded(req: Request, db: str | Path | None) -> Tuned:
             status = "finished"
         finally:
             rec.finish_run(run, result.stopped_by if result is not None else "interrupted",
-                           status=status)
+                           status=status,
+                           space_lower_bound_s=result.space_lower_bound_s if result else None,
+                           lower_bound_history=result.lower_bound_history if result else ())
         best = rec.best(kid, mid, stored) or recorder.slowed_stand_in(kernel.name)
         total = len(rec.evaluations(kid, mid))
     return final_result(req, best, total, result)
