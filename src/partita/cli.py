@@ -585,12 +585,13 @@ def report_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
     with rec:
         best = rec.best(kid, mid, records_target(target, cold_cache))
         evaluations = rec.evaluations(kid, mid)
+        runs = rec.runs(kid, mid)
     if not evaluations:
         _fail(f"no evaluation of {kernel} is recorded on this machine: tune it first")
     try:
         path = write_report(out_dir, title=f"{kernel} {' '.join(params)}",
                             kernel_desc=k.describe(), evaluations=evaluations, best=best,
-                            machine=fp, flops=_described(kernel, params)[1])
+                            machine=fp, flops=_described(kernel, params)[1], runs=runs)
     except OSError as exc:
         _fail(f"cannot write {out_dir}: {exc}")
     click.echo(str(path))

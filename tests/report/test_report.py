@@ -320,7 +320,11 @@ def test_report_from_synthetic_evaluations(tmp_path: Path) -> None:
     assert page == tmp_path / "rep" / "index.html"
     text = page.read_text()
 
-    for name in PLOTS.values():
+    for key, name in PLOTS.items():
+        if key == "gap":  # no run given: no certificate to draw
+            assert not (tmp_path / "rep" / name).exists()
+            assert "The last run recorded no certificate" in text
+            continue
         assert is_png(tmp_path / "rep" / name), name
         assert f'src="{name}"' in text
     for heading in ("Summary", "Machine", "Best time against evaluations",
@@ -367,7 +371,7 @@ def test_report_without_measurements(tmp_path: Path) -> None:
     """A run where everything failed still gets a page (that is when it is needed most)."""
     first = write_report(tmp_path, title="t", kernel_desc="k", best=None, machine=None,
                          evaluations=as_rows(synthetic_evaluations()))
-    assert all((tmp_path / name).exists() for name in PLOTS.values())
+    assert all((tmp_path / name).exists() for key, name in PLOTS.items() if key != "gap")
     failed = as_rows([{"index": i, "decisions": [], "bound_s": None, "status": "crash",
                        "reason": f"signal {i}", "median_s": None, "min_s": None}
                       for i in range(60)])
@@ -403,13 +407,16 @@ def test_report_from_records(tmp_path: Path) -> None:
             if ev["status"] == "ok":
                 rec.offer_best(kid, mid, "cpu", eid, ev["median_s"], ev["decisions"],
                                "void f(void) {}", "f", TIMED_FLAGS)
-        rec.finish_run(run_id)
+        rec.finish_run(run_id, space_lower_bound_s=1e-4,
+                       lower_bound_history=[(0.0, 5e-5), (1.0, 1e-4)])
         stored = rec.evaluations(kid, mid)
         best = rec.best(kid, mid, "cpu")
+        runs = rec.runs(kid, mid)
     assert best is not None
     page = write_report(tmp_path / "rep", title="axpy", kernel_desc=k.describe(),
-                        evaluations=stored, best=best, machine=None)
+                        evaluations=stored, best=best, machine=None, runs=runs)
     text = page.read_text()
     assert "<td>Evaluations</td><td class=\"num\">44</td>" in text
     assert format_time(best.time_s) in text and "Decisions (1)" in text
     assert all(is_png(tmp_path / "rep" / name) for name in PLOTS.values())
+    assert ">Best time and optimality certificate</h" in text

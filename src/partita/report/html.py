@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from partita.db.rows import BestRow, EvaluationRow
+from partita.db.rows import BestRow, EvaluationRow, RunRow
 from partita.runtime.harness import TimingOptions
 
 # The tuner's tolerance, so that the report and the tuner agree on what a model bug is.
@@ -44,6 +44,7 @@ PLOTS = {
     "best": "best_time.png",
     "bound": "bound_vs_time.png",
     "histogram": "time_histogram.png",
+    "gap": "optimality_gap.png",
 }
 """The image files a report writes next to ``index.html`` (when it has the data)."""
 
@@ -171,6 +172,42 @@ def _plot_best(evals: Sequence[EvaluationRow], path: Path) -> bool:
     ax.set_title("Best time against evaluations")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper right", fontsize="small")
+    _save(fig, path)
+    return True
+
+
+def _plot_gap(evals: Sequence[EvaluationRow], run: RunRow | None, path: Path) -> bool:
+    """The last run's best time and optimality certificate against its elapsed time: the
+    band between them holds the best implementation of the space (if the bound is valid),
+    and the gap says how much a longer search could still find at most."""
+    history = [(t, b) for t, b in (run.lower_bound_history if run else [])
+               if _number(b) is not None]
+    if run is None or not history:
+        return False
+    timed = sorted((ev.elapsed_s, t) for ev in evals
+                   if ev.run_id == run.id and (t := _measured(ev)) is not None)
+    best_x, best_y, current = [], [], math.inf
+    for x, t in timed:
+        current = min(current, t)
+        best_x.append(x)
+        best_y.append(current)
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.step([t for t, _ in history], [b for _, b in history], where="post",
+            color="tab:green", label="certificate (nothing left runs faster)")
+    if best_x:
+        end = max(best_x[-1], history[-1][0])
+        ax.step([*best_x, end], [*best_y, best_y[-1]], where="post", color="tab:blue",
+                label="best measured time")
+        gap = best_y[-1] / history[-1][1]
+        ax.set_title(f"Best time and certificate (run {run.id}; gap {gap:.3g}x at the end)")
+    else:
+        ax.set_title(f"Certificate (run {run.id}; nothing timed)")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds into the run")
+    ax.set_ylabel("time (s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="center right", fontsize="small")
     _save(fig, path)
     return True
 
@@ -368,7 +405,8 @@ def _figure_section(heading: str, anchor: str, file: str | None, alt: str, missi
 def write_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: str,
                  evaluations: Sequence[EvaluationRow], best: BestRow | None,
                  machine: dict[str, Any] | None, peak: str = "",
-                 flops: float | None = None, noise: float = NOISE) -> Path:
+                 flops: float | None = None, noise: float = NOISE,
+                 runs: Sequence[RunRow] = ()) -> Path:
     """Write ``index.html`` and its plots into ``out_dir``; return the page's path.
 
     ``evaluations`` are records' evaluations (:meth:`partita.db.Records.evaluations`) in the
@@ -378,6 +416,8 @@ def write_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: st
     preformatted, e.g. ``Kernel.describe()``); ``peak`` a line about the machine's peak, to
     read the best time against. ``flops`` (floating-point operations per call) adds
     GFLOP/s. A bound above the measured time by more than ``noise`` counts as a violation.
+    ``runs`` (:meth:`partita.db.Records.runs`): the last one's certificate is plotted over
+    time beside its best time.
 
     Plots without data (no successful evaluation, no bounds) are left out with a note; the
     page is written whatever the evaluations hold. Image files from an earlier report in
@@ -396,6 +436,7 @@ def write_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: st
         "best": lambda path: _plot_best(evals, path),
         "bound": lambda path: _plot_bound(evals, path, noise),
         "histogram": lambda path: _plot_histogram(evals, path),
+        "gap": lambda path: _plot_gap(evals, runs[-1] if runs else None, path),
     }
     drawn: dict[str, str | None] = {}
     for key, draw in drawers.items():
@@ -423,6 +464,10 @@ def write_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: st
         _figure_section("Best time against evaluations", "convergence", drawn["best"],
                         "best measured time against the number of evaluations (log time)",
                         "No successful evaluation: nothing to plot."),
+        _figure_section("Best time and optimality certificate", "gap", drawn["gap"],
+                        "best measured time and the certificate below it against seconds "
+                        "into the last run (log time)",
+                        "The last run recorded no certificate: nothing to plot."),
         _figure_section("Model bound against measured time", "bound", drawn["bound"],
                         "model bound against measured time, log-log, with the line y = x",
                         "No successful evaluation with a model bound: nothing to plot."),
