@@ -400,6 +400,7 @@ def _tune_summary(kernel: str, k: Any, tuned: Tuned, seed: int, cold_cache: bool
         out["space_lower_bound_s"] = result.space_lower_bound_s or None
         out["optimality_gap"] = result.optimality_gap
         out["certificate_violations"] = len(result.certificate_violations)
+        out["certificate_limited_by"] = result.certificate_limiter or None
         reach = result.time_to_fraction(0.95)
         out["time_to_95pct_s"], out["evaluations_to_95pct"] = reach or (None, None)
     if tuned.variant is not None:
@@ -429,6 +430,10 @@ def _print_tuned(kernel: str, tuned: Tuned, np_t: float | None, peak: str) -> No
             click.echo(f"  certificate: nothing left in the space runs faster than "
                        f"{result.space_lower_bound_s * 1e3:.4g} ms (the best is within "
                        f"{result.optimality_gap:.3g}x of it, if the bound is valid)")
+            if result.certificate_limiter:
+                click.echo(f"    where it is set, the bound's largest term is "
+                           f"{result.certificate_limiter!r}: a tighter model of that term "
+                           "would narrow the gap")
         if result.slowed:
             click.echo(f"  {len(result.slowed)} implementations were timed while a core ran "
                        "slowed (shared with another process or virtual machine), even after "

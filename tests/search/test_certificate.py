@@ -138,6 +138,7 @@ def test_tune_reports_the_certificate_and_stops_on_the_gap(tmp_path: Any) -> Non
         result["best_time_s"] / result["space_lower_bound_s"], rel=1e-6)
     assert "within x1" in result["stopped_by"]
     assert result["certificate_violations"] == 0
+    assert result["certificate_limited_by"] in (None, "issue", "memory", "latency")
     shown = CliRunner().invoke(main, ["show", "axpy", "n=256", "--db", str(db), "--json"])
     (run,) = json.loads(shown.output)["runs"]
     assert run["space_lower_bound_s"] == pytest.approx(result["space_lower_bound_s"])

@@ -18,7 +18,7 @@ class Progress:
     exhausted: bool = False
     space_lower_bound: float = 0.0
     """The optimality certificate: no implementation left in the space runs faster (see
-    :meth:`partita.search.strategies.Strategy.frontier_bound`)."""
+    :meth:`partita.search.strategies.Strategy.frontier`)."""
 
 
 class Stop:

@@ -55,12 +55,12 @@ class Strategy:
     def observe(self, cand: Candidate, time_s: float | None) -> None:
         """``time_s`` is None for an implementation that failed (it is never revisited)."""
 
-    def frontier_bound(self) -> float:
+    def frontier(self) -> tuple[float, Candidate | None]:
         """The least lower bound over the implementations this strategy may still propose
-        (infinite when it has none left). Those it proposed and those it pruned are not
-        counted: the tuner knows their times or the cut that pruned them. This strategy
-        keeps no frontier: the root's bound."""
-        return self.bound(self.root)
+        (infinite when it has none left), and the candidate it bounds. Those it proposed
+        and those it pruned are not counted: the tuner knows their times or the cut that
+        pruned them. This strategy keeps no frontier: the root."""
+        return self.bound(self.root), self.root
 
     def children(self, cand: Candidate) -> list[tuple[Candidate, float]]:
         """Viable children of the first open choice with their bounds, pruned ones dropped."""
@@ -113,9 +113,9 @@ class BranchAndBound(Strategy):
     def exhausted(self) -> bool:
         return not self.heap
 
-    def frontier_bound(self) -> float:
+    def frontier(self) -> tuple[float, Candidate | None]:
         """The open candidates: the least bound of the heap."""
-        return self.heap[0][0] if self.heap else math.inf
+        return (self.heap[0][0], self.heap[0][3]) if self.heap else (math.inf, None)
 
 
 @dataclass
@@ -181,22 +181,22 @@ class MonteCarlo(Strategy):
     def exhausted(self) -> bool:
         return self.tree.exhausted
 
-    def frontier_bound(self) -> float:
+    def frontier(self) -> tuple[float, Candidate | None]:
         """The least bound over the tree's leaves not exhausted: every implementation not
         yet proposed lies below one of them (rollouts leave the node they start from open),
         and a child's bound is never below its parent's, so subtrees bounded above the least
         found so far are skipped."""
-        least = math.inf
+        least, witness = math.inf, None
         stack = [self.tree]
         while stack:
             node = stack.pop()
             if node.exhausted or node.bound >= least:
                 continue
             if node.children is None:
-                least = node.bound
+                least, witness = node.bound, node.cand
             else:
                 stack.extend(node.children)
-        return least
+        return least, witness
 
     def propose(self, n: int) -> list[Candidate]:
         out: list[Candidate] = []

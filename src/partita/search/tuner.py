@@ -89,6 +89,10 @@ class TuneResult:
     valid as long as the bound is, see :attr:`violations`)."""
     lower_bound_history: list[tuple[float, float]] = field(default_factory=list)
     """(elapsed seconds, certificate) after each batch."""
+    certificate_limiter: str = ""
+    """The term of the bound that dominates where the certificate is set (the candidate of
+    least bound left), empty where the best time sets it: where the gap stays wide, the
+    model's work pays on this term."""
 
     @property
     def certificate_violations(self) -> list[Evaluation]:
@@ -307,14 +311,19 @@ class _Search:
 
     def certify(self, waiting: list[Proposal]) -> None:
         """The optimality certificate after a batch: the least of the best time, the
-        strategy's frontier, the proposals ``waiting`` to be measured and :attr:`floor`."""
+        strategy's frontier, the proposals ``waiting`` to be measured and :attr:`floor`;
+        where a candidate's bound sets it, the term of the bound that dominates there."""
         self.waiting = waiting
-        least = min([self.state.best_time, self.strategy.frontier_bound(), self.floor]
-                    + [self.bound(c) for c, p, _ in waiting if p is not None])
+        frontier, witness = self.strategy.frontier()
+        terms: list[tuple[float, Candidate | None]] = [
+            (self.state.best_time, None), (frontier, witness), (self.floor, None)]
+        terms += [(self.bound(c), c) for c, p, _ in waiting if p is not None]
+        least, cand = min(terms, key=lambda t: t[0])
         if math.isinf(least):  # nothing measured and nothing left: no certificate
             return
         self.progress.space_lower_bound = self.result.space_lower_bound_s = least
         self.result.lower_bound_history.append((self.elapsed(), least))
+        self.result.certificate_limiter = self.model.bound(cand).limiter if cand else ""
 
     def record(self, cand: Candidate, prog: Program | None, failure: str,
                m: Outcome | None) -> None:
