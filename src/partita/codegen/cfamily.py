@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from partita.codegen.expr import (
+    COMPARE,
     IDENTIFIER,
     CodegenError,
     c_literal,
@@ -36,10 +37,12 @@ from partita.codegen.expr import (
     disjoint,
     fold_product,
     fold_sum,
+    math_call,
 )
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Prefetch, Storage
 from partita.codegen.vector import broadcast, vector_type_name
+from partita.ir.checks import operand_dtype
 from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Const, Index, Instruction, Operand, Reduce, Scalar, Value
 from partita.ir.types import DType
@@ -600,6 +603,23 @@ class CFamilyPrinter:
                 return a[0]
             case "cast":
                 return f"__builtin_convertvector({a[0]}, {vt})" if vt else f"({c})({a[0]})"
+            case "lt" | "le" | "gt" | "ge" | "eq" | "ne":
+                test = f"({a[0]}) {COMPARE[inst.op]} ({a[1]})"
+                # A vector comparison gives -1 where it holds (an integer vector).
+                return f"__builtin_convertvector(-({test}), {vt})" if vt else f"({c})({test})"
+            case "select":
+                if not vt:
+                    return f"(({a[0]}) != 0 ? ({a[1]}) : ({a[2]}))"
+                cond = a[0]
+                if operand_dtype(self.k, inst.operands[0]) != inst.dtype:
+                    cond = f"__builtin_convertvector({cond}, {vt})"
+                self.helpers.add(("select", vt))
+                return f"select_{vt}({cond}, {a[1]}, {a[2]})"
+            case "exp" | "log" | "sqrt" | "abs":
+                if vt:
+                    self.helpers.add((inst.op, vt))
+                    return f"{inst.op}_{vt}({a[0]})"
+                return self.math(inst.op, inst.dtype, a[0])
             case "max" | "min":
                 if vt:
                     self.helpers.add((inst.op, vt))
@@ -610,6 +630,10 @@ class CFamilyPrinter:
                     return f"(({a[0]}) {cmp} ({a[1]}) ? ({a[0]}) : ({a[1]}))"
                 return f"{fn}({a[0]}, {a[1]})"
         raise CodegenError(f"instruction {inst.name}: unknown op {inst.op!r}")
+
+    def math(self, op: str, dtype: DType, x: str) -> str:
+        """``exp``, ``log``, ``sqrt`` or ``abs`` of a scalar, in the printed language."""
+        return math_call(op, dtype, x)
 
     def _operand(self, inst: Instruction, op: Operand, env: dict[str, str],
                  lane_dims: set[str], lanes: int) -> str:

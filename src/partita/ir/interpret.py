@@ -34,10 +34,14 @@ from partita.ir.types import DType, KernelError
 Env = dict[str, Any]
 """Logical dimension -> its index (an int) or ``None`` (every index, one array axis)."""
 
-_UNARY: dict[str, Callable[[Any], Any]] = {"neg": np.negative, "mov": lambda a: a}
+_UNARY: dict[str, Callable[[Any], Any]] = {
+    "neg": np.negative, "mov": lambda a: a, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "abs": np.abs,
+}
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
-    "min": np.minimum,
+    "min": np.minimum, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
 }
 
 
@@ -196,12 +200,15 @@ class Interpreter:
     def _compute(self, inst: Instruction, args: list[Any]) -> Any:
         op = inst.op
         if op in _UNARY:
-            return _UNARY[op](args[0])
+            with np.errstate(divide="ignore", invalid="ignore"):  # log(0), sqrt(-1): as C
+                return _UNARY[op](args[0])
         if op == "cast":
             value = np.asarray(args[0])
             return np.trunc(value) if not inst.dtype.is_float else value
         if op == "store":
             return args[0]
+        if op == "select":
+            return np.where(np.asarray(args[0]) != 0, args[1], args[2])
         if op == "fma":
             return np.add(np.multiply(args[0], args[1]), args[2])
         if op == "div":
