@@ -65,9 +65,20 @@ def lane_helper(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
         return [f"static inline {vt} abs_{vt}({vt} v) {{ {mask}",
                 f"m_t k = v < ({vt}){{}}; return (-v & k) | (v & ~k); }}"]
     fn = op + ("f" if c == "float" else "")
-    return [f"static inline {vt} {op}_{vt}({vt} v) {{ {vt} r;",
-            f"#pragma GCC unroll {lanes}",
-            f"for (int l = 0; l < {lanes}; ++l) r[l] = {fn}(v[l]); return r; }}"]
+    loop = [f"#pragma GCC unroll {lanes}",
+            f"for (int l = 0; l < {lanes}; ++l) r[l] = {fn}(v[l]); return r;"]
+    head = f"static inline {vt} {op}_{vt}({vt} v) {{ {vt} r;"
+    nbytes = lanes * dtype.itemsize
+    need = {64: "__AVX512F__", 32: "__AVX__", 16: "__SSE2__"}.get(nbytes)
+    if op != "sqrt" or need is None or not dtype.is_float:
+        return [head, *loop, "}"]
+    # C's sqrt sets errno on a negative operand, which keeps gcc from using the vector
+    # instruction; the intrinsic returns NaN there, as sqrt does.
+    prefix = {64: "_mm512", 32: "_mm256", 16: "_mm"}[nbytes]
+    suffix, reg = ("ps", "") if c == "float" else ("pd", "d")
+    return [head, f"#if defined({need})",
+            f"r = ({vt}){prefix}_sqrt_{suffix}((__m{nbytes * 8}{reg})v); return r;", "#else",
+            *loop, "#endif", "}"]
 
 
 def vector_header(vector_types: dict[tuple[DType, int], str],
@@ -105,3 +116,8 @@ def vector_header(vector_types: dict[tuple[DType, int], str],
 def needs_intrinsics(helpers: set[tuple[str, str]]) -> bool:
     """Whether the helpers use AVX-512 intrinsics (``immintrin.h``, where available)."""
     return any(op in ("loadn", "storen") for op, _ in helpers)
+
+
+def needs_x86_intrinsics(helpers: set[tuple[str, str]]) -> bool:
+    """Whether the helpers use SSE or AVX intrinsics (``immintrin.h``, on x86)."""
+    return any(op == "sqrt" for op, _ in helpers)
