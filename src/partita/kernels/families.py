@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 
 from partita import mdh
+from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Kernel
 from partita.ir.types import KernelError
 from partita.kernels.registry import KernelSpec, ParamSpec, register
+from partita.mdh.lower import default_tiles, divisible
 
 DTYPE = ParamSpec("dtype", "dtype", "float32", "element type")
 
@@ -178,6 +180,51 @@ def _conv_out(h: int, r: int, stride: int, dilation: int) -> int:
     return (h - dilation * (r - 1) - 1) // stride + 1
 
 
+# -- softmax --------------------------------------------------------------------------------
+
+
+def softmax(m: int, n: int, dtype: str = "float32") -> Kernel:
+    """``Y[i, j] = exp(X[i, j] - max_j X[i]) / sum_j exp(X[i, j] - max_j X[i])`` for each of
+    the ``m`` rows of ``X`` (``m x n``), the max subtracted so that no exponential overflows.
+
+    Three nests, in the library's style (each instruction on its own dimensions, mapped to the
+    next nest's): a row's max; its exponentials and their sum; the exponentials scaled by the
+    reciprocal of the sum. The search decides where the exponentials are kept between the
+    last two (a temporary, or recomputed nowhere: they are a value carried to the scaling)."""
+    b = KernelBuilder("softmax", dtype)
+    rows, cols = b.size("m", m), b.size("n", n)
+    x = b.array("X", None, [rows, cols])
+    y = b.array("Y", None, [rows, cols], role="out")
+    row_tiles, col_tiles = default_tiles(m, False), default_tiles(n, False)
+    # The row's max.
+    i_mx0 = b.dim("i_init", rows, row_tiles, divisible=divisible(m))
+    i = b.mapped_dim(i_mx0, "i")
+    j = b.dim("j", cols, col_tiles, divisible=divisible(n))
+    lowest = b.mov(-math.inf, dims=[i_mx0], name="init_max")
+    mx = b.op("max", b.load(x, [i, j], name="ld_X"),
+              b.reduce(lowest, [j], {i_mx0: i}), dims=[i, j], name="max")
+    # The exponentials and their sum.
+    i_s0, i_s = b.mapped_dim(i, "i_sum_init"), b.mapped_dim(i, "i_e")
+    j_s = b.mapped_dim(j, "j_e")
+    shifted = b.op("sub", b.load(x, [i_s, j_s], name="ld_X2"), b.value(mx, {i: i_s}),
+                   dims=[i_s, j_s], name="shift")
+    e = b.unary("exp", shifted, dims=[i_s, j_s], name="exp")
+    zero = b.mov(0.0, dims=[i_s0], name="init_sum")
+    total = b.add(e, b.reduce(zero, [j_s], {i_s0: i_s}), dims=[i_s, j_s], name="sum")
+    # The exponentials scaled by the reciprocal of their sum.
+    i_r, i_y, j_y = b.mapped_dim(i, "i_r"), b.mapped_dim(i, "i_y"), b.mapped_dim(j, "j_y")
+    inv = b.op("div", 1.0, b.value(total, {i_s: i_r}), dims=[i_r], name="inv")
+    out = b.mul(b.value(e, {i_s: i_y, j_s: j_y}), b.value(inv, {i_r: i_y}), dims=[i_y, j_y],
+                name="scale")
+    b.store(y, [i_y, j_y], out, name="st_Y")
+    return b.build()
+
+
+def _softmax_ref(x: np.ndarray) -> dict[str, np.ndarray]:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return {"Y": e / e.sum(axis=1, keepdims=True)}
+
+
 # -- tensor contractions --------------------------------------------------------------------
 
 
@@ -291,6 +338,19 @@ def _depthwise_bytes(n: int, h: int, w: int, c: int, r: int, s: int, stride: int
     out = n * _conv_out(h, r, stride, 1) * _conv_out(w, s, stride, 1) * c
     return (n * h * w * c + r * s * c + out) * _itemsize(dtype)
 
+
+register(KernelSpec(
+    "softmax", "Y = softmax(X) along each row: the max, the exponentials and their sum, the "
+    "scaling",
+    (ParamSpec("m", SIZE, 1024, "rows"), ParamSpec("n", SIZE, 1024, "columns (the softmax's "
+                                                                    "length)"), DTYPE),
+    softmax, _softmax_ref,
+    # Per element: the max, the shift, the exponential (one operation), the sum and the
+    # scaling; per row the reciprocal.
+    flops=lambda m, n, **_: 5 * m * n + m,
+    bytes=lambda m, n, dtype: 2 * m * n * _itemsize(dtype),
+    outputs=("Y",),
+))
 
 register(KernelSpec(
     "transpose", "T = A.T: an m x n matrix transposed",
