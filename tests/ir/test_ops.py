@@ -16,6 +16,7 @@ from partita import KernelBuilder
 from partita.codegen.c import print_c
 from partita.ir.interpret import sequential_reference
 from partita.ir.kernel import Kernel
+from partita.ir.operands import Affine
 from partita.ir.types import KernelError
 from partita.runtime import Evaluator, TimingOptions
 from partita.search.sampling import sample_and_evaluate, sample_implementations
@@ -178,3 +179,42 @@ def test_type_errors_name_the_instruction() -> None:
     def arity(b: KernelBuilder, x: object, kk: object) -> None:
         b.op("select", 1.0, 2.0, dims=["i"], name="s")
     assert "instruction 's': select takes 3 operands, got 2" in _error(arity)
+
+
+@pytest.mark.parametrize("vector", [False, True], ids=["scalar", "vector"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_padded_loads_read_their_fill_outside_the_array(evaluator: Evaluator, dtype: str,
+                                                        vector: bool) -> None:
+    """``y[i] = x[i - 3] + x[i + 2]`` with zeros outside x: the vector lanes straddle both
+    ends (each lane tested on its own) and the last vector is partial."""
+    b = KernelBuilder("shifted", dtype)
+    n = b.size("n", N)
+    x = b.array("x", None, [n])
+    y = b.array("y", None, [n], role="out")
+    i = b.dim("i", n, tiles=[[1, 8, 16]], divisible=False)
+    left = b.load(x, [Affine.of(i) + (-3)], fill=0.0, name="left")
+    right = b.load(x, [Affine.of(i) + 2], fill=0.0, name="right")
+    b.store(y, [i], b.add(left, right, dims=[i]))
+    k = b.build()
+    xs = np.arange(1.0, N + 1)
+    want = np.concatenate([[0, 0, 0], xs[:-3]]) + np.concatenate([xs[2:], [0, 0]])
+    np.testing.assert_array_equal(sequential_reference(k)(xs)["y"], want)
+    root = partita.space(k).root()
+    if vector:
+        root = root.restrict("dim_kind", ["i.1"], ["VECTOR"])
+        source = print_c(next(sample_implementations(root, 1, random.Random(1)))).source
+        assert "? x[" in source and ("((v8" in source or "((v16" in source)
+    report = sample_and_evaluate(root, 4, random.Random(2),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 4, report.failed[:2]
+
+
+def test_only_loads_of_inputs_read_padded_views() -> None:
+    b = KernelBuilder("bad", "float32")
+    n = b.size("n", 4)
+    i = b.dim("i", n)
+    y = b.array("y", None, [n], role="inout")
+    b.store(y, [i], b.load(y, [Affine.of(i) + 1], fill=0.0, name="ld"))
+    with pytest.raises(KernelError, match="instruction 'ld': only loads from input arrays may "
+                                          "read a padded view"):
+        b.build()

@@ -1,6 +1,7 @@
-"""The families built on comparisons, selects and exponentials: softmax, and conv2d with
-zero padding. Twenty random implementations of each, at small and odd sizes, in float32 and
-float64, compile, run and match numpy; the references agree with the kernels' meaning."""
+"""The families built on the IR's newer instructions: softmax (exponentials), and conv2d and
+depthwise_conv2d with zero padding (padded loads). Twenty random implementations of each, at
+small and odd sizes, in float32 and float64, compile, run and match numpy; the references
+agree with the kernels' meaning."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ CASES = [
     ("softmax", {"m": 7, "n": 37, "dtype": "float64"}),
     ("softmax", {"m": 1, "n": 50}),
     ("softmax", {"m": 17, "n": 3, "dtype": "float64"}),
+    ("conv2d", {"n": 1, "h": 7, "w": 6, "c": 3, "k": 4, "r": 3, "s": 3, "pad": 1}),
+    ("conv2d", {"n": 2, "h": 5, "w": 9, "c": 2, "k": 3, "r": 3, "s": 2, "stride": 2, "pad": 2,
+                "dilation": 2, "dtype": "float64"}),
+    ("conv2d", {"n": 1, "h": 3, "w": 3, "c": 5, "k": 2, "r": 5, "s": 5, "pad": 2}),
+    ("depthwise_conv2d", {"n": 1, "h": 6, "w": 7, "c": 5, "r": 3, "s": 3, "pad": 1}),
+    ("depthwise_conv2d", {"n": 2, "h": 5, "w": 4, "c": 3, "r": 2, "s": 3, "stride": 2, "pad": 1,
+                          "dtype": "float64"}),
 ]
 IDS = [f"{n}-{'-'.join(f'{k}{v}' for k, v in p.items())}" for n, p in CASES]
 FUZZED = [pytest.param(n, p, id=i, marks=pytest.mark.slow
@@ -71,3 +79,21 @@ def test_softmax_rows_sum_to_one_without_overflow() -> None:
     np.testing.assert_allclose(y.sum(axis=1), 1.0)
     np.testing.assert_allclose(y[1], 0.2)
     assert y[0, 0] > y[0, 1] > y[0, 2] > 0 and y[0, 4] == 0.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_padded_convolutions_on_vectors_match_numpy(evaluator: Evaluator, dtype: str) -> None:
+    """The image's channels along the lanes: at each pixel, one test for the whole vector."""
+    k = kernel("conv2d", n=1, h=6, w=9, c=16, k=3, r=3, s=3, pad=1, dtype=dtype)
+    cand = partita.space(k).root().restrict("dim_kind", ["c_I.1"], ["VECTOR"])
+    assert cand, cand
+    report = sample_and_evaluate(cand, 4, random.Random(3),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 4, report.failed[:2]
+
+
+def test_padded_views_read_their_fill_outside_the_image() -> None:
+    """A 1x1 image, a 3x3 filter of ones, pad 1: every output is the one pixel."""
+    k = kernel("conv2d", n=1, h=1, w=1, c=1, k=1, r=3, s=3, pad=1, dtype="float64")
+    out = sequential_reference(k)(np.full((1, 1, 1, 1), 2.5), np.ones((1, 3, 3, 1)))["O"]
+    np.testing.assert_array_equal(out, np.full((1, 1, 1, 1), 2.5))

@@ -41,6 +41,7 @@ from partita.codegen.expr import (
 )
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Prefetch, Storage
+from partita.codegen.padded import padded_load
 from partita.codegen.vector import broadcast, vector_type_name
 from partita.ir.checks import operand_dtype
 from partita.ir.kernel import Array, Kernel
@@ -166,18 +167,7 @@ class CFamilyPrinter:
         strides = self._array_strides(arr)
         terms = []
         lane_terms: list[int | str] = []
-        for axis, ix in enumerate(inst.access.index):
-            parts = [str(ix.const)] if ix.const else []
-            lane = 0
-            for ld, c in ix.terms:
-                li = self.logical_index(env, ld)
-                if ld in clamped:
-                    last = self.extent(ld)
-                    last = str(last - 1) if isinstance(last, int) else f"({last} - 1)"
-                    li = f"({li} < {last} ? {li} : {last})"
-                parts.append(li if c == 1 else f"{c} * ({li})")
-                lane += c * self.lane_coeff(ld, lane_dims)
-            expr = fold_sum(parts)
+        for axis, (expr, lane) in enumerate(self.axis_indices(inst, env, lane_dims, clamped)):
             if expr != "0":
                 terms.append(fold_product([f"({expr})" if "+" in expr else expr, strides[axis]]))
             if lane:
@@ -190,6 +180,25 @@ class CFamilyPrinter:
         else:
             step = fold_sum([str(t) for t in lane_terms])
         return fold_sum(terms), step
+
+    def axis_indices(self, inst: Instruction, env: dict[str, str], lane_dims: set[str],
+                     clamped: frozenset[str] = frozenset()) -> list[tuple[str, int]]:
+        """Per axis of a load or store: (its index at lane 0, its step per lane)."""
+        assert inst.access is not None
+        out = []
+        for ix in inst.access.index:
+            parts = [str(ix.const)] if ix.const else []
+            lane = 0
+            for ld, c in ix.terms:
+                li = self.logical_index(env, ld)
+                if ld in clamped:
+                    last = self.extent(ld)
+                    last = str(last - 1) if isinstance(last, int) else f"({last} - 1)"
+                    li = f"({li} < {last} ? {li} : {last})"
+                parts.append(li if c == 1 else f"{c} * ({li})")
+                lane += c * self.lane_coeff(ld, lane_dims)
+            out.append((fold_sum(parts), lane))
+        return out
 
     def temp_address(self, st: Storage, env: dict[str, str], side: str,
                      lane_dims: set[str]) -> tuple[str, int | str]:
@@ -570,7 +579,9 @@ class CFamilyPrinter:
             arr = inst.access.array
             self.emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes, count)
         else:
-            if inst.op == "load":
+            if inst.op == "load" and inst.access and inst.access.fill is not None:
+                expr = padded_load(self, inst, env, lane_dims, lanes, clamped)
+            elif inst.op == "load":
                 base, step = self.access_address(inst, env, lane_dims, clamped)
                 expr = self.load(inst.access.array if inst.access else "", base, step,
                                   inst.dtype, lanes, count)

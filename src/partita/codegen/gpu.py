@@ -298,6 +298,8 @@ class GpuPrinter(CFamilyPrinter):
                 continue
             if inst.op not in ("load", "store") or not self.vector_ok(inst.dtype, lanes):
                 return False
+            if inst.access is not None and inst.access.fill is not None:
+                return False  # a padded view tests each lane (codegen.padded)
             if inst.op == "store":
                 if not all(isinstance(op, Value) for op in inst.operands):
                     return False

@@ -155,9 +155,11 @@ class KernelBuilder:
 
     def load(
         self, array: Array, index: Sequence[Any], *, dims: Sequence[DimLike] | None = None,
-        name: str | None = None,
+        name: str | None = None, fill: float | None = None,
     ) -> Instruction:
-        access = Access(array.name, tuple(Affine.of(ix) for ix in index))
+        """A load; with ``fill``, indices may leave the array, where it reads ``fill``."""
+        access = Access(array.name, tuple(Affine.of(ix) for ix in index),
+                        None if fill is None else float(fill))
         space = _dims_of(dims) if dims is not None else _access_dims(access)
         return self._add(name or f"ld_{array.name}", "load", (), space, array.dtype, access)
 

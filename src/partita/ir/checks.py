@@ -281,6 +281,9 @@ def check_access(k: Kernel, inst: Instruction, access: Access) -> None:
         )
     if inst.op == "store" and array.role == "in":
         raise KernelError(f"{owner}: stores into input array {array.name!r}")
+    if access.fill is not None and (inst.op != "load" or array.role != "in"):
+        raise KernelError(f"{owner}: only loads from input arrays may read a padded view "
+                          f"(fill {access.fill}); {array.name!r} is {array.role!r}")
     if len(access.index) != len(array.shape):
         raise KernelError(
             f"{owner}: array {array.name!r} has {len(array.shape)} axes, the access gives "
@@ -293,7 +296,8 @@ def check_access(k: Kernel, inst: Instruction, access: Access) -> None:
                     f"{owner}: index {ix} of {array.name!r} uses dimension {d!r}, which the "
                     f"instruction does not iterate ({', '.join(inst.dims)})"
                 )
-        check_in_bounds(k, owner, array.name, axis, ix, extent)
+        if access.fill is None:
+            check_in_bounds(k, owner, array.name, axis, ix, extent)
 
 
 def check_in_bounds(k: Kernel, owner: str, array: str, axis: int, ix: Affine,

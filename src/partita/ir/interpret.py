@@ -227,7 +227,15 @@ class Interpreter:
 
     def _gather(self, inst: Instruction, env: Env) -> Any:
         assert inst.access is not None
-        return self.arrays[inst.access.array][self._element(inst, env)]
+        array = self.arrays[inst.access.array]
+        element = self._element(inst, env)
+        if inst.access.fill is None:
+            return array[element]
+        inside: Any = True
+        for e, n in zip(element, array.shape, strict=True):
+            inside = inside & (np.asarray(e) >= 0) & (np.asarray(e) < n)
+        clipped = tuple(np.clip(e, 0, n - 1) for e, n in zip(element, array.shape, strict=True))
+        return np.where(inside, array[clipped], inst.access.fill)
 
     def _scatter(self, inst: Instruction, env: Env, value: np.ndarray) -> None:
         assert inst.access is not None

@@ -455,6 +455,8 @@ def _to_jsonable(obj: Any) -> Any:
     if hasattr(obj, "__dataclass_fields__"):
         out = {"kind": type(obj).__name__}
         for name in obj.__dataclass_fields__:
+            if name == "fill" and getattr(obj, name) is None:
+                continue  # accesses without padding keep the form (and hash) they had
             out[name] = _to_jsonable(getattr(obj, name))
         return out
     if isinstance(obj, float) and not math.isfinite(obj):

@@ -106,14 +106,12 @@ def _jacobi_ref(offsets: tuple[tuple[int, ...], ...]) -> Any:
 def _extent(kernel: str, size: int, window: int, stride: int, dilation: int, pad: int) -> int:
     if pad < 0:
         raise KernelError(f"kernel {kernel!r}: pad must be >= 0, got {pad}")
-    if pad:
-        raise KernelError(f"kernel {kernel!r}: pad={pad}: padded convolutions need a select "
-                          "in the IR, which it does not have yet; pad the image and use pad=0")
     reach = dilation * (window - 1) + 1
-    if size < reach:
-        raise KernelError(f"kernel {kernel!r}: an image of {size} is smaller than the filter's "
-                          f"reach {reach} (size {window}, dilation {dilation})")
-    return (size - reach) // stride + 1
+    if size + 2 * pad < reach:
+        padded = f" (padded to {size + 2 * pad})" if pad else ""
+        raise KernelError(f"kernel {kernel!r}: an image of {size}{padded} is smaller than the "
+                          f"filter's reach {reach} (size {window}, dilation {dilation})")
+    return (size + 2 * pad - reach) // stride + 1
 
 
 def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int = 1,
@@ -126,7 +124,8 @@ def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int =
         "conv2d", {"n": n, "p": p, "q": q, "k": k, "r": r, "s": s, "c": c},
         (mdh.cc,) * 4 + (mdh.pw("add"),) * 3, f=lambda x, f: x * f,
         inputs=[mdh.view("I", lambda n, p, q, k, r, s, c:
-                         (n, stride * p + d * r, stride * q + d * s, c), shape=[n, h, w, c]),
+                         (n, stride * p + d * r - pad, stride * q + d * s - pad, c),
+                         shape=[n, h, w, c], fill=0.0 if pad else None),
                 mdh.view("F", lambda n, p, q, k, r, s, c: (k, r, s, c))],
         output=mdh.view("O", lambda n, p, q, k, r, s, c: (n, p, q, k)), dtype=dtype)
 
@@ -139,8 +138,9 @@ def depthwise_conv2d(n: int, h: int, w: int, c: int, r: int, s: int, stride: int
     return mdh.md_hom(
         "depthwise_conv2d", {"n": n, "p": p, "q": q, "c": c, "r": r, "s": s},
         (mdh.cc,) * 4 + (mdh.pw("add"),) * 2, f=lambda x, f: x * f,
-        inputs=[mdh.view("I", lambda n, p, q, c, r, s: (n, stride * p + r, stride * q + s, c),
-                         shape=[n, h, w, c]),
+        inputs=[mdh.view("I", lambda n, p, q, c, r, s:
+                         (n, stride * p + r - pad, stride * q + s - pad, c),
+                         shape=[n, h, w, c], fill=0.0 if pad else None),
                 mdh.view("F", lambda n, p, q, c, r, s: (r, s, c))],
         output=mdh.view("O", lambda n, p, q, c, r, s: (n, p, q, c)), dtype=dtype)
 
@@ -154,8 +154,14 @@ def _windows(image: np.ndarray, r: int, s: int, stride: int, dilation: int,
                                 ds * dilation:ds * dilation + stride * (q - 1) + 1:stride, :]
 
 
-def _conv2d_ref(image: np.ndarray, filters: np.ndarray, stride: int, dilation: int
-                ) -> dict[str, np.ndarray]:
+def _zero_padded(image: np.ndarray, pad: int) -> np.ndarray:
+    """The NHWC image with ``pad`` rows and columns of zeros on each side."""
+    return np.pad(image, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else image
+
+
+def _conv2d_ref(image: np.ndarray, filters: np.ndarray, stride: int, dilation: int,
+                pad: int = 0) -> dict[str, np.ndarray]:
+    image = _zero_padded(image, pad)
     k, r, s, _ = filters.shape
     p = _conv_out(image.shape[1], r, stride, dilation)
     q = _conv_out(image.shape[2], s, stride, dilation)
@@ -165,8 +171,9 @@ def _conv2d_ref(image: np.ndarray, filters: np.ndarray, stride: int, dilation: i
     return {"O": out}
 
 
-def _depthwise_ref(image: np.ndarray, filters: np.ndarray, stride: int
+def _depthwise_ref(image: np.ndarray, filters: np.ndarray, stride: int, pad: int = 0
                    ) -> dict[str, np.ndarray]:
+    image = _zero_padded(image, pad)
     r, s, _ = filters.shape
     p = _conv_out(image.shape[1], r, stride, 1)
     q = _conv_out(image.shape[2], s, stride, 1)
@@ -313,29 +320,34 @@ def _contraction_bytes(spec: str, dtype: str, **sizes: int) -> int:
 
 SIZE = "size"
 STRIDE = ParamSpec("stride", "stride", 1, "the filter's step over the image")
-PAD = ParamSpec("pad", "offset", 0, "zero padding on each side (0 only, for now)")
+PAD = ParamSpec("pad", "offset", 0, "zero padding on each side (read as zeros, never stored)")
+
+# Padding: the products with the zeros outside the image are computed (and counted); only the
+# image itself is read from memory.
 
 
 def _conv2d_flops(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int,
-                  dilation: int, **_: Any) -> int:
-    return 2 * n * _conv_out(h, r, stride, dilation) * _conv_out(w, s, stride, dilation) \
-        * k * r * s * c
+                  dilation: int, pad: int = 0, **_: Any) -> int:
+    return 2 * n * _conv_out(h + 2 * pad, r, stride, dilation) \
+        * _conv_out(w + 2 * pad, s, stride, dilation) * k * r * s * c
 
 
 def _conv2d_bytes(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int,
-                  dilation: int, dtype: str, **_: Any) -> int:
-    out = n * _conv_out(h, r, stride, dilation) * _conv_out(w, s, stride, dilation) * k
+                  dilation: int, dtype: str, pad: int = 0, **_: Any) -> int:
+    out = n * _conv_out(h + 2 * pad, r, stride, dilation) \
+        * _conv_out(w + 2 * pad, s, stride, dilation) * k
     return (n * h * w * c + k * r * s * c + out) * _itemsize(dtype)
 
 
 def _depthwise_flops(n: int, h: int, w: int, c: int, r: int, s: int, stride: int,
-                     **_: Any) -> int:
-    return 2 * n * _conv_out(h, r, stride, 1) * _conv_out(w, s, stride, 1) * c * r * s
+                     pad: int = 0, **_: Any) -> int:
+    return 2 * n * _conv_out(h + 2 * pad, r, stride, 1) * _conv_out(w + 2 * pad, s, stride, 1) \
+        * c * r * s
 
 
 def _depthwise_bytes(n: int, h: int, w: int, c: int, r: int, s: int, stride: int, dtype: str,
-                     **_: Any) -> int:
-    out = n * _conv_out(h, r, stride, 1) * _conv_out(w, s, stride, 1) * c
+                     pad: int = 0, **_: Any) -> int:
+    out = n * _conv_out(h + 2 * pad, r, stride, 1) * _conv_out(w + 2 * pad, s, stride, 1) * c
     return (n * h * w * c + r * s * c + out) * _itemsize(dtype)
 
 
@@ -395,7 +407,7 @@ register(KernelSpec(
     conv2d, _conv2d_ref,
     flops=_conv2d_flops, bytes=_conv2d_bytes,
     outputs=("O",),
-    reference_params=("stride", "dilation"),
+    reference_params=("stride", "dilation", "pad"),
 ))
 
 register(KernelSpec(
@@ -407,7 +419,7 @@ register(KernelSpec(
     depthwise_conv2d, _depthwise_ref,
     flops=_depthwise_flops, bytes=_depthwise_bytes,
     outputs=("O",),
-    reference_params=("stride",),
+    reference_params=("stride", "pad"),
 ))
 
 register(KernelSpec(

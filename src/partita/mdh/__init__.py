@@ -152,6 +152,8 @@ def md_hom(name: str, dims: Mapping[str, int], combine: Sequence[Any] | Mapping[
     shapes = {}
     for buf in dict.fromkeys(v.buffer for v in traced_in):
         shapes[buf] = buffer_shape([v for v in traced_in if v.buffer == buf], extents)
+    if traced_out.fill is not None:
+        raise MdhError(f"{traced_out.label}: only input views may be padded (fill=)")
     shapes[traced_out.buffer] = buffer_shape([traced_out], extents)
     pw_ops = {d: (o.op if o.combine is None else _shared(o, ops)) for d, o in ops.items()
               if isinstance(o, PointWise)}

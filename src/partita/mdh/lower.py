@@ -181,13 +181,13 @@ class _Lowering:
             # is spared a temporary per view.
             index = [self._index(ax.affine(), self.dims) for ax in v.axes]
             ld = self.b.load(self.arrays[v.buffer], index, dims=list(self.plan.extents),
-                             name=f"ld_{tag}")
+                             name=f"ld_{tag}", fill=v.fill)
             self.loads[position] = self.b.value(ld)
             return
         own = {d: self.b.mapped_dim(self.dims[d], f"{d}_{tag}") for d in v.dims()}
         index = [self._index(ax.affine(), own) for ax in v.axes]
         ld = self.b.load(self.arrays[v.buffer], index, dims=list(own.values()),
-                         name=f"ld_{tag}")
+                         name=f"ld_{tag}", fill=v.fill)
         self.loads[position] = self.b.value(ld, {own[d]: self.dims[d] for d in own})
         if uses > 1:
             # A mapped pair of dimensions carries one consumer's operand (a temporary per
