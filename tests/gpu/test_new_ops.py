@@ -12,7 +12,7 @@ import pytest
 import partita
 from partita import KernelBuilder
 from partita.codegen.expr import CodegenError
-from partita.codegen.gpu import UnsoundCandidate, print_cuda, print_opencl
+from partita.codegen.gpu import GpuProgram, UnsoundCandidate, print_cuda, print_opencl
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Affine
 from partita.kernels import kernel
@@ -52,19 +52,26 @@ CASES: dict[str, Callable[[], Kernel]] = {
 }
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow if c == "conv2d-pad"
-                                               else ()) for c in sorted(CASES)])
-def test_random_gpu_implementations_match_numpy(runner: OpenclRunner, case: str) -> None:
-    k = CASES[case]()
-    root = partita.space(k, "gpu").root()
+def _programs(case: str) -> list[tuple[GpuProgram, GpuProgram]]:
+    """(CUDA, OpenCL) programs of up to 24 random GPU implementations of a case."""
+    root = partita.space(CASES[case](), "gpu").root()
     rng = random.Random(len(case))
-    programs = []
+    out = []
     for n in range(24):
         cand = random_implementation(root, rng)
         try:
-            cuda, opencl = print_cuda(cand, f"g{n}"), print_opencl(cand, f"g{n}")
+            out.append((print_cuda(cand, f"g{n}"), print_opencl(cand, f"g{n}")))
         except (UnsoundCandidate, CodegenError):
             continue  # the printers refuse some implementations (conv2d's, with or without pad)
+    assert len(out) >= 8, len(out)
+    return out
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow if c == "conv2d-pad"
+                                               else ()) for c in sorted(CASES)])
+def test_random_gpu_implementations_match_numpy(runner: OpenclRunner, case: str) -> None:
+    programs = []
+    for cuda, opencl in _programs(case):
         programs.append(opencl)
         if case.startswith("ops"):
             f = "f" if case.endswith("fp32") else ""
@@ -72,11 +79,30 @@ def test_random_gpu_implementations_match_numpy(runner: OpenclRunner, case: str)
                 assert f"{name}{f}(" in cuda.source
                 assert f"{name}(" in opencl.source and f"{name}f(" not in opencl.source
             assert " != 0 ? " in opencl.source
-    assert len(programs) >= 8, len(programs)
     kernels = runner.build(programs)
     failures = []
     for program in programs:
         run = runner.run(program, 3, kernels[program.entry])
         if not run.ok:
             failures.append(f"{program.entry}: {run.status}: {run.reason} {run.detail[:500]}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_random_implementations_match_numpy_on_the_device(case: str) -> None:
+    from partita.targets.gpu.cuda import CudaRunner, CudaUnavailable, cuda_device
+    from partita.targets.gpu.nvcc import find_nvcc
+
+    try:
+        device = cuda_device()
+    except CudaUnavailable as exc:
+        pytest.skip(f"no CUDA device: {exc}")
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    programs = [cuda for cuda, _ in _programs(case)]
+    with CudaRunner(device) as runner:
+        images = runner.build(programs)
+        failures = [f"{p.entry}: {run.status}: {run.reason} {run.detail[:1000]}"
+                    for p in programs if not (run := runner.run(p, 7, images[p.entry])).ok]
     assert not failures, "\n".join(failures)

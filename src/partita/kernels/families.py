@@ -1,5 +1,6 @@
 """Kernel families written through the MDH front end (:mod:`partita.mdh`): stencils,
-convolutions and a transpose, each with a numpy reference and its flop and byte counts.
+convolutions and a transpose, and a softmax written with the builder (three nests), each with
+a numpy reference and its flop and byte counts.
 
 The stencils' weights are scalars given at every call; a stencil writes the interior of its
 output and leaves the border as the caller passes it (the output is ``inout``).
@@ -116,7 +117,9 @@ def _extent(kernel: str, size: int, window: int, stride: int, dilation: int, pad
 
 def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int = 1,
            pad: int = 0, dilation: int = 1, dtype: str = "float32") -> Kernel:
-    """Multi-channel convolution: NHWC image, KRSC filter, NPQK output."""
+    """Multi-channel convolution: NHWC image, KRSC filter, NPQK output; the image is read
+    through a view padded with ``pad`` zeros on each side (loads with a fill: the zeros are
+    never stored)."""
     p = _extent("conv2d", h, r, stride, dilation, pad)
     q = _extent("conv2d", w, s, stride, dilation, pad)
     d = dilation
@@ -132,7 +135,8 @@ def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int =
 
 def depthwise_conv2d(n: int, h: int, w: int, c: int, r: int, s: int, stride: int = 1,
                      pad: int = 0, dtype: str = "float32") -> Kernel:
-    """Depthwise convolution: NHWC image, RSC filter (one per channel), NPQC output."""
+    """Depthwise convolution: NHWC image, RSC filter (one per channel), NPQC output; ``pad``
+    zeros on each side of the image, as :func:`conv2d`."""
     p = _extent("depthwise_conv2d", h, r, stride, 1, pad)
     q = _extent("depthwise_conv2d", w, s, stride, 1, pad)
     return mdh.md_hom(
