@@ -256,8 +256,8 @@ with `optimize=True`, `scipy.ndimage.correlate` (the same weights; it also write
 which the kernel keeps) and numpy's slicing for the stencils, and numpy for the transpose. The
 stencils are memory-bound: their row compares the bytes they must move (the grid read, the
 interior written) over their time with the STREAM triad timed in the same rounds. The
-convolutions are not padded (padded views need a select the IR does not have yet): the
-ResNet-50 3x3 layer is given its padded 58x58 image, which is the same arithmetic.
+convolutions are not padded: the ResNet-50 3x3 layer is given its padded 58x58 image, which
+is the same arithmetic without the border tests of a padded view (`pad=1`).
 """
 
 

@@ -257,6 +257,8 @@ EXPECTED = {
                                          "x2": x2 + np.einsum("ji,j->i", A, y2)},
     "gemver": lambda p, *args: _gemver(*args),
     "transpose": lambda p, A: {"T": A.T},
+    "softmax": lambda p, X: {"Y": np.exp(X - X.max(1)[:, None])
+                             / np.exp(X - X.max(1)[:, None]).sum(1)[:, None]},
     "jacobi1d": lambda p, *args: {"y": _stencil(OFFSETS_1D, *args)},
     "jacobi2d": lambda p, *args: {"y": _stencil(OFFSETS_2D, *args)},
     "jacobi3d": lambda p, *args: {"y": _stencil(OFFSETS_3D, *args)},
@@ -309,9 +311,11 @@ def test_reference_matches_numpy(name: str, values) -> None:
 
 def fma_flops(k) -> int:
     """Two flops per point of each fma's iteration space, one per point of every other
-    arithmetic instruction (a stencil's additions and scaling, 2mm's ``alpha * (A @ B)``)."""
+    arithmetic instruction (a stencil's additions and scaling, 2mm's ``alpha * (A @ B)``,
+    softmax's exponentials); comparisons, selects and abs compute no flop."""
     sizes = {s.name: s.value for s in k.sizes}
-    weight = {"fma": 2, "add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1, "min": 1}
+    weight = {"fma": 2, "add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1, "min": 1,
+              "exp": 1, "log": 1, "sqrt": 1}
     return sum(weight.get(inst.op, 0) * math.prod(
         resolve_size(k.logical(d).size, sizes) for d in inst.dims) for inst in k.instructions)
 

@@ -87,7 +87,7 @@ def test_shapes_follow_the_convolution_parameters() -> None:
 
 
 @pytest.mark.parametrize("name,params,message", [
-    ("conv2d", {"pad": 1}, r"pad=1: padded convolutions need a select"),
+    ("conv2d", {"h": 2, "r": 5, "pad": 1}, r"an image of 2 \(padded to 4\) is smaller"),
     ("conv2d", {"pad": -1}, r"pad must be >= 0"),
     ("conv2d", {"h": 2, "r": 3}, r"an image of 2 is smaller than the filter's reach 3"),
     ("conv2d", {"h": 5, "r": 3, "dilation": 3}, r"smaller than the filter's reach 7"),

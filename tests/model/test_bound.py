@@ -38,7 +38,9 @@ KERNELS = [("axpy", {"n": 4096}), ("matmul", {"m": 32, "n": 16, "k": 8}),
            # a final sum that the partial sums' parallel loops may enclose
            ("dot", {"n": 4096, "partials": 32}),
            # loops longer than gcc unrolls: repetition by foreign loops counts
-           ("matmul", {"m": 64, "n": 48, "k": 40})]
+           ("matmul", {"m": 64, "n": 48, "k": 40}),
+           # exp (priced per element on a CPU), three nests, a value carried between two
+           ("softmax", {"m": 16, "n": 64})]
 
 
 def _root(name: str, params: dict) -> Candidate:
@@ -488,7 +490,8 @@ def test_accumulation_chain_bounds_a_dot_product() -> None:
 
 
 GPU_KERNELS = [("axpy", {"n": 1 << 20}), ("matmul", {"m": 64, "n": 64, "k": 32}),
-               ("batched_matmul", {"b": 4, "m": 16, "n": 16, "k": 8})]
+               ("batched_matmul", {"b": 4, "m": 16, "n": 16, "k": 8}),
+               ("softmax", {"m": 8, "n": 32})]
 
 
 @pytest.mark.parametrize("name,params", _slow_beyond_first_matmul(GPU_KERNELS))

@@ -19,7 +19,7 @@ from partita.codegen.expr import CodegenError, c_literal, c_name, fold_product, 
 from partita.codegen.looptree import Node
 from partita.codegen.lower import Prefetch, Slot, Storage
 from partita.codegen.program import Param, Program, prototype, signature
-from partita.codegen.vector import needs_intrinsics, vector_header
+from partita.codegen.vector import needs_intrinsics, needs_x86_intrinsics, vector_header
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind
@@ -48,6 +48,8 @@ class CPrinter(CFamilyPrinter):
                "#include <math.h>", ""]
         if needs_intrinsics(self.helpers):
             out[5:5] = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
+        if needs_x86_intrinsics(self.helpers):
+            out[5:5] = ["#if defined(__SSE2__)", "#include <immintrin.h>", "#endif"]
         out += vector_header(self.vector_types, self.helpers)
         if self.vector_types:
             out.append("")

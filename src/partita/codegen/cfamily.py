@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from partita.codegen.expr import (
+    COMPARE,
     IDENTIFIER,
     CodegenError,
     c_literal,
@@ -36,10 +37,13 @@ from partita.codegen.expr import (
     disjoint,
     fold_product,
     fold_sum,
+    math_call,
 )
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Prefetch, Storage
+from partita.codegen.padded import padded_load
 from partita.codegen.vector import broadcast, vector_type_name
+from partita.ir.checks import operand_dtype
 from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Const, Index, Instruction, Operand, Reduce, Scalar, Value
 from partita.ir.types import DType
@@ -166,18 +170,7 @@ class CFamilyPrinter:
         strides = self._array_strides(arr)
         terms = []
         lane_terms: list[int | str] = []
-        for axis, ix in enumerate(inst.access.index):
-            parts = [str(ix.const)] if ix.const else []
-            lane = 0
-            for ld, c in ix.terms:
-                li = self.logical_index(env, ld)
-                if ld in clamped:
-                    last = self.extent(ld)
-                    last = str(last - 1) if isinstance(last, int) else f"({last} - 1)"
-                    li = f"({li} < {last} ? {li} : {last})"
-                parts.append(li if c == 1 else f"{c} * ({li})")
-                lane += c * self.lane_coeff(ld, lane_dims)
-            expr = fold_sum(parts)
+        for axis, (expr, lane) in enumerate(self.axis_indices(inst, env, lane_dims, clamped)):
             if expr != "0":
                 terms.append(fold_product([f"({expr})" if "+" in expr else expr, strides[axis]]))
             if lane:
@@ -190,6 +183,25 @@ class CFamilyPrinter:
         else:
             step = fold_sum([str(t) for t in lane_terms])
         return fold_sum(terms), step
+
+    def axis_indices(self, inst: Instruction, env: dict[str, str], lane_dims: set[str],
+                     clamped: frozenset[str] = frozenset()) -> list[tuple[str, int]]:
+        """Per axis of a load or store: (its index at lane 0, its step per lane)."""
+        assert inst.access is not None
+        out = []
+        for ix in inst.access.index:
+            parts = [str(ix.const)] if ix.const else []
+            lane = 0
+            for ld, c in ix.terms:
+                li = self.logical_index(env, ld)
+                if ld in clamped:
+                    last = self.extent(ld)
+                    last = str(last - 1) if isinstance(last, int) else f"({last} - 1)"
+                    li = f"({li} < {last} ? {li} : {last})"
+                parts.append(li if c == 1 else f"{c} * ({li})")
+                lane += c * self.lane_coeff(ld, lane_dims)
+            out.append((fold_sum(parts), lane))
+        return out
 
     def temp_address(self, st: Storage, env: dict[str, str], side: str,
                      lane_dims: set[str]) -> tuple[str, int | str]:
@@ -570,7 +582,9 @@ class CFamilyPrinter:
             arr = inst.access.array
             self.emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes, count)
         else:
-            if inst.op == "load":
+            if inst.op == "load" and inst.access and inst.access.fill is not None:
+                expr = padded_load(self, inst, env, lane_dims, lanes, clamped)
+            elif inst.op == "load":
                 base, step = self.access_address(inst, env, lane_dims, clamped)
                 expr = self.load(inst.access.array if inst.access else "", base, step,
                                   inst.dtype, lanes, count)
@@ -603,6 +617,23 @@ class CFamilyPrinter:
                 return a[0]
             case "cast":
                 return f"__builtin_convertvector({a[0]}, {vt})" if vt else f"({c})({a[0]})"
+            case "lt" | "le" | "gt" | "ge" | "eq" | "ne":
+                test = f"({a[0]}) {COMPARE[inst.op]} ({a[1]})"
+                # A vector comparison gives -1 where it holds (an integer vector).
+                return f"__builtin_convertvector(-({test}), {vt})" if vt else f"({c})({test})"
+            case "select":
+                if not vt:
+                    return f"(({a[0]}) != 0 ? ({a[1]}) : ({a[2]}))"
+                cond = a[0]
+                if operand_dtype(self.k, inst.operands[0]) != inst.dtype:
+                    cond = f"__builtin_convertvector({cond}, {vt})"
+                self.helpers.add(("select", vt))
+                return f"select_{vt}({cond}, {a[1]}, {a[2]})"
+            case "exp" | "log" | "sqrt" | "abs":
+                if vt:
+                    self.helpers.add((inst.op, vt))
+                    return f"{inst.op}_{vt}({a[0]})"
+                return self.math(inst.op, inst.dtype, a[0])
             case "max" | "min":
                 if vt:
                     self.helpers.add((inst.op, vt))
@@ -613,6 +644,10 @@ class CFamilyPrinter:
                     return f"(({a[0]}) {cmp} ({a[1]}) ? ({a[0]}) : ({a[1]}))"
                 return f"{fn}({a[0]}, {a[1]})"
         raise CodegenError(f"instruction {inst.name}: unknown op {inst.op!r}")
+
+    def math(self, op: str, dtype: DType, x: str) -> str:
+        """``exp``, ``log``, ``sqrt`` or ``abs`` of a scalar, in the printed language."""
+        return math_call(op, dtype, x)
 
     def _operand(self, inst: Instruction, op: Operand, env: dict[str, str],
                  lane_dims: set[str], lanes: int) -> str:

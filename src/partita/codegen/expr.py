@@ -59,6 +59,20 @@ def c_literal(value: float | int, dtype: DType) -> str:
     return repr(x) + ("f" if dtype is DType.FP32 else "")
 
 
+COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+"""The C operator of each comparison opcode."""
+
+
+def math_call(op: str, dtype: DType, x: str, overloaded: bool = False) -> str:
+    """``exp``, ``log``, ``sqrt`` or ``abs`` of a scalar: C's and CUDA's ``expf`` in float
+    and ``exp`` in double; OpenCL C has only the ``overloaded`` names (``exp``, ``fabs``).
+    An integer's ``abs`` is a conditional negation (OpenCL's ``abs`` returns an unsigned)."""
+    if op == "abs" and not dtype.is_float:
+        return f"(({x}) < 0 ? -({x}) : ({x}))"
+    name = "fabs" if op == "abs" else op
+    return name + ("f" if dtype is DType.FP32 and not overloaded else "") + f"({x})"
+
+
 def disjoint(accesses: dict[tuple[str, int, int], str]) -> bool:
     """Whether the promoted accesses of one temporary ((address, lanes, distance between
     lanes): variable) cover disjoint elements: addresses that differ only in their constant

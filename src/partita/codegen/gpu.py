@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from partita.codegen.cfamily import CFamilyPrinter
-from partita.codegen.expr import CodegenError, fold_product, fold_sum
+from partita.codegen.expr import CodegenError, fold_product, fold_sum, math_call
 from partita.codegen.gpulower import (
     HW_NAMES,
     MAX_BLOCK,
@@ -304,6 +304,8 @@ class GpuPrinter(CFamilyPrinter):
                 continue
             if inst.op not in ("load", "store") or not self.vector_ok(inst.dtype, lanes):
                 return False
+            if inst.access is not None and inst.access.fill is not None:
+                return False  # a padded view tests each lane (codegen.padded)
             if inst.op == "store":
                 if not all(isinstance(op, Value) for op in inst.operands):
                     return False
@@ -631,6 +633,9 @@ class OpenclPrinter(GpuPrinter):
         if inst.op in ("max", "min") and inst.dtype.is_float and vt is None:
             return f"{'fmax' if inst.op == 'max' else 'fmin'}({ops[0]}, {ops[1]})"
         return super().arith(inst, ops, vt)
+
+    def math(self, op: str, dtype: DType, x: str) -> str:
+        return math_call(op, dtype, x, overloaded=True)
 
     def shared_decls(self, temps: list[Storage]) -> list[str]:
         return [f"__local {self.ctype(st.dtype)} {st.name}[{st.elements}] "

@@ -45,6 +45,42 @@ def masked_access(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
     return [f"#if {need}", f"{head} {{ {masked} }}", "#else", *loop, "#endif"]
 
 
+def lane_helper(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
+    """A lane-wise helper ``op_vt``. ``select_vt(c, a, b)`` blends through a comparison mask
+    (GCC's ``?:`` on vectors is C++ only); ``abs`` clears the sign bit of a float (exact for
+    every value, ``-0.0`` included) and negates the negative lanes of an integer. ``exp``,
+    ``log`` and ``sqrt`` call the C library lane by lane: without -ffast-math glibc declares
+    no vector variants, and the lanes' calls cost what the scalar code's do."""
+    c = dtype.c_type
+    bits = dtype.itemsize * 8
+    mask = f"typedef int{bits}_t m_t __attribute__((vector_size({lanes * dtype.itemsize})));"
+    if op == "select":
+        return [f"static inline {vt} select_{vt}({vt} c, {vt} a, {vt} b) {{ {mask}",
+                f"m_t k = c != ({vt}){{}}; return ({vt})((k & (m_t)a) | (~k & (m_t)b)); }}"]
+    if op == "abs" and dtype.is_float:
+        sign = f"0x7f{'f' * (bits // 4 - 2)}"
+        return [f"static inline {vt} abs_{vt}({vt} v) {{ {mask}",
+                f"return ({vt})((m_t)v & ((m_t){{}} + {sign})); }}"]
+    if op == "abs":
+        return [f"static inline {vt} abs_{vt}({vt} v) {{ {mask}",
+                f"m_t k = v < ({vt}){{}}; return (-v & k) | (v & ~k); }}"]
+    fn = op + ("f" if c == "float" else "")
+    loop = [f"#pragma GCC unroll {lanes}",
+            f"for (int l = 0; l < {lanes}; ++l) r[l] = {fn}(v[l]); return r;"]
+    head = f"static inline {vt} {op}_{vt}({vt} v) {{ {vt} r;"
+    nbytes = lanes * dtype.itemsize
+    need = {64: "__AVX512F__", 32: "__AVX__", 16: "__SSE2__"}.get(nbytes)
+    if op != "sqrt" or need is None or not dtype.is_float:
+        return [head, *loop, "}"]
+    # C's sqrt sets errno on a negative operand, which keeps gcc from using the vector
+    # instruction; the intrinsic returns NaN there, as sqrt does.
+    prefix = {64: "_mm512", 32: "_mm256", 16: "_mm"}[nbytes]
+    suffix, reg = ("ps", "") if c == "float" else ("pd", "d")
+    return [head, f"#if defined({need})",
+            f"r = ({vt}){prefix}_sqrt_{suffix}((__m{nbytes * 8}{reg})v); return r;", "#else",
+            *loop, "#endif", "}"]
+
+
 def vector_header(vector_types: dict[tuple[DType, int], str],
                   helpers: set[tuple[str, str]]) -> list[str]:
     """The typedefs and helpers of the vector types a program uses: contiguous loads and
@@ -65,6 +101,9 @@ def vector_header(vector_types: dict[tuple[DType, int], str],
         if op in ("loadn", "storen"):
             out += masked_access(op, vt, dtype, lanes)
             continue
+        if op not in ("max", "min"):
+            out += lane_helper(op, vt, dtype, lanes)
+            continue
         cmp = ">" if op == "max" else "<"
         # Loops are compiled rolled (see DEFAULT_FLAGS): a lane loop asks to be unrolled.
         out += [f"static inline {vt} {op}_{vt}({vt} a, {vt} b) {{ {vt} r;",
@@ -77,3 +116,8 @@ def vector_header(vector_types: dict[tuple[DType, int], str],
 def needs_intrinsics(helpers: set[tuple[str, str]]) -> bool:
     """Whether the helpers use AVX-512 intrinsics (``immintrin.h``, where available)."""
     return any(op in ("loadn", "storen") for op, _ in helpers)
+
+
+def needs_x86_intrinsics(helpers: set[tuple[str, str]]) -> bool:
+    """Whether the helpers use SSE or AVX intrinsics (``immintrin.h``, on x86)."""
+    return any(op == "sqrt" for op, _ in helpers)

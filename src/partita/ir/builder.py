@@ -155,9 +155,11 @@ class KernelBuilder:
 
     def load(
         self, array: Array, index: Sequence[Any], *, dims: Sequence[DimLike] | None = None,
-        name: str | None = None,
+        name: str | None = None, fill: float | None = None,
     ) -> Instruction:
-        access = Access(array.name, tuple(Affine.of(ix) for ix in index))
+        """A load; with ``fill``, indices may leave the array, where it reads ``fill``."""
+        access = Access(array.name, tuple(Affine.of(ix) for ix in index),
+                        None if fill is None else float(fill))
         space = _dims_of(dims) if dims is not None else _access_dims(access)
         return self._add(name or f"ld_{array.name}", "load", (), space, array.dtype, access)
 
@@ -191,6 +193,24 @@ class KernelBuilder:
     def fma(self, a: OperandLike, b: OperandLike, c: OperandLike, **kw: Any) -> Instruction:
         """``a * b + c``."""
         return self.op("fma", a, b, c, **kw)
+
+    def cast(self, x: OperandLike, dtype: str | DType, **kw: Any) -> Instruction:
+        """``x`` converted to ``dtype`` (C's conversion: float to int truncates)."""
+        return self.op("cast", x, dtype=dtype, **kw)
+
+    def compare(self, cmp: str, a: OperandLike, b: OperandLike, **kw: Any) -> Instruction:
+        """1 where ``a cmp b`` holds, else 0, in the operands' dtype (``dtype=``);
+        ``cmp`` is one of ``lt le gt ge eq ne``."""
+        return self.op(cmp, a, b, **kw)
+
+    def select(self, cond: OperandLike, a: OperandLike, b: OperandLike,
+               **kw: Any) -> Instruction:
+        """``a`` where ``cond`` is not 0, else ``b`` (``cond`` may have any dtype)."""
+        return self.op("select", cond, a, b, **kw)
+
+    def unary(self, fn: str, x: OperandLike, **kw: Any) -> Instruction:
+        """``fn(x)`` for ``fn`` one of ``exp log sqrt abs neg``."""
+        return self.op(fn, x, **kw)
 
     def build(self, **meta: Any) -> Kernel:
         """Validate and freeze the kernel (raises KernelError naming what is wrong)."""

@@ -19,7 +19,12 @@ ROLES = ("in", "out", "inout", "temp")
 ARITY = {
     "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "fma": 3, "neg": 1,
     "mov": 1, "cast": 1, "load": 0, "store": 1,
+    "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "select": 3,
+    "exp": 1, "log": 1, "sqrt": 1, "abs": 1,
 }
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+FLOAT_ONLY = ("exp", "log", "sqrt")
+"""Operations defined on floating-point values only (C has no integer exp, log or sqrt)."""
 
 
 C_RESERVED = frozenset({
@@ -171,8 +176,13 @@ def check_instruction(k: Kernel, inst: Instruction) -> None:
         if d not in k._logical:
             known = ", ".join(sorted(k._logical)) or "none"
             raise KernelError(f"{owner}: unknown dimension {d!r} (known: {known})")
-    for op in inst.operands:
+    if inst.op in FLOAT_ONLY and not inst.dtype.is_float:
+        raise KernelError(f"{owner}: {inst.op} of {inst.dtype.value} is not defined: "
+                          "cast the operand to float32 or float64 first")
+    for position, op in enumerate(inst.operands):
         check_operand(k, inst, op)
+        if inst.op == "select" and position == 0:
+            continue  # the condition may have any dtype: select tests it against 0
         check_operand_dtype(k, inst, op)
     if inst.is_memory:
         if inst.access is None:
@@ -245,6 +255,15 @@ def check_operand_dtype(k: Kernel, inst: Instruction, op: object) -> None:
     if inst.op == "cast":
         return
     got = operand_dtype(k, op)
+    if got != inst.dtype and inst.op == "select":
+        raise KernelError(
+            f"instruction {inst.name!r}: select's branches must share its dtype "
+            f"{inst.dtype.value}, operand {op!r} has dtype {got.value} (insert a cast)")
+    if got != inst.dtype and inst.op in COMPARISONS:
+        raise KernelError(
+            f"instruction {inst.name!r}: {inst.op} compares two values of its dtype "
+            f"{inst.dtype.value}, operand {op!r} has dtype {got.value} (insert a cast, or "
+            "give the comparison the operands' dtype)")
     if got != inst.dtype:
         raise KernelError(
             f"instruction {inst.name!r}: operand {op!r} has dtype {got.value}, the "
@@ -262,6 +281,9 @@ def check_access(k: Kernel, inst: Instruction, access: Access) -> None:
         )
     if inst.op == "store" and array.role == "in":
         raise KernelError(f"{owner}: stores into input array {array.name!r}")
+    if access.fill is not None and (inst.op != "load" or array.role != "in"):
+        raise KernelError(f"{owner}: only loads from input arrays may read a padded view "
+                          f"(fill {access.fill}); {array.name!r} is {array.role!r}")
     if len(access.index) != len(array.shape):
         raise KernelError(
             f"{owner}: array {array.name!r} has {len(array.shape)} axes, the access gives "
@@ -274,7 +296,8 @@ def check_access(k: Kernel, inst: Instruction, access: Access) -> None:
                     f"{owner}: index {ix} of {array.name!r} uses dimension {d!r}, which the "
                     f"instruction does not iterate ({', '.join(inst.dims)})"
                 )
-        check_in_bounds(k, owner, array.name, axis, ix, extent)
+        if access.fill is None:
+            check_in_bounds(k, owner, array.name, axis, ix, extent)
 
 
 def check_in_bounds(k: Kernel, owner: str, array: str, axis: int, ix: Affine,

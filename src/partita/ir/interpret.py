@@ -34,10 +34,14 @@ from partita.ir.types import DType, KernelError
 Env = dict[str, Any]
 """Logical dimension -> its index (an int) or ``None`` (every index, one array axis)."""
 
-_UNARY: dict[str, Callable[[Any], Any]] = {"neg": np.negative, "mov": lambda a: a}
+_UNARY: dict[str, Callable[[Any], Any]] = {
+    "neg": np.negative, "mov": lambda a: a, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "abs": np.abs,
+}
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
-    "min": np.minimum,
+    "min": np.minimum, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
 }
 
 
@@ -196,12 +200,15 @@ class Interpreter:
     def _compute(self, inst: Instruction, args: list[Any]) -> Any:
         op = inst.op
         if op in _UNARY:
-            return _UNARY[op](args[0])
+            with np.errstate(divide="ignore", invalid="ignore"):  # log(0), sqrt(-1): as C
+                return _UNARY[op](args[0])
         if op == "cast":
             value = np.asarray(args[0])
             return np.trunc(value) if not inst.dtype.is_float else value
         if op == "store":
             return args[0]
+        if op == "select":
+            return np.where(np.asarray(args[0]) != 0, args[1], args[2])
         if op == "fma":
             return np.add(np.multiply(args[0], args[1]), args[2])
         if op == "div":
@@ -220,7 +227,15 @@ class Interpreter:
 
     def _gather(self, inst: Instruction, env: Env) -> Any:
         assert inst.access is not None
-        return self.arrays[inst.access.array][self._element(inst, env)]
+        array = self.arrays[inst.access.array]
+        element = self._element(inst, env)
+        if inst.access.fill is None:
+            return array[element]
+        inside: Any = True
+        for e, n in zip(element, array.shape, strict=True):
+            inside = inside & (np.asarray(e) >= 0) & (np.asarray(e) < n)
+        clipped = tuple(np.clip(e, 0, n - 1) for e, n in zip(element, array.shape, strict=True))
+        return np.where(inside, array[clipped], inst.access.fill)
 
     def _scatter(self, inst: Instruction, env: Env, value: np.ndarray) -> None:
         assert inst.access is not None

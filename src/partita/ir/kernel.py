@@ -41,8 +41,17 @@ SizeLike = int | str
 
 ARITH_OPS = {
     "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "fma": 3, "neg": 1,
+    "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "select": 3,
+    "exp": 1, "log": 1, "sqrt": 1, "abs": 1,
 }
-"""Arithmetic opcodes and their arity. ``fma(a, b, c) = a * b + c``."""
+"""Arithmetic opcodes and their arity. ``fma(a, b, c) = a * b + c``.
+
+A comparison (``lt le gt ge eq ne``) computes 1 where it holds and 0 elsewhere, in the dtype
+of its operands; ``select(c, a, b)`` is ``a`` where ``c`` is not 0, else ``b``, and ``c`` may
+have any dtype. A condition is so an ordinary value: no mask type, whose vector width would
+depend on the consumer's dtype, enters the IR; the C printer prints a comparison on vectors as
+a GCC vector comparison converted to the dtype, a select as a lane-wise blend, and the compiler
+folds the conversion of a comparison that only a select reads."""
 OPS = {**ARITH_OPS, "mov": 1, "cast": 1, "load": 0, "store": 1}
 
 
@@ -446,6 +455,8 @@ def _to_jsonable(obj: Any) -> Any:
     if hasattr(obj, "__dataclass_fields__"):
         out = {"kind": type(obj).__name__}
         for name in obj.__dataclass_fields__:
+            if name == "fill" and getattr(obj, name) is None:
+                continue  # accesses without padding keep the form (and hash) they had
             out[name] = _to_jsonable(getattr(obj, name))
         return out
     if isinstance(obj, float) and not math.isfinite(obj):

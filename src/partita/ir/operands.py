@@ -52,10 +52,14 @@ class Affine:
 
 @dataclass(frozen=True)
 class Access:
-    """The element ``array[index[0], index[1], ...]`` of a load or store."""
+    """The element ``array[index[0], index[1], ...]`` of a load or store.
+
+    A load with a ``fill`` reads a padded view: where an index leaves the array, it reads
+    ``fill`` instead (a convolution's zero padding), and touches no memory there."""
 
     array: str
     index: tuple[Affine, ...]
+    fill: float | None = None
 
     def logical_dims(self) -> set[str]:
         return {d for ix in self.index for d, _ in ix.terms}

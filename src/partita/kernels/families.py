@@ -1,5 +1,6 @@
 """Kernel families written through the MDH front end (:mod:`partita.mdh`): stencils,
-convolutions and a transpose, each with a numpy reference and its flop and byte counts.
+convolutions and a transpose, and a softmax written with the builder (three nests), each with
+a numpy reference and its flop and byte counts.
 
 The stencils' weights are scalars given at every call; a stencil writes the interior of its
 output and leaves the border as the caller passes it (the output is ``inout``).
@@ -13,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from partita import mdh
+from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Kernel
 from partita.ir.types import KernelError
 from partita.kernels.registry import KernelSpec, ParamSpec, register
+from partita.mdh.lower import default_tiles, divisible
 
 DTYPE = ParamSpec("dtype", "dtype", "float32", "element type")
 
@@ -104,19 +107,19 @@ def _jacobi_ref(offsets: tuple[tuple[int, ...], ...]) -> Any:
 def _extent(kernel: str, size: int, window: int, stride: int, dilation: int, pad: int) -> int:
     if pad < 0:
         raise KernelError(f"kernel {kernel!r}: pad must be >= 0, got {pad}")
-    if pad:
-        raise KernelError(f"kernel {kernel!r}: pad={pad}: padded convolutions need a select "
-                          "in the IR, which it does not have yet; pad the image and use pad=0")
     reach = dilation * (window - 1) + 1
-    if size < reach:
-        raise KernelError(f"kernel {kernel!r}: an image of {size} is smaller than the filter's "
-                          f"reach {reach} (size {window}, dilation {dilation})")
-    return (size - reach) // stride + 1
+    if size + 2 * pad < reach:
+        padded = f" (padded to {size + 2 * pad})" if pad else ""
+        raise KernelError(f"kernel {kernel!r}: an image of {size}{padded} is smaller than the "
+                          f"filter's reach {reach} (size {window}, dilation {dilation})")
+    return (size + 2 * pad - reach) // stride + 1
 
 
 def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int = 1,
            pad: int = 0, dilation: int = 1, dtype: str = "float32") -> Kernel:
-    """Multi-channel convolution: NHWC image, KRSC filter, NPQK output."""
+    """Multi-channel convolution: NHWC image, KRSC filter, NPQK output; the image is read
+    through a view padded with ``pad`` zeros on each side (loads with a fill: the zeros are
+    never stored)."""
     p = _extent("conv2d", h, r, stride, dilation, pad)
     q = _extent("conv2d", w, s, stride, dilation, pad)
     d = dilation
@@ -124,21 +127,24 @@ def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int =
         "conv2d", {"n": n, "p": p, "q": q, "k": k, "r": r, "s": s, "c": c},
         (mdh.cc,) * 4 + (mdh.pw("add"),) * 3, f=lambda x, f: x * f,
         inputs=[mdh.view("I", lambda n, p, q, k, r, s, c:
-                         (n, stride * p + d * r, stride * q + d * s, c), shape=[n, h, w, c]),
+                         (n, stride * p + d * r - pad, stride * q + d * s - pad, c),
+                         shape=[n, h, w, c], fill=0.0 if pad else None),
                 mdh.view("F", lambda n, p, q, k, r, s, c: (k, r, s, c))],
         output=mdh.view("O", lambda n, p, q, k, r, s, c: (n, p, q, k)), dtype=dtype)
 
 
 def depthwise_conv2d(n: int, h: int, w: int, c: int, r: int, s: int, stride: int = 1,
                      pad: int = 0, dtype: str = "float32") -> Kernel:
-    """Depthwise convolution: NHWC image, RSC filter (one per channel), NPQC output."""
+    """Depthwise convolution: NHWC image, RSC filter (one per channel), NPQC output; ``pad``
+    zeros on each side of the image, as :func:`conv2d`."""
     p = _extent("depthwise_conv2d", h, r, stride, 1, pad)
     q = _extent("depthwise_conv2d", w, s, stride, 1, pad)
     return mdh.md_hom(
         "depthwise_conv2d", {"n": n, "p": p, "q": q, "c": c, "r": r, "s": s},
         (mdh.cc,) * 4 + (mdh.pw("add"),) * 2, f=lambda x, f: x * f,
-        inputs=[mdh.view("I", lambda n, p, q, c, r, s: (n, stride * p + r, stride * q + s, c),
-                         shape=[n, h, w, c]),
+        inputs=[mdh.view("I", lambda n, p, q, c, r, s:
+                         (n, stride * p + r - pad, stride * q + s - pad, c),
+                         shape=[n, h, w, c], fill=0.0 if pad else None),
                 mdh.view("F", lambda n, p, q, c, r, s: (r, s, c))],
         output=mdh.view("O", lambda n, p, q, c, r, s: (n, p, q, c)), dtype=dtype)
 
@@ -152,8 +158,14 @@ def _windows(image: np.ndarray, r: int, s: int, stride: int, dilation: int,
                                 ds * dilation:ds * dilation + stride * (q - 1) + 1:stride, :]
 
 
-def _conv2d_ref(image: np.ndarray, filters: np.ndarray, stride: int, dilation: int
-                ) -> dict[str, np.ndarray]:
+def _zero_padded(image: np.ndarray, pad: int) -> np.ndarray:
+    """The NHWC image with ``pad`` rows and columns of zeros on each side."""
+    return np.pad(image, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else image
+
+
+def _conv2d_ref(image: np.ndarray, filters: np.ndarray, stride: int, dilation: int,
+                pad: int = 0) -> dict[str, np.ndarray]:
+    image = _zero_padded(image, pad)
     k, r, s, _ = filters.shape
     p = _conv_out(image.shape[1], r, stride, dilation)
     q = _conv_out(image.shape[2], s, stride, dilation)
@@ -163,8 +175,9 @@ def _conv2d_ref(image: np.ndarray, filters: np.ndarray, stride: int, dilation: i
     return {"O": out}
 
 
-def _depthwise_ref(image: np.ndarray, filters: np.ndarray, stride: int
+def _depthwise_ref(image: np.ndarray, filters: np.ndarray, stride: int, pad: int = 0
                    ) -> dict[str, np.ndarray]:
+    image = _zero_padded(image, pad)
     r, s, _ = filters.shape
     p = _conv_out(image.shape[1], r, stride, 1)
     q = _conv_out(image.shape[2], s, stride, 1)
@@ -176,6 +189,51 @@ def _depthwise_ref(image: np.ndarray, filters: np.ndarray, stride: int
 
 def _conv_out(h: int, r: int, stride: int, dilation: int) -> int:
     return (h - dilation * (r - 1) - 1) // stride + 1
+
+
+# -- softmax --------------------------------------------------------------------------------
+
+
+def softmax(m: int, n: int, dtype: str = "float32") -> Kernel:
+    """``Y[i, j] = exp(X[i, j] - max_j X[i]) / sum_j exp(X[i, j] - max_j X[i])`` for each of
+    the ``m`` rows of ``X`` (``m x n``), the max subtracted so that no exponential overflows.
+
+    Three nests, in the library's style (each instruction on its own dimensions, mapped to the
+    next nest's): a row's max; its exponentials and their sum; the exponentials scaled by the
+    reciprocal of the sum. The search decides where the exponentials are kept between the
+    last two (a temporary, or recomputed nowhere: they are a value carried to the scaling)."""
+    b = KernelBuilder("softmax", dtype)
+    rows, cols = b.size("m", m), b.size("n", n)
+    x = b.array("X", None, [rows, cols])
+    y = b.array("Y", None, [rows, cols], role="out")
+    row_tiles, col_tiles = default_tiles(m, False), default_tiles(n, False)
+    # The row's max.
+    i_mx0 = b.dim("i_init", rows, row_tiles, divisible=divisible(m))
+    i = b.mapped_dim(i_mx0, "i")
+    j = b.dim("j", cols, col_tiles, divisible=divisible(n))
+    lowest = b.mov(-math.inf, dims=[i_mx0], name="init_max")
+    mx = b.op("max", b.load(x, [i, j], name="ld_X"),
+              b.reduce(lowest, [j], {i_mx0: i}), dims=[i, j], name="max")
+    # The exponentials and their sum.
+    i_s0, i_s = b.mapped_dim(i, "i_sum_init"), b.mapped_dim(i, "i_e")
+    j_s = b.mapped_dim(j, "j_e")
+    shifted = b.op("sub", b.load(x, [i_s, j_s], name="ld_X2"), b.value(mx, {i: i_s}),
+                   dims=[i_s, j_s], name="shift")
+    e = b.unary("exp", shifted, dims=[i_s, j_s], name="exp")
+    zero = b.mov(0.0, dims=[i_s0], name="init_sum")
+    total = b.add(e, b.reduce(zero, [j_s], {i_s0: i_s}), dims=[i_s, j_s], name="sum")
+    # The exponentials scaled by the reciprocal of their sum.
+    i_r, i_y, j_y = b.mapped_dim(i, "i_r"), b.mapped_dim(i, "i_y"), b.mapped_dim(j, "j_y")
+    inv = b.op("div", 1.0, b.value(total, {i_s: i_r}), dims=[i_r], name="inv")
+    out = b.mul(b.value(e, {i_s: i_y, j_s: j_y}), b.value(inv, {i_r: i_y}), dims=[i_y, j_y],
+                name="scale")
+    b.store(y, [i_y, j_y], out, name="st_Y")
+    return b.build()
+
+
+def _softmax_ref(x: np.ndarray) -> dict[str, np.ndarray]:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return {"Y": e / e.sum(axis=1, keepdims=True)}
 
 
 # -- tensor contractions --------------------------------------------------------------------
@@ -266,31 +324,49 @@ def _contraction_bytes(spec: str, dtype: str, **sizes: int) -> int:
 
 SIZE = "size"
 STRIDE = ParamSpec("stride", "stride", 1, "the filter's step over the image")
-PAD = ParamSpec("pad", "offset", 0, "zero padding on each side (0 only, for now)")
+PAD = ParamSpec("pad", "offset", 0, "zero padding on each side (read as zeros, never stored)")
+
+# Padding: the products with the zeros outside the image are computed (and counted); only the
+# image itself is read from memory.
 
 
 def _conv2d_flops(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int,
-                  dilation: int, **_: Any) -> int:
-    return 2 * n * _conv_out(h, r, stride, dilation) * _conv_out(w, s, stride, dilation) \
-        * k * r * s * c
+                  dilation: int, pad: int = 0, **_: Any) -> int:
+    return 2 * n * _conv_out(h + 2 * pad, r, stride, dilation) \
+        * _conv_out(w + 2 * pad, s, stride, dilation) * k * r * s * c
 
 
 def _conv2d_bytes(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int,
-                  dilation: int, dtype: str, **_: Any) -> int:
-    out = n * _conv_out(h, r, stride, dilation) * _conv_out(w, s, stride, dilation) * k
+                  dilation: int, dtype: str, pad: int = 0, **_: Any) -> int:
+    out = n * _conv_out(h + 2 * pad, r, stride, dilation) \
+        * _conv_out(w + 2 * pad, s, stride, dilation) * k
     return (n * h * w * c + k * r * s * c + out) * _itemsize(dtype)
 
 
 def _depthwise_flops(n: int, h: int, w: int, c: int, r: int, s: int, stride: int,
-                     **_: Any) -> int:
-    return 2 * n * _conv_out(h, r, stride, 1) * _conv_out(w, s, stride, 1) * c * r * s
+                     pad: int = 0, **_: Any) -> int:
+    return 2 * n * _conv_out(h + 2 * pad, r, stride, 1) * _conv_out(w + 2 * pad, s, stride, 1) \
+        * c * r * s
 
 
 def _depthwise_bytes(n: int, h: int, w: int, c: int, r: int, s: int, stride: int, dtype: str,
-                     **_: Any) -> int:
-    out = n * _conv_out(h, r, stride, 1) * _conv_out(w, s, stride, 1) * c
+                     pad: int = 0, **_: Any) -> int:
+    out = n * _conv_out(h + 2 * pad, r, stride, 1) * _conv_out(w + 2 * pad, s, stride, 1) * c
     return (n * h * w * c + r * s * c + out) * _itemsize(dtype)
 
+
+register(KernelSpec(
+    "softmax", "Y = softmax(X) along each row: the max, the exponentials and their sum, the "
+    "scaling",
+    (ParamSpec("m", SIZE, 1024, "rows"), ParamSpec("n", SIZE, 1024, "columns (the softmax's "
+                                                                    "length)"), DTYPE),
+    softmax, _softmax_ref,
+    # Per element: the max, the shift, the exponential (one operation), the sum and the
+    # scaling; per row the reciprocal.
+    flops=lambda m, n, **_: 5 * m * n + m,
+    bytes=lambda m, n, dtype: 2 * m * n * _itemsize(dtype),
+    outputs=("Y",),
+))
 
 register(KernelSpec(
     "transpose", "T = A.T: an m x n matrix transposed",
@@ -335,7 +411,7 @@ register(KernelSpec(
     conv2d, _conv2d_ref,
     flops=_conv2d_flops, bytes=_conv2d_bytes,
     outputs=("O",),
-    reference_params=("stride", "dilation"),
+    reference_params=("stride", "dilation", "pad"),
 ))
 
 register(KernelSpec(
@@ -347,7 +423,7 @@ register(KernelSpec(
     depthwise_conv2d, _depthwise_ref,
     flops=_depthwise_flops, bytes=_depthwise_bytes,
     outputs=("O",),
-    reference_params=("stride",),
+    reference_params=("stride", "pad"),
 ))
 
 register(KernelSpec(

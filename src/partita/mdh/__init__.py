@@ -34,7 +34,19 @@ from typing import Any
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType
 from partita.mdh.lower import NEUTRAL, Plan, default_tiles, lower
-from partita.mdh.scalar import Op, maximum, minimum, scalar, trace_combine, trace_f
+from partita.mdh.scalar import (
+    Op,
+    exp,
+    log,
+    maximum,
+    minimum,
+    scalar,
+    select,
+    sqrt,
+    trace_combine,
+    trace_f,
+    where,
+)
 from partita.mdh.views import (
     MdhError,
     View,
@@ -45,8 +57,8 @@ from partita.mdh.views import (
     view,
 )
 
-__all__ = ["MdhError", "View", "cc", "maximum", "md_hom", "minimum", "ps", "pw", "scalar",
-           "view"]
+__all__ = ["MdhError", "View", "cc", "exp", "log", "maximum", "md_hom", "minimum", "ps", "pw",
+           "scalar", "select", "sqrt", "view", "where"]
 
 
 class Concatenation:
@@ -140,6 +152,8 @@ def md_hom(name: str, dims: Mapping[str, int], combine: Sequence[Any] | Mapping[
     shapes = {}
     for buf in dict.fromkeys(v.buffer for v in traced_in):
         shapes[buf] = buffer_shape([v for v in traced_in if v.buffer == buf], extents)
+    if traced_out.fill is not None:
+        raise MdhError(f"{traced_out.label}: only input views may be padded (fill=)")
     shapes[traced_out.buffer] = buffer_shape([traced_out], extents)
     pw_ops = {d: (o.op if o.combine is None else _shared(o, ops)) for d, o in ops.items()
               if isinstance(o, PointWise)}

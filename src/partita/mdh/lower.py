@@ -114,8 +114,9 @@ class _Lowering:
                 declared.add(size)
             self.dims[d] = self.b.dim(d, size, tiles=p.tiles[d], divisible=divisible(n))
         self._declare_arrays()
+        uses = _input_uses(p.f)
         for position, v in enumerate(p.inputs):
-            self._load(position, v)
+            self._load(position, v, uses.get(position, 0))
         cc = [d for d in p.extents if d not in p.pw]
         result = self._accumulate(cc) if p.pw else self._operand(p.f)
         out = p.output
@@ -171,7 +172,7 @@ class _Lowering:
             total = total + Affine.of(dims[d]) * c
         return total
 
-    def _load(self, position: int, v: TracedView) -> None:
+    def _load(self, position: int, v: TracedView, uses: int) -> None:
         taken = sum(w.buffer == v.buffer for w in self.plan.inputs[:position])
         tag = v.buffer if taken == 0 else f"{v.buffer}{taken + 1}"
         if set(v.dims()) == set(self.plan.extents):
@@ -180,14 +181,21 @@ class _Lowering:
             # is spared a temporary per view.
             index = [self._index(ax.affine(), self.dims) for ax in v.axes]
             ld = self.b.load(self.arrays[v.buffer], index, dims=list(self.plan.extents),
-                             name=f"ld_{tag}")
+                             name=f"ld_{tag}", fill=v.fill)
             self.loads[position] = self.b.value(ld)
             return
         own = {d: self.b.mapped_dim(self.dims[d], f"{d}_{tag}") for d in v.dims()}
         index = [self._index(ax.affine(), own) for ax in v.axes]
         ld = self.b.load(self.arrays[v.buffer], index, dims=list(own.values()),
-                         name=f"ld_{tag}")
+                         name=f"ld_{tag}", fill=v.fill)
         self.loads[position] = self.b.value(ld, {own[d]: self.dims[d] for d in own})
+        if uses > 1:
+            # A mapped pair of dimensions carries one consumer's operand (a temporary per
+            # pair, Beaugnon's thesis, section 4.3.4): several of f's instructions read the
+            # value through one copy over the computation's dimensions.
+            cp = self.b.mov(self.loads[position], dims=list(self.plan.extents),
+                            name=f"cp_{tag}")
+            self.loads[position] = self.b.value(cp)
 
     def _operand(self, node: Node) -> Operand:
         """``node`` emitted over the whole iteration space (memoised: shared subexpressions
@@ -244,6 +252,25 @@ class _Lowering:
             return Value(value.inst, tuple((src, st[dst].name) for src, dst in value.mapping
                                            if dst in st))
         return Value(value.inst, tuple((d, st[d].name) for d in st))
+
+
+def _input_uses(f: Node) -> dict[int, int]:
+    """Per input position, how many of ``f``'s operations read it (each shared
+    subexpression counted once, as it is emitted once)."""
+    uses: dict[int, int] = {}
+    seen: set[int] = set()
+
+    def walk(node: Node) -> None:
+        if not isinstance(node, Op) or id(node) in seen:
+            return
+        seen.add(id(node))
+        for position in {a.position for a in node.args if isinstance(a, Input)}:
+            uses[position] = uses.get(position, 0) + 1
+        for a in node.args:
+            walk(a)
+
+    walk(f)
+    return uses
 
 
 def _substitute(node: Node, f: Node) -> Node:

@@ -1,10 +1,12 @@
 """The scalar function ``f`` of an MDH, traced into an expression over its inputs.
 
 ``f`` is an ordinary Python function of one scalar per input view. It is called once with
-symbolic values; arithmetic (``+ - * /``, unary ``-``), :func:`maximum` and :func:`minimum`
-build an expression tree, which :mod:`partita.mdh.lower` turns into IR instructions. Values
-cannot be compared or branched on (the IR has no select yet): such an ``f`` is refused with an
-error that says so.
+symbolic values; arithmetic (``+ - * /``, unary ``-``, ``abs``), :func:`maximum`,
+:func:`minimum`, :func:`exp`, :func:`log`, :func:`sqrt`, comparisons (``< <= > >= == !=``,
+which give a traced condition: 1 where it holds, 0 elsewhere) and :func:`where` build an
+expression tree, which :mod:`partita.mdh.lower` turns into IR instructions. A condition has no
+Python truth value: ``if a < b`` and Python's ``max`` are refused with an error that names
+:func:`where`, since ``f`` runs once, not once per point.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class Accumulator:
 
 @dataclass(frozen=True, eq=False)
 class Op:
-    """``op(args)`` with an IR arithmetic operation: add, sub, mul, div, max, min, neg."""
+    """``op(args)`` with an IR arithmetic operation (:data:`partita.ir.kernel.ARITH_OPS`)."""
 
     op: str
     args: tuple[Node, ...]
@@ -92,18 +94,40 @@ class Sym:
     def __pos__(self) -> Sym:
         return self
 
-    def _refuse(self, *_: Any) -> Any:
-        raise MdhError("f: values cannot be compared or branched on (the IR has no select): "
-                       "use partita.mdh.maximum / minimum for max and min")
+    def __abs__(self) -> Sym:
+        return self._apply("abs")
 
-    __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _refuse
+    # A comparison is a traced condition (1 or 0), for where() or arithmetic.
+    def __lt__(self, o: Any) -> Sym:
+        return self._apply("lt", o)
+
+    def __le__(self, o: Any) -> Sym:
+        return self._apply("le", o)
+
+    def __gt__(self, o: Any) -> Sym:
+        return self._apply("gt", o)
+
+    def __ge__(self, o: Any) -> Sym:
+        return self._apply("ge", o)
+
+    def __eq__(self, o: Any) -> Sym:  # type: ignore[override]
+        return self._apply("eq", o)
+
+    def __ne__(self, o: Any) -> Sym:  # type: ignore[override]
+        return self._apply("ne", o)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        raise MdhError("f: a traced value has no truth value (f runs once, not once per "
+                       "point): choose with partita.mdh.where(a < b, x, y), and use "
+                       "partita.mdh.maximum / minimum for max and min")
 
     def _unsupported(self, *_: Any) -> Any:
-        raise MdhError("f: only + - * / and unary - apply to values (and partita.mdh.maximum, "
-                       "minimum)")
+        raise MdhError("f: only + - * /, unary -, abs and comparisons apply to values (and "
+                       "partita.mdh.maximum, minimum, exp, log, sqrt, where)")
 
     __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = _unsupported
-    __abs__ = _unsupported
 
 
 def lift(x: Any) -> Node:
@@ -124,6 +148,30 @@ def maximum(a: Any, b: Any) -> Sym:
 def minimum(a: Any, b: Any) -> Sym:
     """``min(a, b)`` of traced values."""
     return Sym(Op("min", (lift(a), lift(b))))
+
+
+def exp(x: Any) -> Sym:
+    """``e ** x`` of a traced value."""
+    return Sym(Op("exp", (lift(x),)))
+
+
+def log(x: Any) -> Sym:
+    """The natural logarithm of a traced value (``-inf`` at 0, NaN below, as C's)."""
+    return Sym(Op("log", (lift(x),)))
+
+
+def sqrt(x: Any) -> Sym:
+    """The square root of a traced value (NaN below 0, as C's)."""
+    return Sym(Op("sqrt", (lift(x),)))
+
+
+def where(cond: Any, a: Any, b: Any) -> Sym:
+    """``a`` where ``cond`` is not 0 (a comparison holds), else ``b``: Python's ``a if cond
+    else b`` for traced values. Both are computed; only one is kept."""
+    return Sym(Op("select", (lift(cond), lift(a), lift(b))))
+
+
+select = where
 
 
 def scalar(name: str, dtype: str | None = None) -> Sym:

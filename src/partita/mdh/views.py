@@ -102,17 +102,25 @@ class Index:
 class View:
     """``buffer[index(i_1, ..., i_D)]``: a buffer read or written through an affine index
     function of the iteration indices. ``shape`` fixes the buffer's shape (else it is the
-    least that holds every element the views reach); ``dtype`` overrides the computation's."""
+    least that holds every element the views reach); ``dtype`` overrides the computation's.
+    An input view with a ``fill`` is padded: it may reach outside its buffer (whose
+    ``shape`` it then declares), and reads ``fill`` there."""
 
     buffer: str
     index: Callable[..., Any]
     shape: tuple[int, ...] | None = None
     dtype: str | None = None
+    fill: float | None = None
 
 
 def view(buffer: str, index: Callable[..., Any], *, shape: Sequence[int] | None = None,
-         dtype: str | None = None) -> View:
+         dtype: str | None = None, fill: float | None = None) -> View:
     """A view of ``buffer`` (see :class:`View`)."""
+    if fill is not None and shape is None:
+        raise MdhError(f"view {buffer}: a padded view (fill={fill}) declares its buffer's "
+                       "shape")
+    if fill is not None and (isinstance(fill, bool) or not isinstance(fill, int | float)):
+        raise MdhError(f"view {buffer}: fill must be a number, got {fill!r}")
     if not isinstance(buffer, str) or not buffer.isidentifier():
         raise MdhError(f"view: buffer name {buffer!r} is not an identifier")
     if not callable(index):
@@ -121,7 +129,7 @@ def view(buffer: str, index: Callable[..., Any], *, shape: Sequence[int] | None 
         shape = tuple(shape)
         if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape):
             raise MdhError(f"view {buffer}: shape must be positive integers, got {shape}")
-    return View(buffer, index, shape, dtype)
+    return View(buffer, index, shape, dtype, None if fill is None else float(fill))
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class TracedView:
     axes: tuple[Index, ...]
     declared_shape: tuple[int, ...] | None
     dtype: str | None
+    fill: float | None = None
 
     def dims(self) -> list[str]:
         """The iteration dimensions the view's index uses, in the order they first appear."""
@@ -176,7 +185,7 @@ def trace_view(v: View, label: str, dims: Sequence[str]) -> TracedView:
     if v.shape is not None and len(v.shape) != len(axes):
         raise MdhError(f"{label}: shape {v.shape} has {len(v.shape)} axes, the index "
                        f"{len(axes)}")
-    return TracedView(label, v.buffer, tuple(axes), v.shape, v.dtype)
+    return TracedView(label, v.buffer, tuple(axes), v.shape, v.dtype, v.fill)
 
 
 def buffer_shape(views: Sequence[TracedView], extents: Mapping[str, int]) -> tuple[int, ...]:
@@ -193,6 +202,8 @@ def buffer_shape(views: Sequence[TracedView], extents: Mapping[str, int]) -> tup
                            f"declared for the same buffer")
     shape = [1] * len(first.axes)
     for v in views:
+        if v.fill is not None:
+            continue  # a padded view reads its fill outside the buffer
         for axis, (lo, hi) in enumerate(v.reach(extents)):
             if lo < 0:
                 raise MdhError(f"{v.label}: axis {axis} ({v.axes[axis]}) reaches index {lo}, "

@@ -520,7 +520,7 @@ class Model:
             busy[slot[kind]] += times / n / r.issue_rates(n, t.widest)[slot[kind]] * share
 
         for kind, inst, _ in t.issued:
-            issue(kind, inst)
+            issue(kind, inst, n=1 if k.inst(inst).op in r.lane_calls else None)
         # A temporary out of registers is stored and loaded once per element, times the loops
         # the store or load cannot be moved out of (the producer's or consumer's dims that do
         # not index it, and its foreign loops).

@@ -66,6 +66,15 @@ class Rates:
     is what :func:`partita.model.body.body_time` prices. Otherwise loops of up to
     :data:`PEELED` iterations may be unrolled by the compiler."""
 
+    lane_calls: tuple[str, ...] = ()
+    """Operations the printed code computes one lane at a time with a call to the C library
+    (``exp`` and ``log`` on a CPU: without -ffast-math, glibc declares no vector variants).
+    Each is priced one arithmetic instruction per element, not per vector: a call runs a
+    dozen or more (a range reduction and a polynomial), so the price stays below what the
+    printed code runs at. Other operations cost one instruction per vector, which is
+    conservative for those that print as two or three (a comparison and its conversion, a
+    select's mask and blend)."""
+
     def issue_rates(self, lanes: int, widest: int) -> tuple[float, float, float]:
         """Arithmetic, load and store instructions per cycle and core on ``lanes`` elements:
         the fastest measured width that holds them, and narrower accesses at the scalar
