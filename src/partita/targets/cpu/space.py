@@ -88,8 +88,7 @@ def _around_split_reduction(k: Kernel, d: str) -> frozenset[str]:
     after = {u for a in accs for u in users[a]}
     grew = True
     while grew:
-        more = ({i for i in users if i not in before | accs and users[i]
-                 and users[i] <= before}
+        more = ({i for i in users if users[i] and users[i] <= before | after}
                 | {u for i in after for u in users[i]}) - before - after - accs
         grew = bool(more)
         for i in more:
