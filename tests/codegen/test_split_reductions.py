@@ -192,3 +192,14 @@ def test_the_tolerance_covers_a_split_sum() -> None:
             if t <= n:
                 assert -(-n // t) - 1 + t <= n
     assert reduction_length(partita.kernel("dot", n=1000)) == 1000
+
+
+def test_tuning_can_leave_reductions_sequential() -> None:
+    """The CPU target's spaces inside ``sequential_reductions`` (as the benchmark compares
+    them), and again after it."""
+    from partita.targets.cpu.target import sequential_reductions
+
+    k = partita.kernel("dot", n=4096)
+    with sequential_reductions():
+        assert "PARALLEL" not in partita.space(k).root().domain("dim_kind", "i.0")
+    assert "PARALLEL" in partita.space(k).root().domain("dim_kind", "i.0")

@@ -179,6 +179,15 @@ class Model:
         splitting = [(d, kinds) for d, kinds in parallel if d.name in red]
         return self.work_share(cand, inst, splitting) if splitting else 1.0
 
+    def latency_time(self, cand: Candidate, parallel: Parallel) -> float:
+        """The longest chain of dependent updates one core runs: an accumulation's reduction
+        length times the latency, times its :meth:`chain_share`."""
+        k = cand.kernel
+        r = self.rates
+        return max((self.reduction_length(k, inst) * r.fma_latency_cycles / (r.ghz * 1e9)
+                    * self.chain_share(cand, inst, parallel) for inst in k.reducing_insts),
+                   default=0.0)
+
     def split_costs(self, cand: Candidate) -> tuple[float, float, float, float]:
         """(arithmetic, loads and stores per element of a vector, on one core; serialised
         cycles) of the reductions certainly split across threads: each thread sets its
@@ -584,12 +593,7 @@ class Model:
             for port, cost in enumerate((arith, load, store)):
                 busy[port] += cost
         cycles = max(busy, default=0.0)
-        chains = 0.0
-        bodies = 0.0
-        latency = 0.0
-        for inst in k.reducing_insts:
-            latency = max(latency, self.reduction_length(k, inst) * r.fma_latency_cycles
-                          / (r.ghz * 1e9) * self.chain_share(cand, inst, parallel))
+        chains = bodies = 0.0
         if not r.lane_group:
             for inst in k.reducing_insts:
                 chains = max(chains, self.chain_time(cand, inst, parallel))
@@ -598,7 +602,7 @@ class Model:
                     shares[key] = self.work_share(cand, inst, parallel)
                 bodies = max(bodies, self.body_time(cand, inst, parallel, shares[key]))
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": self.memory_time(cand, parallel),
-                 "latency": max(latency, chains)}
+                 "latency": max(self.latency_time(cand, parallel), chains)}
         if bodies:
             terms["body"] = bodies
         if joined:
