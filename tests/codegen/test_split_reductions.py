@@ -27,7 +27,7 @@ from partita.space.candidate import Candidate, Space
 from partita.space.memory import splits_reduction
 from partita.targets import AVX512_REFERENCE
 from partita.targets.cpu.space import cpu_space
-from partita.targets.cpu.target import kernel_itemsize
+from partita.targets.cpu.target import kernel_itemsize, sequential_reductions
 
 
 @pytest.fixture(scope="module")
@@ -197,9 +197,44 @@ def test_the_tolerance_covers_a_split_sum() -> None:
 def test_tuning_can_leave_reductions_sequential() -> None:
     """The CPU target's spaces inside ``sequential_reductions`` (as the benchmark compares
     them), and again after it."""
-    from partita.targets.cpu.target import sequential_reductions
-
     k = partita.kernel("dot", n=4096)
     with sequential_reductions():
         assert "PARALLEL" not in partita.space(k).root().domain("dim_kind", "i.0")
     assert "PARALLEL" in partita.space(k).root().domain("dim_kind", "i.0")
+
+
+def _column_sums(m: int, n: int) -> Kernel:
+    """``y[j] = sum_i A[i, j]``, ``j`` one untiled dim (a vector or an unrolled row)."""
+    b = KernelBuilder("column_sums", "float32")
+    m_, n_ = b.size("m", m), b.size("n", n)
+    A = b.array("A", None, [m_, n_])
+    y = b.array("y", None, [n_], role="out")
+    i = b.dim("i", m_, tiles=[(1, 4, 8)])
+    j = b.dim("j", n_)
+    ia, ja = b.mapped_dim(i, "i_a"), b.mapped_dim(j, "j_a")
+    ji, js = b.mapped_dim(j, "j_init"), b.mapped_dim(j, "j_st")
+    ld = b.load(A, [ia, ja], name="ld_a")
+    init = b.mov(0.0, dims=[ji], name="init")
+    acc = b.add(b.value(ld, {ia: i, ja: j}), b.reduce(init, [i], {ji: j}), dims=[j, i],
+                name="acc")
+    b.store(y, [js], b.value(acc, {j: js}), name="st_y")
+    return b.build()
+
+
+def test_a_register_tile_is_split_as_whole_vectors(evaluator: Evaluator) -> None:
+    """Sums along a vector of 16 lanes kept in registers, the reduction split across the
+    cores: each thread's private accumulator is an array of vectors set to zero vectors and
+    joined vector by vector (OpenMP's reduction clause refuses GCC's vector types)."""
+    cand = _split(_column_sums(64, 16),
+                  [("dim_kind", "i.0", ["PARALLEL"]), ("size", "i.1", [4]),
+                   ("dim_kind", "j.0", ["VECTOR"]), ("dim_kind", "j_init.0", ["VECTOR"])])
+    nxt = cand.restrict("mem_space", ("tmp_init_acc",), ["REGISTER"])
+    assert isinstance(nxt, Candidate), nxt
+    for impl in sample_implementations(nxt, 3, random.Random(8)):
+        src = print_c(impl).source
+        assert re.search(r"v16f32 \*const shared_tmp_init_acc = tmp_init_acc;", src), src
+        assert re.search(r"v16f32 tmp_init_acc\[1\];", src), src
+        assert "shared_tmp_init_acc[e_] = shared_tmp_init_acc[e_] + tmp_init_acc[e_];" in src
+    report = sample_and_evaluate(nxt, 3, random.Random(8),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 3, report.failed[:3]

@@ -198,17 +198,21 @@ class CPrinter(CFamilyPrinter):
         self.emit(indent, f"{{ /* {names} written after the parallel reduction */")
         env = dict.fromkeys(reduction, "0")
         depth = indent + 1
+        # Its vector dim (innermost) copies whole vectors, as the accumulation computes them.
+        lane = next(((n, int(self.sizes[n.dims[0]])) for n in self.plan.loops_to(
+            inst, self.tree)[:-1] if n.kind == "VECTOR" and self.plan.iterates(inst, n)),
+            None)
         for d in k.iteration_dims(inst):
             if d in reduction:
                 continue
             size = self.sizes[d]
-            if size == 1:
+            if size == 1 or (lane is not None and d in lane[0].dims):
                 env[d] = "0"
                 continue
             var = env[d] = c_name(d)
             self.emit(depth, f"for ({self.idx_t} {var} = 0; {var} < {size}; ++{var}) {{")
             depth += 1
-        self._write_copies(inst, env, depth, None)
+        self._write_copies(inst, env, depth, lane)
         while depth > indent + 1:
             depth -= 1
             self.emit(depth, "}")

@@ -32,7 +32,10 @@ def splits_reduction(k: Kernel, d: str) -> bool:
     """Tile dimension ``d`` carries reductions only, none through memory, and each joins its
     partial results with an associative and commutative operation (:func:`combine_op`):
     its iterations may run on several threads, each accumulating a private partial result
-    that a combine step joins to the accumulator after the loop."""
+    that a combine step joins to the accumulator after the loop. That is the re-composition
+    of a point-wise combined dimension, ``pw(⊕)``, in Rasch et al., "Multi-Dimensional
+    Homomorphisms": its parts may be computed on different cores and joined by ``⊕``; a
+    recurrence through memory (``x[i + 1] += x[i]``, a prefix sum) is not one."""
     accs = reduced_along(k, d)
     return (bool(accs) and not dependences(k).carried(d)
             and all(combine_op(k.inst(a)) is not None for a in accs))
