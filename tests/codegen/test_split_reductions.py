@@ -133,6 +133,9 @@ CASES = [
     ("gemv", lambda: partita.kernel("gemv", m=8, n=256),
      [("dim_kind", "r.0", ["PARALLEL"]), ("size", "r.1", [16])], 6),
     ("row-max", lambda: _row_max(6, 64), [("dim_kind", "j.0", ["PARALLEL"])], 6),
+    # the second product of (A @ B) @ C split along the first's columns, its reduction
+    ("matmul-chain", lambda: partita.kernel("matmul_chain", m=8, n=4, k=4, l=8),
+     [("dim_kind", "j2.0", ["PARALLEL"])], 4),
     ("sum-onto", lambda: _sum_onto(500), [("dim_kind", "i.0", ["PARALLEL"])], 6),
 ]
 
