@@ -19,7 +19,7 @@ import math
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import partita
@@ -31,6 +31,7 @@ from partita.runtime.evaluate import Evaluator
 from partita.runtime.harness import TimingOptions
 from partita.search.stop import WallTime
 from partita.targets.cpu.measure import TriadProbe, describe
+from partita.targets.cpu.target import sequential_reductions
 from partita.tuning import Tuned, numpy_time
 from results import RESULTS_DIR, Record, provenance, record, target, write_results
 from sections import replace_section
@@ -46,6 +47,9 @@ class Case:
     """The issue's target: 'ratio<=X' (partita / numpy time) or 'stream>=X' (fraction)."""
     reassociate: bool = False
     """Tune the order of the kernel's sum too (``partita tune --reassociate``)."""
+    parallel_reductions: bool = True
+    """Whether the space may split reductions across cores (without: tuned into records of
+    its own, the space before parallel reductions)."""
 
 
 CASES = [
@@ -75,6 +79,12 @@ CASES = [
     # stretch is one of this case's variants, which then starts from what that case found.
     Case("dot 2^24, order of the sum tuned (--reassociate)", "dot", {"n": 1 << 24},
          "stream>=0.9", reassociate=True),
+    # One chain of 2^24 products, no partial sums in the kernel: only a reduction loop split
+    # across the cores (each thread's private sum joined at the end) streams both cores.
+    Case("dot 2^24, one chain (partials=1, chunks=1)", "dot", {"n": 1 << 24}, "stream>=0.9"),
+    Case("sgemm 64x64x65536", "matmul", {"m": 64, "n": 64, "k": 65536}, "ratio<=1.10"),
+    Case("sgemm 64x64x65536, no parallel reductions", "matmul",
+         {"m": 64, "n": 64, "k": 65536}, "ratio<=1.10", parallel_reductions=False),
     Case("gemv 4096^2", "gemv", {"m": 4096, "n": 4096}, "stream>=0.9"),
     Case("gemv 4096^2, 64 partial sums", "gemv", {"m": 4096, "n": 4096, "partials": 64},
          "stream>=0.9"),
@@ -128,6 +138,11 @@ def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> di
     params = spec.resolve(case.params)
     memory_bound = case.target.startswith("stream")
     t0 = time.perf_counter()
+    if not case.parallel_reductions:
+        with sequential_reductions():
+            return run(replace(case, parallel_reductions=True), budget,
+                       db.with_name(f"sequential-reductions-{db.name}"), seed, probe) | {
+                "case": case}
     try:
         # Memory-bound cases are searched as they are compared: from cold caches.
         if case.reassociate:

@@ -151,8 +151,10 @@ def test_partial_sums_vectorise_and_match_numpy(evaluator: Evaluator, name: str,
 ])
 def test_partial_sums_run_in_parallel_and_the_final_sum_after(evaluator: Evaluator, name: str,
                                                               params: dict) -> None:
-    """The outer tile of ``p`` is a parallel loop, and the final sum over the partial sums
-    (a reduction, never parallel) runs after the parallel region, on one thread."""
+    """The outer tile of ``p`` is a parallel loop. The final sum over the partial sums runs
+    after the parallel region, on one thread, or (its reduction split across the threads)
+    fused with that loop: each thread adds up its own partial sums into a private total,
+    and the totals are joined."""
     k = kernel(name, **params)
     outer_p = k.dims_of("p")[0]
     root = partita.space(k).root()
@@ -163,11 +165,13 @@ def test_partial_sums_run_in_parallel_and_the_final_sum_after(evaluator: Evaluat
         assert par, par
     par = par.restrict("dim_kind", [outer_p], ["PARALLEL"])
     assert par, par
-    assert par.domain("order", outer_p, "fin") == ("BEFORE",)
-    # The final sum's init (no loops of its own) feeds fin, which is outside: every thread
-    # writing it to one shared place would race, so it stays out of the parallel loop too.
-    assert "OUT" not in par.domain("order", outer_p, "init_f")
-    cand = random_implementation(par, random.Random(4))
+    assert par.domain("order", outer_p, "fin") == ("BEFORE", "OUT")
+    # The final sum's init (no loops of its own) feeds fin, which is outside or split: every
+    # thread writing it to one shared place would race, so it stays out of the parallel loop.
+    assert not par.restrict("order", [outer_p, "init_f"], ["OUT"])
+    after = par.restrict("order", [outer_p, "fin"], ["BEFORE"])
+    assert after, after
+    cand = random_implementation(after, random.Random(4))
     assert "#pragma omp for" in print_c(cand).source
 
     def instructions(node: Node) -> set[str]:
@@ -181,7 +185,14 @@ def test_partial_sums_run_in_parallel_and_the_final_sum_after(evaluator: Evaluat
     p_loop = loop_of(loop_tree(cand), outer_p)
     assert p_loop is not None and p_loop.kind == "PARALLEL"
     assert "acc" in instructions(p_loop) and "fin" not in instructions(p_loop)
-    verified(evaluator, par, 4, seed=9)
+    verified(evaluator, after, 4, seed=9)
+    split = par.restrict("order", [outer_p, "fin"], ["OUT"])
+    assert split, split
+    cand = random_implementation(split, random.Random(4))
+    p_loop = loop_of(loop_tree(cand), outer_p)
+    assert p_loop is not None and {"acc", "fin"} <= instructions(p_loop)
+    assert "#pragma omp critical" in print_c(cand).source
+    verified(evaluator, split, 4, seed=9)
 
 
 # -- command line --------------------------------------------------------------------------

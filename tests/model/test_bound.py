@@ -123,10 +123,11 @@ def test_what_runs_after_a_parallel_nest_runs_on_one_core() -> None:
     cand = _root("dot", {"n": 4096, "partials": 32})
     k = cand.kernel
     outer_p, *inner_p = k.dims_of("p")
-    # A parallel loop over p around the final sum, not fused with its own dims (reduction
-    # dims, never parallel), would run the whole sum in each of its iterations.
+    # At the root the final sum's own reduction may still be split across the cores.
     assert model.parallel_share(cand, "acc") == pytest.approx(0.5)
-    assert model.parallel_share(cand, "fin") == 1.0
+    assert model.parallel_share(cand, "fin") == pytest.approx(0.5)
+    # A parallel loop over p around the final sum, not fused with its own dims, would run
+    # the whole sum in each of its iterations: the sum runs after the parallel nest.
     for d in inner_p:
         nxt = cand.restrict("size", (d,), [4])
         assert isinstance(nxt, Candidate)
@@ -351,7 +352,7 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
                         temp, set(vector.dims), producer=True) else 1)
     stores = 0.0
     if loop not in reduction and any(
-            logical(n) in reduction for n in loops[:inner] if n.kind == "LOOP"
+            logical(n) in reduction for n in loops[:inner] if n.kind in ("LOOP", "PARALLEL")
             and (n.size or 2) > 1 and own & set(n.dims)):
         storage = plan.storage[acc]
         stores = math.prod(points[ld] for ld in points if ld not in reduction) / (
@@ -484,9 +485,36 @@ def test_an_operand_packed_across_the_vector_is_loaded_element_by_element() -> N
 
 
 def test_accumulation_chain_bounds_a_dot_product() -> None:
+    """One chain of 2^20 dependent FMAs, cut into pieces on both cores where its loop may
+    be parallel (``i.0`` of 3 iterations: one core runs 2 of the 3 pieces); a split
+    reduction also pays for its private copies, joined one core after the other."""
     model = Model(RATES)
-    b = model.bound(_root("dot", {"n": 1 << 20}))
-    assert b.terms["latency"] == pytest.approx((1 << 20) * 4 / 3.5e9)
+    root = _root("dot", {"n": 1 << 20})
+    chain = (1 << 20) * 4 / 3.5e9
+    assert model.bound(_without_parallel(root)).terms["latency"] == pytest.approx(chain)
+    assert model.bound(root).terms["latency"] == pytest.approx(chain / 2)
+    cand = root.restrict("dim_kind", ("i.0",), ["PARALLEL"])
+    assert isinstance(cand, Candidate)
+    assert model.bound(cand).terms["combine"] > 0  # i.0 has at least 2^20 / 2048 iterations
+    k = cand.kernel
+    sized = _restricted(cand, [("size", (d,), [v]) for d, v in (("i.1", 128), ("i.2", 16))])
+    n = (1 << 20) // (128 * 16)
+    b = model.bound(sized)
+    assert b.terms["latency"] == pytest.approx(chain * math.ceil(n / 2) / n)
+    # one scalar accumulator on each of the 2 threads, joined in turn (a vector's worth
+    # each, at least)
+    assert b.terms["combine"] == pytest.approx(2 / 16 * 2 / 2 / 3.5e9)
+    assert "combine" not in model.bound(_without_parallel(root)).terms
+    assert k.dims_of("i")[0] == "i.0"
+
+
+def _restricted(cand: Candidate, steps: list[tuple[str, tuple[str, ...], list[Any]]]
+                ) -> Candidate:
+    for choice, args, vals in steps:
+        nxt = cand.restrict(choice, args, vals)
+        assert isinstance(nxt, Candidate), (choice, args, nxt)
+        cand = nxt
+    return cand
 
 
 GPU_KERNELS = [("axpy", {"n": 1 << 20}), ("matmul", {"m": 64, "n": 64, "k": 32}),
@@ -831,11 +859,11 @@ def test_operands_that_read_one_load_are_loaded_once() -> None:
                                       arith_per_cycle=4))
     for cand in (squares, dot):
         for choice, d, value in (("size", "i.2", 1), ("size", "i.1", 8),
-                                 ("dim_kind", "i.1", "LOOP")):
+                                 ("dim_kind", "i.1", "LOOP"), ("dim_kind", "i.0", "LOOP")):
             nxt = cand.restrict(choice, (d,), [value])
             assert isinstance(nxt, Candidate)
             cand = nxt
-        # A loop around one FMA per element: the loads (one port) bound it.
+        # A loop around one FMA per element, on one core: the loads (one port) bound it.
         loads = 1 if cand.kernel.name == "sum_of_squares" else 2
         assert model.body_time(cand, "acc") == pytest.approx(
             4096 * loads / (1 * 3.5e9))

@@ -8,21 +8,43 @@ heap buffers, software prefetches, and OpenMP.
 ``PARALLEL`` loops form one ``omp for collapse(n) schedule(static)`` nest inside a single
 parallel region around their top-level nest; the other top-level nests run before or after
 it on one thread. Heap buffers the plan puts per thread are allocated inside the region.
+
+A parallel loop that splits a reduction (see :mod:`partita.targets.cpu.space`) gives each
+thread a private copy of the accumulator, declared in the region under the accumulator's own
+name (so the code inside prints as it would on one thread) and set to the identity of the
+combine operation; after its share of the loop (``nowait``) each thread joins its copy into
+the shared accumulator in a critical section, and the copies of the final values for the
+accumulation's consumers in other nests are written after the region, from the accumulator.
+OpenMP's ``reduction`` clause would do the same for scalars and plain arrays, but gcc 12
+refuses it on its vector types (a register tile is an array of them: "user defined reduction
+not found") and puts the private copies of an array section on each thread's stack (a
+4 MiB ``sub rsp`` for a 1024x1024 float accumulator), where a large accumulator overflows the
+threads' stacks; private copies printed by hand handle every storage alike, large ones on
+the heap.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from partita.codegen.cfamily import CFamilyPrinter
 from partita.codegen.expr import CodegenError, c_literal, c_name, fold_product, fold_sum
 from partita.codegen.looptree import Node
-from partita.codegen.lower import Prefetch, Slot, Storage
+from partita.codegen.lower import Prefetch, Slot, SplitReduction, Storage
 from partita.codegen.program import Param, Program, prototype, signature
-from partita.codegen.vector import needs_intrinsics, needs_x86_intrinsics, vector_header
+from partita.codegen.vector import (
+    broadcast,
+    needs_intrinsics,
+    needs_x86_intrinsics,
+    vector_header,
+)
+from partita.ir.operands import COMBINE_IDENTITY, Instruction, Reduce
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind
+from partita.targets.cpu.space import MemSpace
 
 __all__ = ["CPrinter", "CodegenError", "Slot", "Storage", "c_literal", "print_c"]
 
@@ -90,21 +112,121 @@ class CPrinter(CFamilyPrinter):
             depth = 2
         for st in per_thread:
             self._emit_heap(depth, st)
+        split = self.plan.split_reductions
+        for red in split:
+            self._open_private(red, depth)
         if loops:
             collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
-            self.emit(depth, f"#pragma omp for{collapse} schedule(static)")
+            nowait = " nowait" if split else ""
+            self.emit(depth, f"#pragma omp for{collapse} schedule(static){nowait}")
             for p in loops:
                 var = c_name(p.dims[0])
                 size = self.sizes[p.dims[0]]
                 self.emit(depth, f"for ({self.idx_t} {var} = 0; {var} < {size}; ++{var})")
         self.emit(depth, "{")
-        self._print_versioned(loops, env, depth + 1,
-                              lambda at: self.print_body(parallel[-1], env, at))
+        # The partial values of a split accumulation are not its values: its copies for
+        # other nests are written after the region (_print_split_copies).
+        self.sunk |= {red.inst for red in split}
+        try:
+            self._print_versioned(loops, env, depth + 1,
+                                  lambda at: self.print_body(parallel[-1], env, at))
+        finally:
+            self.sunk -= {red.inst for red in split}
         self.emit(depth, "}")
+        if split:
+            self._print_combine(split, depth)
         for st in per_thread:
             self.emit(depth, f"free({st.name});")
         if loops:
             self.emit(1, "}")
+        for red in split:
+            if self.plan.copies_of(red.inst):
+                self._print_split_copies(red.inst, 1)
+
+    def _open_private(self, red: SplitReduction, indent: int) -> None:
+        """A thread's private copy of a split accumulation's accumulator, under its name,
+        set to the identity of the combine operation; ``shared_NAME`` points to the
+        accumulator itself."""
+        st = red.storage
+        c = st.dtype.c_type
+        identity = identity_literal(red.op, st.dtype)
+        if st.temp is None:
+            self.emit(indent, f"{c} *const shared_{st.name} = &{st.name};")
+            self.emit(indent, f"{c} {st.name} = {identity};")
+            return
+        count: int | str = st.elements
+        if st.lanes > 1:
+            vt = self.vtype(st.dtype, st.lanes)
+            count = int(count) // st.lanes
+            self.emit(indent, f"{vt} *const shared_{st.name} = {st.name};")
+            self.emit(indent, f"{vt} {st.name}[{count}];")
+            identity = broadcast(vt, identity)
+        else:
+            self.emit(indent, f"{c} *const shared_{st.name} = {st.name};")
+            if st.space in (MemSpace.REGISTER, MemSpace.LOCAL):
+                self.emit(indent, f"{c} {st.name}[{count}] __attribute__((aligned(64)));")
+            else:  # on the heap: as large as the accumulator, too large for a stack
+                self._emit_heap(indent, st)
+        self.emit(indent, f"for ({self.idx_t} e_ = 0; e_ < {count}; ++e_) "
+                          f"{st.name}[e_] = {identity};")
+
+    def _print_combine(self, split: list[SplitReduction], indent: int) -> None:
+        """Each thread joins its private accumulators into the shared ones, one thread at a
+        time (the threads that finish first join while the others still run)."""
+        self.emit(indent, "#pragma omp critical")
+        self.emit(indent, "{")
+        for red in split:
+            st = red.storage
+            combine = Instruction("combine", red.op, (), (), st.dtype)
+            if st.temp is None:
+                value = self.arith(combine, [f"*shared_{st.name}", st.name], None)
+                self.emit(indent + 1, f"*shared_{st.name} = {value};")
+                continue
+            count: int | str = st.elements
+            vt = None
+            if st.lanes > 1:
+                count = int(count) // st.lanes
+                vt = self.vtype(st.dtype, st.lanes)
+            value = self.arith(combine, [f"shared_{st.name}[e_]", f"{st.name}[e_]"], vt)
+            self.emit(indent + 1, f"for ({self.idx_t} e_ = 0; e_ < {count}; ++e_) "
+                                  f"shared_{st.name}[e_] = {value};")
+        self.emit(indent, "}")
+        for red in split:
+            if red.storage.temp is not None and red.storage.space not in (MemSpace.REGISTER,
+                                                                          MemSpace.LOCAL):
+                self.emit(indent, f"free({red.storage.name});")
+
+    def _print_split_copies(self, inst: str, indent: int) -> None:
+        """After the parallel region, the copies of a split accumulation's final values for
+        its consumers in other nests, read from the accumulator: a loop per tile of its
+        other dims (the init and the consumers run outside the parallel nest, so the
+        accumulator and its copies are indexed by all of them)."""
+        k = self.k
+        reduction = {d for op in k.inst(inst).operands if isinstance(op, Reduce)
+                     for ld in op.dims for d in k.dims_of(ld)}
+        names = ", ".join(t.name for t in self.plan.copies_of(inst))
+        self.emit(indent, f"{{ /* {names} written after the parallel reduction */")
+        env = dict.fromkeys(reduction, "0")
+        depth = indent + 1
+        # Its vector dim (innermost) copies whole vectors, as the accumulation computes them.
+        lane = next(((n, int(self.sizes[n.dims[0]])) for n in self.plan.loops_to(
+            inst, self.tree)[:-1] if n.kind == CommonKind.VECTOR and self.plan.iterates(inst, n)),
+            None)
+        for d in k.iteration_dims(inst):
+            if d in reduction:
+                continue
+            size = self.sizes[d]
+            if size == 1 or (lane is not None and d in lane[0].dims):
+                env[d] = "0"
+                continue
+            var = env[d] = c_name(d)
+            self.emit(depth, f"for ({self.idx_t} {var} = 0; {var} < {size}; ++{var}) {{")
+            depth += 1
+        self._write_copies(inst, env, depth, lane)
+        while depth > indent + 1:
+            depth -= 1
+            self.emit(depth, "}")
+        self.emit(indent, "}")
 
     def _print_packed(self, params: tuple[Param, ...]) -> None:
         args = []
@@ -190,6 +312,17 @@ class CPrinter(CFamilyPrinter):
             self.emit(indent + 2, "}")
             self.emit(indent + 1, "}")
         self.emit(indent, "}")
+
+
+def identity_literal(op: str, dtype: DType) -> str:
+    """The identity of a combine operation as a C constant of ``dtype`` (the extremes of an
+    integer type for ``max`` and ``min``)."""
+    value = COMBINE_IDENTITY[op]
+    if not dtype.is_float and math.isinf(value):
+        info = np.iinfo(dtype.numpy)
+        # INT_MIN has no literal: -2147483648 is the negation of an out-of-range int.
+        return f"({info.min + 1} - 1)" if value < 0 else str(info.max)
+    return c_literal(value, dtype)
 
 
 def print_c(cand: Candidate, entry: str | None = None) -> Program:

@@ -64,9 +64,10 @@ from typing import Any
 from partita.codegen.expr import CodegenError, fold_product
 from partita.codegen.looptree import Node, dim_size, loop_tree
 from partita.ir.kernel import Array, Kernel
-from partita.ir.operands import Instruction, Reduce, Value
+from partita.ir.operands import Instruction, Reduce, Value, combine_op
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
+from partita.space.memory import reduced_along
 from partita.space.nest import CommonKind, Order
 from partita.space.temporaries import CommonPlace, layout_order, temporary_name
 from partita.targets.cpu.space import DimKind as CpuKind
@@ -172,6 +173,17 @@ class Prefetch:
                                                                    for d in n.dims)]
 
 
+@dataclass(frozen=True)
+class SplitReduction:
+    """An accumulation whose reduction a parallel loop splits across threads: each thread
+    accumulates into a private copy of ``storage`` (the accumulator) that starts at the
+    identity of ``op``, and joins it into the accumulator after its share of the loop."""
+
+    inst: str
+    storage: Storage
+    op: str
+
+
 class LoweredPlan:
     """The lowered plan of one implementation (see the module's documentation): computed once
     from the candidate, then frozen. The printers read it; the subclass for GPU targets
@@ -213,6 +225,8 @@ class LoweredPlan:
         """Heap buffers allocated once per call, before the loops."""
         self.per_thread_heap: list[Storage] = []
         """Heap buffers allocated once per thread of the parallel region."""
+        self.split_reductions: list[SplitReduction] = []
+        """The accumulations whose reductions the parallel loops split across threads."""
         self._lower()
         self._frozen = True
 
@@ -248,6 +262,13 @@ class LoweredPlan:
         self.parallel_nest = nest
         self.per_thread_heap = [st for st in [*heap, *big] if private(st)]
         self.shared_heap = [st for st in [*heap, *big] if not private(st)]
+        split = {inst for p in loops for d in p.dims for inst in reduced_along(self.k, d)}
+        for inst in sorted(split):
+            op = combine_op(self.k.inst(inst))
+            if op is None:  # the space allows no such parallel loop (splits_reduction)
+                raise CodegenError(f"{inst}: a parallel loop splits a reduction that has no "
+                                   "combine operation")
+            self.split_reductions.append(SplitReduction(inst, self.storage[inst], op))
 
     # -- structure -------------------------------------------------------------------------
 

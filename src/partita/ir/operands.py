@@ -122,3 +122,29 @@ class Instruction:
 
     def values(self) -> list[Value | Reduce]:
         return [o for o in self.operands if isinstance(o, Value | Reduce)]
+
+
+COMBINE_IDENTITY = {"add": 0, "mul": 1, "max": float("-inf"), "min": float("inf")}
+"""The identity of each operation that joins partial results: where a private partial result
+starts."""
+
+
+def combine_op(inst: Instruction) -> str | None:
+    """The associative and commutative operation that joins two partial results of the
+    accumulation ``inst`` (None where there is none, or it is not an accumulation).
+
+    An accumulation ``acc = f(acc, x)`` may run its reduction in pieces that each start at
+    the identity and are joined at the end only where ``f(f(acc, x), y) = f(acc, g(x, y))``
+    for an associative and commutative ``g``: ``add`` and ``fma`` (the running value as the
+    addend), ``sub`` (the running value first: ``acc - x`` is ``acc + (-x)``), ``mul``,
+    ``max`` and ``min`` (``g = f``; ``sub`` and ``fma`` join by ``add``). Floating-point
+    results then differ from the sequential order by rounding only."""
+    at = [n for n, op in enumerate(inst.operands) if isinstance(op, Reduce)]
+    if len(at) != 1:
+        return None
+    (pos,) = at
+    if inst.op in ("add", "mul", "max", "min"):
+        return inst.op
+    if (inst.op, pos) in (("fma", 2), ("sub", 0)):
+        return "add"
+    return None

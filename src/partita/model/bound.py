@@ -19,7 +19,11 @@ as decisions are taken:
   element for strides of a line or more) crosses the memory level the data fits in, at the
   bandwidth of the cores that can share it (one core alone moves about half of what two do);
 - an accumulation is a chain of dependent operations: its length times the latency of one
-  operation bounds the time, however the other work overlaps; and a core runs the chains of
+  operation bounds the time, however the other work overlaps (a chain split by parallel
+  loops over ``n`` pieces on ``c`` cores leaves ``ceil(n / c)`` pieces of one accumulator
+  to some core, whatever the schedule); a split reduction also initialises a private copy
+  of its accumulator on each thread and joins the copies one thread at a time (see
+  :meth:`Model.split_costs`); and a core runs the chains of
   its accumulators only as many at once as the loop nest interleaves: with ``P`` accumulators
   updated between two updates of one (the loops inside the innermost reduction loop), ``P``
   updates complete per latency, except where an out-of-order window overlaps the end of one
@@ -168,6 +172,55 @@ class Model:
             if isinstance(op, Reduce):
                 n *= math.prod(self.logical_size(k, ld) for ld in op.dims)
         return n
+
+    def chain_share(self, cand: Candidate, inst: str, parallel: Parallel) -> float:
+        """The least fraction of accumulation ``inst``'s chain one core runs in sequence:
+        the parallel loops over its reduction dims cut every accumulator's chain into ``n``
+        pieces, and ``c`` cores hold them, so one core runs ``ceil(n / c)`` pieces of one
+        accumulator into its private copy (``1 / c`` while undecided)."""
+        red = set(self.terms(cand.kernel).chain_dims[inst][0])
+        splitting = [(d, kinds) for d, kinds in parallel if d.name in red]
+        return self.work_share(cand, inst, splitting) if splitting else 1.0
+
+    def latency_time(self, cand: Candidate, parallel: Parallel) -> float:
+        """The longest chain of dependent updates one core runs: an accumulation's reduction
+        length times the latency, times its :meth:`chain_share`."""
+        k = cand.kernel
+        r = self.rates
+        return max((self.reduction_length(k, inst) * r.fma_latency_cycles / (r.ghz * 1e9)
+                    * self.chain_share(cand, inst, parallel) for inst in k.reducing_insts),
+                   default=0.0)
+
+    def split_costs(self, cand: Candidate) -> tuple[float, float, float, float]:
+        """(arithmetic, loads and stores per element of a vector, on one core; serialised
+        cycles) of the reductions certainly split across threads: each thread sets its
+        private accumulators to the identity (a store per element), then joins them into
+        the shared ones (two loads, an operation and a store per element) inside a critical
+        section: the threads join one after the other. The accumulators hold at least the
+        points of the accumulation's other logical dims; the threads are at least as many as
+        the parallel iterations, up to the cores; every access moves a whole vector."""
+        k = cand.kernel
+        r = self.rates
+        t = self.terms(k)
+        elements = 0
+        threads = 1
+        for inst in k.reducing_insts:
+            red, _ = t.chain_dims[inst]
+            split = [d for d in red if cand.is_only("dim_kind", (d,), r.parallel_kind)
+                     and self.dim_size_range(cand, d)[0] > 1]
+            if not split:
+                continue
+            kept = [ld for op in k.inst(inst).operands if isinstance(op, Reduce)
+                    for _, ld in op.mapping]
+            elements += math.prod(self.logical_size(k, ld) for ld in kept)
+            threads = max(threads, min(r.cores, self._size_product(cand, tuple(split))))
+        if not elements:
+            return 0.0, 0.0, 0.0, 0.0
+        vectors = elements / t.widest
+        arith, load, store = r.issue_rates(t.widest, t.widest)
+        per_element = max(1 / arith, 2 / load, 1 / store)
+        return (vectors / arith, 2 * vectors / load, 2 * vectors / store,
+                threads * vectors * per_element)
 
     def body_time(self, cand: Candidate, inst: str, parallel: Parallel | None = None,
                   share: float | None = None) -> float:
@@ -538,9 +591,13 @@ class Model:
                 issue(kind, inst, t.temp_elements[arr.name] * self._size_product(cand, repeated),
                       n=self._temp_lanes(cand, t, arr.name, side, t.inner[inst]),
                       repeated=repeated)
-        cycles = max(busy)
-        chains = 0.0
-        bodies = 0.0
+        joined = 0.0
+        if not r.lane_group:
+            arith, load, store, joined = self.split_costs(cand)
+            for port, cost in enumerate((arith, load, store)):
+                busy[port] += cost
+        cycles = max(busy, default=0.0)
+        chains = bodies = 0.0
         if not r.lane_group:
             for inst in k.reducing_insts:
                 chains = max(chains, self.chain_time(cand, inst, parallel))
@@ -549,9 +606,11 @@ class Model:
                     shares[key] = self.work_share(cand, inst, parallel)
                 bodies = max(bodies, self.body_time(cand, inst, parallel, shares[key]))
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": self.memory_time(cand, parallel),
-                 "latency": max(t.latency_s, chains)}
+                 "latency": max(self.latency_time(cand, parallel), chains)}
         if bodies:
             terms["body"] = bodies
+        if joined:
+            terms["combine"] = joined / (r.ghz * 1e9)
         if r.fresh_page_s:
             pages = sum(self.fresh_pages(cand, t, temp) for temp in t.large_temps)
             if pages:

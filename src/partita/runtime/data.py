@@ -32,7 +32,12 @@ Tolerance. For output element ``i`` the check is ``|got_i - ref_i| <= tol_i`` wi
   rounding errors as independent and of mean zero, it fails for an element with probability
   below ``2 (L + 2) exp(-LAMBDA**2 / 2)``, about ``2.5e-14 (L + 2)`` with ``LAMBDA = 8``. The
   worst-case bound ``(L + 2) * u * s_i`` would grow with ``L`` instead of its square root and
-  let real bugs in large reductions (a skipped remainder tile) pass unnoticed.
+  let real bugs in large reductions (a skipped remainder tile) pass unnoticed. A reduction
+  split into ``t`` pieces (partial sums, or a reduction loop split across cores, whose private
+  sums start at zero and are joined with the init at the end) rounds a term at most
+  ``ceil(L / t) - 1`` times in its piece and ``t`` times in the join: never more than the
+  ``L`` roundings of the sequential chain, so the same ``L`` (never a larger one) bounds
+  every order.
 
 The absolute-value evaluation bounds the error only when the kernel combines values with
 ``add``, ``mul``, ``fma``, ``max`` and non-negative constants. Otherwise (subtraction,

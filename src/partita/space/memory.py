@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from partita.ir.dependences import dependences
 from partita.ir.kernel import Kernel
+from partita.ir.operands import Reduce, combine_op
 from partita.space.decl import Is, SpaceDef, Static, Var, values
 from partita.space.nest import NOT_MERGED, Order, declare_only_in_own_loops, own_dim
 
@@ -18,6 +19,26 @@ def carries(k: Kernel, d: str) -> bool:
     """Tile dimension ``d`` carries a reduction or a dependence through memory: its
     iterations must run one after the other (never parallel, never a vector)."""
     return d in k.reduction_dims or dependences(k).carried(d)
+
+
+def reduced_along(k: Kernel, d: str) -> tuple[str, ...]:
+    """The accumulations whose reduction runs along tile dimension ``d``'s logical dim."""
+    logical = k.dim(d).logical
+    return tuple(i.name for i in k.instructions
+                 if any(isinstance(op, Reduce) and logical in op.dims for op in i.operands))
+
+
+def splits_reduction(k: Kernel, d: str) -> bool:
+    """Tile dimension ``d`` carries reductions only, none through memory, and each joins its
+    partial results with an associative and commutative operation (:func:`combine_op`):
+    its iterations may run on several threads, each accumulating a private partial result
+    that a combine step joins to the accumulator after the loop. That is the re-composition
+    of a point-wise combined dimension, ``pw(⊕)``, in Rasch et al., "Multi-Dimensional
+    Homomorphisms": its parts may be computed on different cores and joined by ``⊕``; a
+    recurrence through memory (``x[i + 1] += x[i]``, a prefix sum) is not one."""
+    accs = reduced_along(k, d)
+    return (bool(accs) and not dependences(k).carried(d)
+            and all(combine_op(k.inst(a)) is not None for a in accs))
 
 
 def _foreign_pinned(k: Kernel, inst: str, d: str) -> bool:

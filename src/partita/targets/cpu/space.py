@@ -6,11 +6,16 @@ On top of the shared loop-nest structure (``size``, ``order``), a dimension is i
   gcc from unrolling it: unrolling is ``UNROLL``);
 - ``UNROLL``: its body repeated ``size`` times in the source (static sizes only);
 - ``VECTOR``: one SIMD operation over ``size`` elements (innermost, unit-stride accesses);
-- ``PARALLEL``: an OpenMP work-shared loop (the outermost loops of one top-level nest, no
-  reduction carried; the rest of the kernel runs on one thread). Only outer tiles are
-  parallel: an inner tile would need its outer tiles parallel too, a collapsed nest no faster
-  than the outer tile alone, and random kinds would fill the parallel nest past its limit
-  (dead ends).
+- ``PARALLEL``: an OpenMP work-shared loop (the outermost loops of one top-level nest; the
+  rest of the kernel runs on one thread). A loop that carries a reduction may be parallel
+  where the reduction joins partial results with an associative and commutative operation
+  (``add``, ``mul``, ``max``, ``min``) and no dependence through memory runs along it: each
+  thread accumulates into a private copy of the accumulator that starts at the operation's
+  identity, and a combine step joins the copies into the accumulator after the loop (the
+  accumulator keeps its init; the init runs before the parallel nest, the consumers after
+  it). Only outer tiles are parallel: an inner tile would need its outer tiles parallel
+  too, a collapsed nest no faster than the outer tile alone, and random kinds would fill the
+  parallel nest past its limit (dead ends).
 
 Values communicated between unfused nests live in temporaries placed in ``REGISTER``s (all
 their dims unrolled or vectorised, like the accumulator tile of a register-blocked
@@ -31,7 +36,12 @@ from enum import StrEnum
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
-from partita.space.memory import carries, declare_memory_dependences
+from partita.space.memory import (
+    carries,
+    declare_memory_dependences,
+    reduced_along,
+    splits_reduction,
+)
 from partita.space.nest import (
     NOT_IN,
     Order,
@@ -84,6 +94,47 @@ def _innermost_tile(k: Kernel, d: str) -> bool:
 def _replicates_reduction(k: Kernel, inst: str, d: str) -> bool:
     """``inst`` accumulates, and ``d`` is neither one of its loops nor fusable with one."""
     return inst in k.reducing_insts and not can_enclose_inst(k, inst, d)
+
+
+def _around_split_reduction(k: Kernel, d: str) -> frozenset[str]:
+    """Statements that may run outside a parallel loop ``d`` that splits reductions
+    (:func:`~partita.space.memory.splits_reduction`): the inits of the accumulations it
+    splits and what feeds only them (before it), everything that reads their values (after
+    it: their final values exist only once the partial results are joined), and the dims of
+    all of these."""
+    if not splits_reduction(k, d):
+        return frozenset()
+    accs = set(reduced_along(k, d))
+    users: dict[str, set[str]] = {i.name: set() for i in k.instructions}
+    for inst in k.instructions:
+        for other in k.instructions:
+            if _consumes(k, other.name, inst.name):
+                users[inst.name].add(other.name)
+    before = {op.init for a in accs for op in k.inst(a).operands if isinstance(op, Reduce)}
+    after = {u for a in accs for u in users[a]}
+    grew = True
+    while grew:
+        more = ({i for i in users if users[i] and users[i] <= before | after}
+                | {u for i in after for u in users[i]}) - before - after - accs
+        grew = bool(more)
+        for i in more:
+            (before if users[i] <= before else after).add(i)
+    out = before | after
+    dims = {t.name for t in k.dims
+            if any(t.name in k.iteration_dims(i) for i in out)
+            and all(i in out for i in users if t.name in k.iteration_dims(i))}
+    return frozenset(out | dims)
+
+
+def _outside_parallel(k: Kernel, d: str) -> frozenset[str]:
+    """Statements that may run outside a parallel loop ``d`` (see the two above)."""
+    key = (k.structural_hash, d)
+    if key not in _OUTSIDE:
+        _OUTSIDE[key] = _after_parallel(k, d) | _around_split_reduction(k, d)
+    return _OUTSIDE[key]
+
+
+_OUTSIDE: dict[tuple[str, str], frozenset[str]] = {}
 
 
 def _after_parallel(k: Kernel, d: str) -> frozenset[str]:
@@ -139,10 +190,12 @@ def _strided_access(k: Kernel, m: str, d: str) -> bool:
 
 
 def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
-              memory_dependences: bool = True) -> SpaceDef:
+              memory_dependences: bool = True, parallel_reductions: bool = True) -> SpaceDef:
     """The CPU space for a machine; ``itemsize`` sets the vector lanes. Without
     ``memory_dependences`` (for tests only) the space ignores dependences through memory and
-    holds illegal implementations of kernels that update arrays in place."""
+    holds illegal implementations of kernels that update arrays in place. Without
+    ``parallel_reductions`` no loop that carries a reduction is parallel (the space before
+    reductions were split across cores, to compare with)."""
     S = SpaceDef("cpu", choice_order=CHOICE_ORDER)
     declare_sets(S)
     vec_sizes = cpu.vector_sizes(itemsize)
@@ -153,7 +206,8 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
                                 and _innermost_tile(k, d)
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
-        DimKind.PARALLEL: lambda k, d: not carried(k, d) and k.dim(d).level == 0,
+        DimKind.PARALLEL: lambda k, d: k.dim(d).level == 0 and (
+            not carried(k, d) or (parallel_reductions and splits_reduction(k, d))),
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
     if memory_dependences:
@@ -239,18 +293,19 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
                   "becomes one OpenMP parallel region; what runs before or after that nest "
                   "runs on one thread (such as the final sum of partial sums).")
     S.require("parallel loops enclose all but what adds up their results", [x, s],
-              Static(lambda k, d, st: st in _after_parallel(k, d), ("x", "s")),
+              Static(lambda k, d, st: st in _outside_parallel(k, d), ("x", "s")),
               Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
               Is("order", ("x", "s"), values(Order.OUT, Order.MERGED)),
               Is("dim_kind", ("s",), values(DimKind.PARALLEL)),
               doc="Only the sums across the parallel iterations (and what feeds or follows "
-                  "only them) may run outside the parallel nest: everything else inside it "
+                  "only them), and the inits and the consumers of the reductions the nest "
+                  "splits, may run outside the parallel nest: everything else inside it "
                   "keeps one region per call, and decides the nest's shape as soon as a loop "
                   "is made parallel (random kinds otherwise end in dead ends).")
     e = Var("e", "Dims")
     S.require("parallel loops are fused with the accumulations' loops", [x, i, e],
               Static(lambda k, inst, d: not foreign_to_reduction(k, inst, d)
-                     or inst in _after_parallel(k, d), ("i", "x")),
+                     or inst in _outside_parallel(k, d), ("i", "x")),
               Static(lambda k, inst, d: not own_dim(k, inst, d), ("i", "e")),
               Static(lambda k, d, f: not k.mergeable(d, f), ("x", "e")),
               Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),

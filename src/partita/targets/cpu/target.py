@@ -90,9 +90,12 @@ class CpuTarget(Target):
     code_suffix = ".c"
     cold_cache = True
     printers = MappingProxyType({"c": print_c})
+    parallel_reductions = True
+    """Whether loops that carry reductions may be parallel (see :func:`sequential_reductions`)."""
 
     def space_def(self, kernel: Kernel, cpu: CpuCapabilities | None = None) -> SpaceDef:
-        return cpu_space(cpu or host(), kernel_itemsize(kernel))
+        return cpu_space(cpu or host(), kernel_itemsize(kernel),
+                         parallel_reductions=self.parallel_reductions)
 
     def model(self, kernel: Kernel, measure: bool = True) -> Model:
         """The lower-bound model with this machine's measured rates (measured once, cached;
@@ -136,3 +139,15 @@ class CpuTarget(Target):
 
 
 CPU = CpuTarget()
+
+
+@contextmanager
+def sequential_reductions() -> Iterator[None]:
+    """Within the block, the CPU spaces split no reduction across cores (their spaces before
+    parallel reductions, to compare with). Records are kept by kernel and machine, not by
+    space: tune such a comparison into a database of its own."""
+    CPU.parallel_reductions = False
+    try:
+        yield
+    finally:
+        CPU.parallel_reductions = True
