@@ -9,6 +9,7 @@ import pytest
 
 import partita
 from partita.codegen.c import CPrinter
+from partita.codegen.expr import c_name
 from partita.codegen.lower import LoweredPlan, accumulator_temporary, keeps_pair
 from partita.search.sampling import sample_implementations
 from partita.space.candidate import Candidate
@@ -59,3 +60,34 @@ def test_storage_follows_the_rules_the_bound_reads() -> None:
             held = accumulator_temporary(k, inst)
             st = plan.storage[inst]
             assert (st.temp.name if st.temp is not None else None) == held
+
+
+def test_loops_stop_where_the_plan_clamps_them() -> None:
+    """A ``for`` loop stops at its logical dims' size exactly where the plan's
+    :attr:`LoweredPlan.loop_clamps` says, and each such loop is the innermost tile of dims
+    that overflow, with every instruction inside it iterating it."""
+    root = partita.space(partita.kernel("matmul", m=10, n=37, k=19), "cpu",
+                         cpu=AVX512_REFERENCE).root()
+    assert isinstance(root, Candidate)
+    seen = 0
+    for cand in sample_implementations(root, 12, random.Random(3)):
+        printer = CPrinter(cand, "clamped")
+        plan, k = printer.plan, cand.kernel
+        code = printer.print().source
+        for node in plan.subtree(plan.tree):
+            logicals = plan.loop_clamps.get(id(node))
+            if node.inst is not None or not node.dims or plan.sizes[node.dims[0]] == 1 \
+                    or node.kind not in ("LOOP", "PARALLEL"):
+                continue
+            var = c_name(node.dims[0])
+            clamp = f"{var} < ({plan.sizes[node.dims[0]]} < "
+            if logicals:
+                seen += 1
+                assert {k.dim(d).logical for d in node.dims} == logicals
+                assert all(k.dims_of(ld)[-1] in node.dims and plan.needs_guard(ld)
+                           for ld in logicals)
+                assert all(plan.iterates(i, node) for i in plan.insts_under(node))
+                assert clamp in code, (var, code)
+            else:
+                assert clamp not in code, (var, code)
+    assert seen

@@ -284,27 +284,16 @@ class CFamilyPrinter:
         self.emit(indent, "}")
 
     def loop_stop(self, node: Node, env: dict[str, str]) -> tuple[str, frozenset[str]]:
-        """The bound of a ``for`` loop, and the logical dims it keeps in range. The innermost
-        tile loop of a dim with a remainder stops at the dim's size rather than guarding
-        every instruction inside it (the remainder of a reduction tile would otherwise test
-        the index before each FMA of the micro-kernel). Only where every instruction inside
-        iterates the loop: one that does not must still run every iteration."""
+        """The bound of a ``for`` loop, and the logical dims it keeps in range (the plan's
+        :meth:`LoweredPlan.clamped`): the size of its dims, or the size of their logical dim
+        less the index of its outer tiles where that is smaller."""
         size = self.sizes[node.dims[0]]
-        if not self.plan.clamps_loops:
+        clamped = self.plan.clamped(node, self.full_tiles)
+        if not clamped:
             return str(size), frozenset()
-        stops = set()
-        logicals = set()
-        for d in node.dims:
-            ld = self.k.dim(d).logical
-            if self.k.dims_of(ld)[-1] != d or not self.needs_guard(ld):
-                return str(size), frozenset()
-            stops.add(self._left(ld, {**env, d: "0"}))
-            logicals.add(ld)
-        if len(stops) != 1 or not all(self.plan.iterates(i, node)
-                                      for i in self.plan.insts_under(node)):
-            return str(size), frozenset()
-        (rest,) = stops
-        return f"({size} < {rest} ? {size} : {rest})", frozenset(logicals)
+        d = node.dims[0]
+        rest = self._left(self.k.dim(d).logical, {**env, d: "0"})
+        return f"({size} < {rest} ? {size} : {rest})", clamped
 
     def _print_versioned(self, loops: list[Node], env: dict[str, str], indent: int,
                          body: Callable[[int], None]) -> None:

@@ -12,11 +12,12 @@ the software prefetches. The printers (:mod:`partita.codegen.cfamily` and the C,
 OpenCL printers on it) read the plan and print it. What they still settle while printing
 depends on the printed addresses themselves: whether the accesses to a temporary kept in
 variables are disjoint (else its loop is printed without), whether a GPU vector access is
-provably aligned, whether fused dims of a clamped loop share one bound. The parts of the plan
+provably aligned. Which loops stop at their dims' size rather than guarding the instructions
+inside them is decided here (:attr:`LoweredPlan.loop_clamps`). The parts of the plan
 that depend on where the printer is (which accumulations outer loops already write after
 them, which dims the full-tile version of a loop knows in range) take that context as
 arguments: :meth:`LoweredPlan.sinkable`, :meth:`LoweredPlan.promotable`,
-:meth:`LoweredPlan.needs_guard`, :meth:`LoweredPlan.masks`. The
+:meth:`LoweredPlan.needs_guard`, :meth:`LoweredPlan.masks`, :meth:`LoweredPlan.clamped`. The
 lower bound (:mod:`partita.model.bound`) reads the same rules (:func:`keeps_pair`,
 :func:`accumulator_temporary`) where it prices what the printers will print.
 
@@ -209,7 +210,13 @@ class LoweredPlan:
         """Heap buffers allocated once per call, before the loops."""
         self.per_thread_heap: list[Storage] = []
         """Heap buffers allocated once per thread of the parallel region."""
+        self.loop_clamps: dict[int, frozenset[str]] = {}
+        """The loops (by ``id`` of their node) that stop at the size of their dims' logical
+        dims rather than guarding the instructions inside them, each with those logical
+        dims, which it keeps in range (see :meth:`clamped`)."""
         self._lower()
+        if self.clamps_loops:
+            self._plan_loop_clamps()
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -531,6 +538,55 @@ class LoweredPlan:
                 if dim.level == 0 and self.needs_guard(dim.logical, full_tiles):
                     out.append((d, dim.logical))
         return out
+
+    def _plan_loop_clamps(self) -> None:
+        """Which loops stop at the size of their logical dims. The innermost tile loop of a
+        dim with a remainder stops at the dim's size rather than guarding every instruction
+        inside it (the remainder of a reduction tile would otherwise test the index before
+        each FMA of the micro-kernel). Only where every dim of the loop is the innermost
+        tile of a logical dim that may overflow, the fused dims share one bound, and every
+        instruction inside iterates the loop (one that does not must still run every
+        iteration)."""
+        for node in self.subtree(self.tree):
+            if node.inst is not None or not node.dims:
+                continue
+            stops = set()
+            for d in node.dims:
+                ld = self.k.dim(d).logical
+                if self.k.dims_of(ld)[-1] != d or not self.needs_guard(ld):
+                    break
+                stops.add(self._stop(node, ld))
+            else:
+                if len(stops) == 1 and all(self.iterates(i, node)
+                                           for i in self.insts_under(node)):
+                    self.loop_clamps[id(node)] = frozenset(self.k.dim(d).logical
+                                                           for d in node.dims)
+
+    def _stop(self, node: Node, logical: str) -> tuple[object, ...]:
+        """What the bound of ``logical`` at the first iteration of its innermost tile loop
+        ``node`` is made of: its size less the index of its outer tiles, each term by the
+        loop that binds it (none where it is bound to 0) and its stride. Fused dims share one
+        bound where these are equal."""
+        terms: list[tuple[object, ...]] = []
+        stride = 1
+        tiles = self.k.dims_of(logical)
+        for d in reversed(tiles):
+            if d != tiles[-1]:
+                binder = next((a for a in self.ancestors(node) if d in a.dims), None)
+                if binder is None:
+                    terms.append(("unbound", d))
+                elif self.sizes[binder.dims[0]] != 1:
+                    terms.append((id(binder), stride))
+            size = self.sizes[d]
+            stride = stride * size if isinstance(size, int) else stride
+        return (self.extent(logical), tuple(terms))
+
+    def clamped(self, node: Node, full_tiles: AbstractSet[str] = frozenset()) -> frozenset[str]:
+        """The logical dims the loop ``node`` keeps in range by stopping at their size where
+        the printer is: none inside the full-tile version of one of them (they do not
+        overflow there)."""
+        logicals = self.loop_clamps.get(id(node), frozenset())
+        return logicals if logicals.isdisjoint(full_tiles) else frozenset()
 
     def speculated(self, inst: Instruction, logical: str) -> bool:
         """Whether ``inst`` runs unguarded past the end of ``logical`` (on clamped indices),
