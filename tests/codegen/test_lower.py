@@ -3,6 +3,7 @@ printers print and the lower bound prices."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -10,7 +11,10 @@ import pytest
 import partita
 from partita.codegen.c import CPrinter
 from partita.codegen.expr import c_name
+from partita.codegen.gpulower import GpuPlan
 from partita.codegen.lower import LoweredPlan, accumulator_temporary, keeps_pair
+from partita.ir.lmad import LMAD
+from partita.ir.operands import Instruction
 from partita.search.sampling import sample_implementations
 from partita.space.candidate import Candidate
 from partita.targets import AVX512_REFERENCE
@@ -91,3 +95,59 @@ def test_loops_stop_where_the_plan_clamps_them() -> None:
             else:
                 assert clamp not in code, (var, code)
     assert seen
+
+
+def _element_offset(plan: GpuPlan, inst: Instruction, view: LMAD, at: dict[str, int]) -> int:
+    """The element ``inst`` accesses at tile indices ``at`` (0 where absent), by the array's
+    layout, also past its end (tiles with a remainder run there, guarded)."""
+    k = plan.k
+    assert inst.access is not None
+    logical = {}
+    for ld in inst.access.logical_dims():
+        tiles = k.dims_of(ld)
+        logical[ld] = sum(at.get(d, 0) * math.prod(int(plan.sizes[m]) for m in tiles[i + 1:])
+                          for i, d in enumerate(tiles))
+    return view.offset + sum((ix.const + sum(c * logical[ld] for ld, c in ix.terms)) * stride
+                             for ix, (_, stride) in zip(inst.access.index, view.dims,
+                                                        strict=True))
+
+
+def test_gpu_alignment_is_decided_from_the_affine_offsets() -> None:
+    """The GPU plan's affine form of an access is the element offset the array's layout
+    gives at every tile index, and :meth:`GpuPlan.aligned` holds exactly where that offset
+    is a multiple of the lanes at every index (checked at 0 and at each index alone, which
+    decide an affine form, and at random points)."""
+    rng = random.Random(5)
+    root = partita.space(partita.kernel("matmul", m=12, n=20, k=6, stride_a=10), "gpu").root()
+    assert isinstance(root, Candidate)
+    verdicts = set()
+    for cand in sample_implementations(root, 8, random.Random(4)):
+        plan, k = GpuPlan(cand), cand.kernel
+        for inst in (i for i in k.instructions if i.access is not None):
+            assert inst.access is not None
+            view = k.array(inst.access.array).lmad(dict(k.size_values))
+            form = plan.access_form(inst)
+            dims = [d for ld in inst.access.logical_dims() for d in k.dims_of(ld)]
+
+            def offset(at: dict[str, int], inst: Instruction = inst, view: LMAD = view,
+                       plan: GpuPlan = plan) -> int:
+                return _element_offset(plan, inst, view, at)
+
+            assert form.const == offset({})
+            # Dims bound to one index (fused, or threads of one hardware dim) move together.
+            groups = [[d for d in dims if plan.index_of[d] == i]
+                      for i in dict.fromkeys(plan.index_of[d] for d in dims)]
+            units = [dict.fromkeys(g, 1) for g in groups]
+            points = [*units, *({d: v for g in groups for d, v in dict.fromkeys(
+                g, rng.randrange(4)).items()} for _ in range(8))]
+            for at in points:
+                assert offset(at) == form.const + sum(
+                    (form.coeffs[d] or 0) * v for d, v in at.items()), (inst.name, at)
+            for lanes in (2, 4):
+                verdict = plan.aligned(form, {}, lanes)
+                verdicts.add(verdict)
+                assert verdict == all(offset(at) % lanes == 0 for at in [{}, *units])
+                for fixed in units:  # indices bound to a constant (an unrolled copy)
+                    assert plan.aligned(form, fixed, lanes) == all(
+                        offset({**at, **fixed}) % lanes == 0 for at in [{}, *units])
+    assert verdicts == {True, False}

@@ -11,9 +11,10 @@ which loops are versioned for their partial tiles, and which vector accesses are
 the software prefetches. The printers (:mod:`partita.codegen.cfamily` and the C, CUDA and
 OpenCL printers on it) read the plan and print it. What they still settle while printing
 depends on the printed addresses themselves: whether the accesses to a temporary kept in
-variables are disjoint (else its loop is printed without), whether a GPU vector access is
-provably aligned. Which loops stop at their dims' size rather than guarding the instructions
-inside them is decided here (:attr:`LoweredPlan.loop_clamps`). The parts of the plan
+variables are disjoint (else its loop is printed without). Which loops stop at their dims'
+size rather than guarding the instructions inside them is decided here
+(:attr:`LoweredPlan.loop_clamps`), and whether a GPU vector access is aligned in the GPU plan
+from its affine offset (:meth:`partita.codegen.gpulower.GpuPlan.aligned`). The parts of the plan
 that depend on where the printer is (which accumulations outer loops already write after
 them, which dims the full-tile version of a loop knows in range) take that context as
 arguments: :meth:`LoweredPlan.sinkable`, :meth:`LoweredPlan.promotable`,
