@@ -12,7 +12,9 @@ import partita
 from partita.codegen.c import CPrinter
 from partita.codegen.expr import c_name
 from partita.codegen.gpulower import GpuPlan
+from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, accumulator_temporary, keeps_pair
+from partita.codegen.promotion import Element
 from partita.ir.lmad import LMAD
 from partita.ir.operands import Instruction
 from partita.search.sampling import sample_implementations
@@ -151,3 +153,45 @@ def test_gpu_alignment_is_decided_from_the_affine_offsets() -> None:
                     assert plan.aligned(form, fixed, lanes) == all(
                         offset({**at, **fixed}) % lanes == 0 for at in [{}, *units])
     assert verdicts == {True, False}
+
+
+class _RecordingPrinter(CPrinter):
+    """Records each loop printed with temporaries kept in variables, with the plan's
+    elements."""
+
+    def __init__(self, cand: Candidate, entry: str) -> None:
+        super().__init__(cand, entry)
+        self.kept_loops: list[tuple[dict[str, list[Element]], list[str]]] = []
+
+    def _print_promoted(self, node: Node, env: dict[str, str], indent: int,
+                        kept: dict[str, list[Element]]) -> None:
+        start = len(self.lines)
+        super()._print_promoted(node, env, indent, kept)
+        self.kept_loops.append((kept, self.lines[start:]))
+
+
+def test_loops_keep_the_elements_the_plan_keeps() -> None:
+    """A loop printed with temporaries kept in variables has one variable per element the
+    plan's :func:`promotion` lists, loaded before the loop and stored after it, and no
+    access to those temporaries' memory inside it."""
+    root = partita.space(partita.kernel("matmul", m=64, n=48, k=32), "cpu",
+                         cpu=AVX512_REFERENCE).root()
+    assert isinstance(root, Candidate)
+    seen = 0
+    for cand in sample_implementations(root, 40, random.Random(6)):
+        printer = _RecordingPrinter(cand, "kept")
+        printer.print()
+        for kept, lines in printer.kept_loops:
+            seen += 1
+            assert "kept in variables across" in lines[0]
+            first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("for ("))
+            depth = len(lines[first]) - len(lines[first].lstrip())
+            last = next(i for i in range(first + 1, len(lines))
+                        if lines[i] == " " * depth + "}")
+            for name, elements in kept.items():
+                assert elements and len(set(elements)) == len(elements)
+                loads = [line for line in lines[1:first] if f"reg_{name}_" in line]
+                stores = [line for line in lines[last + 1:] if f"reg_{name}_" in line]
+                assert len(loads) == len(stores) == len(elements), (name, lines[:first])
+                assert not any(f"{name}[" in line for line in lines[first:last + 1])
+    assert seen

@@ -9,12 +9,12 @@ workspace), which temporaries are kept in variables across which loops, which co
 accumulation are written after its reduction loop, which dims may run past their end (and so
 which loops are versioned for their partial tiles, and which vector accesses are masked), and
 the software prefetches. The printers (:mod:`partita.codegen.cfamily` and the C, CUDA and
-OpenCL printers on it) read the plan and print it. What they still settle while printing
-depends on the printed addresses themselves: whether the accesses to a temporary kept in
-variables are disjoint (else its loop is printed without). Which loops stop at their dims'
-size rather than guarding the instructions inside them is decided here
-(:attr:`LoweredPlan.loop_clamps`), and whether a GPU vector access is aligned in the GPU plan
-from its affine offset (:meth:`partita.codegen.gpulower.GpuPlan.aligned`). The parts of the plan
+OpenCL printers on it) read the plan and print it; they decide nothing. Which loops stop at
+their dims' size rather than guarding the instructions inside them is a field of the plan
+(:attr:`LoweredPlan.loop_clamps`); which elements of memory temporaries a loop keeps in
+variables is decided from the plan's accesses (:func:`partita.codegen.promotion.promotion`),
+and whether a GPU vector access is aligned from its affine offset in the GPU plan
+(:meth:`partita.codegen.gpulower.GpuPlan.aligned`). The parts of the plan
 that depend on where the printer is (which accumulations outer loops already write after
 them, which dims the full-tile version of a loop knows in range) take that context as
 arguments: :meth:`LoweredPlan.sinkable`, :meth:`LoweredPlan.promotable`,
@@ -42,7 +42,9 @@ Temporaries in memory kept in variables across a loop
     tiles, as in a kc-blocked matmul) is read and written at the same elements at every
     step of the reduction loop around its register tile. Those elements are loaded into C
     variables before that loop, used there, and stored back after it
-    (:meth:`LoweredPlan.promotable`), as a BLIS micro-kernel does with its tile of C;
+    (:meth:`LoweredPlan.promotable`; which of them, and which elements, where the loop's
+    accesses allow it: :mod:`partita.codegen.promotion`), as a BLIS micro-kernel does with
+    its tile of C;
     a copy of such an accumulator for its consumer goes with it. The lower bound relies on
     it (a temporary's loads and stores leave the reduction loop), and gcc's own store motion
     does it only sometimes.
