@@ -21,8 +21,8 @@ import pytest
 import partita
 from partita import KernelBuilder
 from partita.codegen.c import CPrinter, print_c
-from partita.codegen.expr import disjoint
 from partita.codegen.looptree import loop_tree
+from partita.codegen.promotion import Element, disjoint
 from partita.kernels import list_kernels
 from partita.runtime import Evaluator, TimingOptions
 from partita.runtime.compile import DEFAULT_CC, DEFAULT_FLAGS, Compiler
@@ -525,8 +525,14 @@ def test_an_accumulations_copy_is_written_once_after_its_reduction_loops(
 def test_promoted_accesses_must_cover_disjoint_elements() -> None:
     """Elements kept in variables are loaded and stored once each: accesses that could
     overlap (in their constant offsets, or at addresses that differ otherwise) are not."""
-    assert disjoint({("16 * j_0", 8, 1): "a", ("16 * j_0 + 8", 8, 1): "b"})
-    assert disjoint({("16 * j_0", 8, 4): "a", ("16 * j_0 + 1", 8, 4): "b"})
-    assert not disjoint({("16 * j_0", 8, 1): "a", ("16 * j_0 + 3", 1, 1): "b"})
-    assert not disjoint({("16 * j_0", 8, 4): "a", ("16 * j_0 + 8", 8, 4): "b"})
-    assert not disjoint({("16 * j_0", 8, 1): "a", ("16 * i_0", 8, 1): "b"})
+    j = (("j_0", 16),)
+
+    def at(offset: int, lanes: int, step: int, terms: tuple[tuple[object, int | str], ...] = j
+           ) -> Element:
+        return Element((terms, offset), lanes, step)
+
+    assert disjoint([at(0, 8, 1), at(8, 8, 1)])
+    assert disjoint([at(0, 8, 4), at(1, 8, 4)])
+    assert not disjoint([at(0, 8, 1), at(3, 1, 1)])
+    assert not disjoint([at(0, 8, 4), at(8, 8, 4)])
+    assert not disjoint([at(0, 8, 1), at(8, 8, 1, (("i_0", 16),))])

@@ -173,14 +173,17 @@ def launch_facts(cand: Any) -> dict[str, Any]:
 def unaligned(cand: Any, entry: str) -> tuple[Any, Any]:
     """CUDA and OpenCL programs printed as if no vector access were provably aligned."""
     from partita.codegen.gpu import CudaPrinter, OpenclPrinter
+    from partita.codegen.gpulower import GpuPlan
+
+    class Unaligned(GpuPlan):
+        def aligned(self, *args: Any) -> bool:
+            return False
 
     class Cuda(CudaPrinter):
-        def _aligned(self, *args: Any) -> bool:
-            return False
+        plan_class = Unaligned
 
     class Opencl(OpenclPrinter):
-        def _aligned(self, *args: Any) -> bool:
-            return False
+        plan_class = Unaligned
 
     return Cuda(cand, entry).print(), Opencl(cand, entry).print()
 

@@ -8,6 +8,7 @@ import pytest
 
 from partita.api import kernel, space
 from partita.codegen.gpu import CudaPrinter, GpuProgram, OpenclPrinter, print_cuda, print_opencl
+from partita.codegen.gpulower import Affine
 from partita.search.sampling import random_implementation
 from tests.gpu.samples import Printed
 
@@ -19,15 +20,22 @@ def axpy_cand():
 
 
 def test_alignment_proofs(axpy_cand) -> None:
-    printer = OpenclPrinter(axpy_cand, "k")
-    env = {"i.0": "bid_x", "i.1": "i_1", "i.2": "0"}
-    assert printer._aligned(lambda e: f"8 * {e['i.0']} + 4 * {e['i.1']}", env, 4)
+    plan = OpenclPrinter(axpy_cand, "k").plan
+    dims = [d.name for d in axpy_cand.kernel.dims]
+    outer, inner = dims[0], dims[1]
+    assert plan.index_of[outer] != plan.index_of[inner]
+    assert plan.aligned(Affine(0, {outer: 8, inner: 4}), {}, 4)
     # The constant term or a coefficient off the vector size: not provable.
-    assert not printer._aligned(lambda e: f"8 * {e['i.0']} + 4 * {e['i.1']} + 2", env, 4)
-    assert not printer._aligned(lambda e: f"8 * {e['i.0']} + 6 * {e['i.1']}", env, 4)
-    assert printer._aligned(lambda e: f"8 * {e['i.0']} + 6 * {e['i.1']}", env, 2)
-    # A dynamic size in the address: unknown.
-    assert not printer._aligned(lambda e: f"n * {e['i.0']}", env, 2)
+    assert not plan.aligned(Affine(2, {outer: 8, inner: 4}), {}, 4)
+    assert not plan.aligned(Affine(0, {outer: 8, inner: 6}), {}, 4)
+    assert plan.aligned(Affine(0, {outer: 8, inner: 6}), {}, 2)
+    # An index bound to a constant (an unrolled copy) joins the constant term.
+    assert plan.aligned(Affine(0, {outer: 8, inner: 6}), {inner: 2}, 4)
+    assert not plan.aligned(Affine(0, {outer: 8, inner: 6}), {inner: 1}, 4)
+    # A dynamic size in the offset: unknown, unless its index is 0 there.
+    assert not plan.aligned(Affine(0, {outer: None}), {}, 2)
+    assert plan.aligned(Affine(0, {outer: None}), {outer: 0}, 2)
+    assert not plan.aligned(Affine(None, {}), {}, 2)
 
 
 def test_fp64_needs_the_extension_in_opencl() -> None:

@@ -30,11 +30,9 @@ from collections.abc import Callable
 
 from partita.codegen.expr import (
     COMPARE,
-    IDENTIFIER,
     CodegenError,
     c_literal,
     c_name,
-    disjoint,
     fold_product,
     fold_sum,
     math_call,
@@ -42,6 +40,7 @@ from partita.codegen.expr import (
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Prefetch, Storage
 from partita.codegen.padded import padded_load
+from partita.codegen.promotion import Element, promotion
 from partita.codegen.vector import broadcast, vector_type_name
 from partita.ir.checks import operand_dtype
 from partita.ir.kernel import Array, Kernel
@@ -51,11 +50,6 @@ from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind
 from partita.space.temporaries import CommonPlace
 from partita.targets.cpu.space import MemSpace as CpuPlace
-
-PROMOTED_VALUES_MAX = 32
-"""At most this many elements (vectors or scalars) of memory temporaries are kept in variables
-across one loop (:meth:`CFamilyPrinter._print_promoted`): about two register files; beyond
-that gcc would spill them to the stack, memory again."""
 
 
 class CFamilyPrinter:
@@ -93,14 +87,6 @@ class CFamilyPrinter:
         """While a loop is printed with memory temporaries promoted: per temporary, the C
         variable kept for each access (address of its first element, lanes, distance
         between lanes) read or written."""
-        self.promotion_inner: set[str] = set()
-        """The loop indices bound inside the promoted loop (itself included)."""
-        self.promotion_failed = False
-        self.promotion_read: set[str] = set()
-        """The promoted temporaries read inside the loop."""
-        self.promotion_computed: set[str] = set()
-        """The promoted temporaries written inside the loop with a value other than a promoted
-        variable."""
         self.sunk: set[str] = set()
         """The accumulations whose copies for their consumers are written after the reduction
         loop being printed rather than at each of its steps."""
@@ -273,7 +259,8 @@ class CFamilyPrinter:
             sunk = self.plan.sinkable(node, self.sunk, self.full_tiles)
             self.sunk |= sunk.keys()
             try:
-                promoted = self.plan.promotable(node, self.sunk) if self.promoted is None else []
+                promoted = (promotion(self.plan, node, self.sunk, self.full_tiles)
+                            if self.promoted is None else {})
                 if promoted:
                     self._print_promoted(node, env, indent, promoted)
                 else:
@@ -299,27 +286,16 @@ class CFamilyPrinter:
         self.emit(indent, "}")
 
     def loop_stop(self, node: Node, env: dict[str, str]) -> tuple[str, frozenset[str]]:
-        """The bound of a ``for`` loop, and the logical dims it keeps in range. The innermost
-        tile loop of a dim with a remainder stops at the dim's size rather than guarding
-        every instruction inside it (the remainder of a reduction tile would otherwise test
-        the index before each FMA of the micro-kernel). Only where every instruction inside
-        iterates the loop: one that does not must still run every iteration."""
+        """The bound of a ``for`` loop, and the logical dims it keeps in range (the plan's
+        :meth:`LoweredPlan.clamped`): the size of its dims, or the size of their logical dim
+        less the index of its outer tiles where that is smaller."""
         size = self.sizes[node.dims[0]]
-        if not self.plan.clamps_loops:
+        clamped = self.plan.clamped(node, self.full_tiles)
+        if not clamped:
             return str(size), frozenset()
-        stops = set()
-        logicals = set()
-        for d in node.dims:
-            ld = self.k.dim(d).logical
-            if self.k.dims_of(ld)[-1] != d or not self.needs_guard(ld):
-                return str(size), frozenset()
-            stops.add(self._left(ld, {**env, d: "0"}))
-            logicals.add(ld)
-        if len(stops) != 1 or not all(self.plan.iterates(i, node)
-                                      for i in self.plan.insts_under(node)):
-            return str(size), frozenset()
-        (rest,) = stops
-        return f"({size} < {rest} ? {size} : {rest})", frozenset(logicals)
+        d = node.dims[0]
+        rest = self._left(self.k.dim(d).logical, {**env, d: "0"})
+        return f"({size} < {rest} ? {size} : {rest})", clamped
 
     def _print_versioned(self, loops: list[Node], env: dict[str, str], indent: int,
                          body: Callable[[int], None]) -> None:
@@ -395,45 +371,25 @@ class CFamilyPrinter:
             self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
 
     def _print_promoted(self, node: Node, env: dict[str, str], indent: int,
-                        stores: list[Storage]) -> None:
-        """The loop ``node`` with the elements of ``stores`` it accesses kept in variables:
-        loaded before the loop, stored back after it, in a scope of their own. Where the
-        printed accesses do not allow it after all (an element read as a vector and as a
-        scalar, overlapping vectors, an address that moves inside the loop, too many
-        elements), the loop is printed again as it was."""
+                        kept: dict[str, list[Element]]) -> None:
+        """The loop ``node`` with the elements of the temporaries ``kept`` in variables (the
+        plan's :func:`~partita.codegen.promotion.promotion`): loaded before the loop, stored
+        back after it, in a scope of their own. Each access takes the variable of its element,
+        numbered in the order the loop first accesses them."""
         start = len(self.lines)
-        self.promoted = {st.name: {} for st in stores}
-        self.promotion_inner = {c_name(n.dims[0]) for n in self.plan.subtree(node)
-                                if n.inst is None}
-        self.promotion_failed = False
-        self.promotion_read, self.promotion_computed = set(), set()
+        self.promoted = {name: {} for name in kept}
         try:
             self._print_loop(node, env, indent + 1)
         finally:
             promoted, self.promoted = self.promoted, None
-        count = sum(len(v) for v in promoted.values())
-        if (self.promotion_failed or count > PROMOTED_VALUES_MAX
-                or not all(disjoint(v) for v in promoted.values())):
-            del self.lines[start:]
-            self._print_loop(node, env, indent)
-            return
-        # A copy only written in the loop costs nothing in variables when it copies a
-        # promoted accumulator (the same value); one computed from registers would keep
-        # values live across the loop that its stores had let go (a copy of a register tile
-        # through its lanes took 16 more vector registers, spilt: 2.4x slower).
-        costly = self.promotion_computed - self.promotion_read
-        if costly:
-            del self.lines[start:]
-            kept = [st for st in stores if st.name not in costly]
-            if kept:
-                self._print_promoted(node, env, indent, kept)
-            else:
-                self._print_loop(node, env, indent)
-            return
+        for name, accesses in promoted.items():
+            if [(w, s) for _, w, s in accesses] != [(e.lanes, e.step) for e in kept[name]]:
+                raise CodegenError(f"{name}: the elements accessed across {node.dims[0]} are "
+                                   "not those the plan keeps")
         loop = self.lines[start:]
         del self.lines[start:]
         self.emit(indent, f"{{ /* {', '.join(promoted)} kept in variables across {node.dims[0]} */")
-        by_name = {st.name: st for st in stores}
+        by_name = {st.name: st for st in self.plan.all_storage() if st.name in kept}
         for name, accesses in promoted.items():
             st = by_name[name]
             for (base, width, step), var in accesses.items():
@@ -449,23 +405,12 @@ class CFamilyPrinter:
                 self.emit_store(indent + 1, name, base, step, var, st.dtype, width)
         self.emit(indent, "}")
 
-    def _promoted_var(self, st: Storage, base: str, width: int, step: int | str,
-                      value: str | None = None) -> str | None:
+    def _promoted_var(self, st: Storage, base: str, width: int, step: int | str) -> str | None:
         """The variable that holds the ``width`` elements of ``st`` from ``base``, ``step``
-        apart, while a loop is printed with ``st`` promoted (None: not promoted, or the
-        access does not allow it, which fails the promotion); a write of ``value``, or a
-        read."""
+        apart, while a loop is printed with ``st`` kept in variables (None: not kept)."""
         if self.promoted is None or st.name not in self.promoted:
             return None
-        if value is None:
-            self.promotion_read.add(st.name)
-        elif not any(value in acc.values() for acc in self.promoted.values()):
-            self.promotion_computed.add(st.name)
-        if not isinstance(step, int) or any(
-                tok in self.promotion_inner for tok in IDENTIFIER.findall(base)):
-            self.promotion_failed = True
-            return None
-        key = (base, width, step if width > 1 else 1)
+        key = (base, width, int(step) if width > 1 else 1)
         accesses = self.promoted[st.name]
         if key not in accesses:
             accesses[key] = f"reg_{st.name}_{len(accesses)}"
@@ -776,7 +721,7 @@ class CFamilyPrinter:
                 self.emit(indent, "}")
             return
         if n == 1 or step != 0:
-            var = self._promoted_var(st, base, n, step, expr)
+            var = self._promoted_var(st, base, n, step)
             if var is not None:
                 self.emit(indent, f"{var} = {expr};")
                 return

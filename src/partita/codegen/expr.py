@@ -4,12 +4,8 @@ indices, literals, and the error a printer raises on a construct it cannot print
 from __future__ import annotations
 
 import math
-import re
 
 from partita.ir.types import DType
-
-IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
-"""A C identifier (to find the indices an address expression names)."""
 
 
 class CodegenError(ValueError):
@@ -71,20 +67,3 @@ def math_call(op: str, dtype: DType, x: str, overloaded: bool = False) -> str:
         return f"(({x}) < 0 ? -({x}) : ({x}))"
     name = "fabs" if op == "abs" else op
     return name + ("f" if dtype is DType.FP32 and not overloaded else "") + f"({x})"
-
-
-def disjoint(accesses: dict[tuple[str, int, int], str]) -> bool:
-    """Whether the promoted accesses of one temporary ((address, lanes, distance between
-    lanes): variable) cover disjoint elements: addresses that differ only in their constant
-    term, no element in two accesses. Addresses that differ otherwise might overlap."""
-    symbolic: set[str] = set()
-    seen: set[int] = set()
-    for base, width, step in accesses:
-        terms = base.split(" + ")
-        const = int(terms.pop()) if terms[-1].isdigit() else 0
-        symbolic.add(" + ".join(terms))
-        elements = {const + lane * step for lane in range(width)}
-        if len(elements) < width or elements & seen:
-            return False
-        seen |= elements
-    return len(symbolic) <= 1

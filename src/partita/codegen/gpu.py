@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from partita.codegen.cfamily import CFamilyPrinter
@@ -323,27 +322,11 @@ class GpuPrinter(CFamilyPrinter):
                     return False
         return True
 
-    def _aligned(self, address: Callable[[dict[str, str]], str], env: dict[str, str],
-                 lanes: int) -> bool:
-        """Whether an address is a multiple of ``lanes`` for every value of the indices: it
-        is affine in them, so its constant term and each coefficient must be."""
-        names = sorted({v for v in env.values() if not v.isdigit()})
-
-        def at(values: dict[str, int]) -> int | None:
-            text = address({d: str(values.get(v, v)) for d, v in env.items()})
-            if not re.fullmatch(r"[0-9+*() ]*", text):
-                return None
-            return int(eval(text, {"__builtins__": {}}))
-
-        zero = dict.fromkeys(names, 0)
-        base = at(zero)
-        if base is None or base % lanes:
-            return False
-        for v in names:
-            x = at({**zero, v: 1})
-            if x is None or (x - base) % lanes:
-                return False
-        return True
+    @staticmethod
+    def _constants(env: dict[str, str]) -> dict[str, int]:
+        """The tile dims bound to a constant where the printer is (the plan's
+        :meth:`GpuPlan.aligned` reads them)."""
+        return {d: int(v) for d, v in env.items() if v.isdigit()}
 
     def _fresh(self) -> str:
         self._tmp_ids += 1
@@ -369,8 +352,8 @@ class GpuPrinter(CFamilyPrinter):
         if step == 0:
             return _Vec(lanes=[f"{st.name}[{base}]"] * lanes)
         if step == 1:
-            aligned = self._aligned(
-                lambda e: self.temp_address(st, e, side, lane_dims)[0], env, lanes)
+            aligned = self.plan.aligned(self.plan.temp_form(st, side), self._constants(env),
+                                        lanes)
             expr = self.vec_load(None, _address(st.name, base), st.space, st.dtype, lanes,
                                  aligned)
             if expr is not None:
@@ -387,8 +370,8 @@ class GpuPrinter(CFamilyPrinter):
             return
         base, step = self.temp_address(st, env, side, lane_dims)
         if step == 1:
-            aligned = self._aligned(
-                lambda e: self.temp_address(st, e, side, lane_dims)[0], env, lanes)
+            aligned = self.plan.aligned(self.plan.temp_form(st, side), self._constants(env),
+                                        lanes)
             stmt = self.vec_store(None, _address(st.name, base), st.space, st.dtype, lanes,
                                   aligned, self._as_vector(val, st.dtype))
             if stmt is not None:
@@ -404,8 +387,8 @@ class GpuPrinter(CFamilyPrinter):
         assert inst.access is not None
         arr = inst.access.array
         base, step = self.access_address(inst, env, lane_dims)
-        aligned = step == 1 and self._aligned(
-            lambda e: self.access_address(inst, e, lane_dims)[0], env, lanes)
+        aligned = step == 1 and self.plan.aligned(self.plan.access_form(inst),
+                                                  self._constants(env), lanes)
         if inst.op == "load":
             val: _Vec
             if step == 0:

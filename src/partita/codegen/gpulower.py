@@ -39,12 +39,19 @@ Barriers
     overtaking slow readers (not for ``GLOBAL`` temporaries, whose elements are written once).
     Barriers sit between statements of a loop body, never inside a guard, so every thread of
     the block reaches them.
+
+Aligned vector accesses
+    A vector load or store of contiguous elements is printed as one aligned access where its
+    element offset is a multiple of the lanes at every index: the offset is affine in the
+    tile dims' indices (:meth:`GpuPlan.access_form`, :meth:`GpuPlan.temp_form`), so its
+    constant part and each index's coefficient must be (:meth:`GpuPlan.aligned`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
 from partita.codegen.expr import CodegenError, fold_product
 from partita.codegen.looptree import Node
@@ -67,6 +74,15 @@ MAX_BLOCK = (1024, 1024, 64)
 
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 """Blocks along x, y and z on CUDA devices."""
+
+
+@dataclass(frozen=True)
+class Affine:
+    """An element offset ``const + sum(coeffs[d] * index(d))`` over tile dims ``d``; None
+    where a part depends on a dynamic size."""
+
+    const: int | None
+    coeffs: dict[str, int | None]
 
 
 class UnsoundCandidate(CodegenError):
@@ -122,6 +138,9 @@ class GpuPlan(LoweredPlan):
         self.valid: dict[str, dict[int, str | frozenset[str]]] = {}
         self.barriers: dict[int, set[int]] = {}
         """Per loop (by ``id``), the positions among its children that a barrier precedes."""
+        self.index_of: dict[str, object] = {}
+        """Per tile dim, the index it is bound to: its loop, or the hardware index of its
+        block or thread dim (fused dims, and thread dims of one hardware dim, share it)."""
         super().__init__(cand)
 
     def _lower(self) -> None:
@@ -132,6 +151,10 @@ class GpuPlan(LoweredPlan):
         self._check_arrays()
         self._analyse_threads()
         self._place_barriers()
+        for node in walk_loops(self.tree):
+            index = (node.kind, self.hw_of[id(node)]) if node.kind in ("BLOCK", "THREAD") \
+                else id(node)
+            self.index_of.update(dict.fromkeys(node.dims, index))
 
     def _mapping(self, a: str, b: str) -> str:
         dom = self.cand.domain("thread_mapping", a, b)
@@ -434,3 +457,62 @@ class GpuPlan(LoweredPlan):
                           full_tiles: AbstractSet[str] = frozenset()) -> bool:
         """A partial vector runs lane by lane: the vector path has no masked accesses."""
         return False
+
+    # -- alignment of vector accesses ------------------------------------------------------
+
+    def access_form(self, inst: Instruction) -> Affine:
+        """The element offset of a load or store of the kernel's arrays, affine in its tile
+        dims' indices (each logical index is ``sum_l index(d.l) * prod(size(d.m), m > l)``
+        over the static sizes, each axis scaled by the array's stride)."""
+        assert inst.access is not None
+        arr = self.k.array(inst.access.array)
+        strides: list[int | None] = [0] * len(arr.shape)
+        step: int | None = arr.elem_stride if isinstance(arr.elem_stride, int) else None
+        for axis in reversed(arr.order):
+            strides[axis] = step
+            extent = self.k.static_size(arr.shape[axis])
+            step = step * extent if step is not None and extent is not None else None
+        const: int | None = 0
+        coeffs: dict[str, int | None] = {}
+        for axis, ix in enumerate(inst.access.index):
+            stride = strides[axis]
+            if ix.const:
+                const = None if stride is None or const is None else const + ix.const * stride
+            for ld, c in ix.terms:
+                within = 1
+                for d in reversed(self.k.dims_of(ld)):
+                    coeff = None if stride is None else c * within * stride
+                    prior = coeffs.get(d, 0)
+                    coeffs[d] = None if prior is None or coeff is None else prior + coeff
+                    tile = self.sizes[d]
+                    within = within * tile if isinstance(tile, int) else within
+        return Affine(const, coeffs)
+
+    def temp_form(self, st: Storage, side: str) -> Affine:
+        """The element offset of an access to a temporary from its producer's (``"p"``) or
+        consumer's (``"c"``) side: its slots' strides."""
+        return Affine(0, {s.producer_dim if side == "p" else s.consumer_dim:
+                          s.stride if isinstance(s.stride, int) else None for s in st.slots})
+
+    def aligned(self, form: Affine, constants: Mapping[str, int], lanes: int) -> bool:
+        """Whether an offset is a multiple of ``lanes`` for every value of the indices it
+        moves with (the tile dims not among ``constants``, those bound to a constant where
+        the access is printed: unrolled copies, lanes, single iterations): its constant
+        part, the constant-bound terms included, and each index's coefficient must be. A
+        coefficient that depends on a dynamic size is not known to be."""
+        if form.const is None:
+            return False
+        base = form.const
+        moving: dict[object, int] = {}
+        for d, coeff in form.coeffs.items():
+            value = constants.get(d)
+            if value == 0:
+                continue
+            if coeff is None:
+                return False
+            if value is not None:
+                base += value * coeff
+            else:
+                index = self.index_of[d]
+                moving[index] = moving.get(index, 0) + coeff
+        return base % lanes == 0 and all(c % lanes == 0 for c in moving.values())

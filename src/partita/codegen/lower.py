@@ -9,14 +9,16 @@ workspace), which temporaries are kept in variables across which loops, which co
 accumulation are written after its reduction loop, which dims may run past their end (and so
 which loops are versioned for their partial tiles, and which vector accesses are masked), and
 the software prefetches. The printers (:mod:`partita.codegen.cfamily` and the C, CUDA and
-OpenCL printers on it) read the plan and print it. What they still settle while printing
-depends on the printed addresses themselves: whether the accesses to a temporary kept in
-variables are disjoint (else its loop is printed without), whether a GPU vector access is
-provably aligned, whether fused dims of a clamped loop share one bound. The parts of the plan
+OpenCL printers on it) read the plan and print it; they decide nothing. Which loops stop at
+their dims' size rather than guarding the instructions inside them is a field of the plan
+(:attr:`LoweredPlan.loop_clamps`); which elements of memory temporaries a loop keeps in
+variables is decided from the plan's accesses (:func:`partita.codegen.promotion.promotion`),
+and whether a GPU vector access is aligned from its affine offset in the GPU plan
+(:meth:`partita.codegen.gpulower.GpuPlan.aligned`). The parts of the plan
 that depend on where the printer is (which accumulations outer loops already write after
 them, which dims the full-tile version of a loop knows in range) take that context as
 arguments: :meth:`LoweredPlan.sinkable`, :meth:`LoweredPlan.promotable`,
-:meth:`LoweredPlan.needs_guard`, :meth:`LoweredPlan.masks`. The
+:meth:`LoweredPlan.needs_guard`, :meth:`LoweredPlan.masks`, :meth:`LoweredPlan.clamped`. The
 lower bound (:mod:`partita.model.bound`) reads the same rules (:func:`keeps_pair`,
 :func:`accumulator_temporary`) where it prices what the printers will print.
 
@@ -40,7 +42,9 @@ Temporaries in memory kept in variables across a loop
     tiles, as in a kc-blocked matmul) is read and written at the same elements at every
     step of the reduction loop around its register tile. Those elements are loaded into C
     variables before that loop, used there, and stored back after it
-    (:meth:`LoweredPlan.promotable`), as a BLIS micro-kernel does with its tile of C;
+    (:meth:`LoweredPlan.promotable`; which of them, and which elements, where the loop's
+    accesses allow it: :mod:`partita.codegen.promotion`), as a BLIS micro-kernel does with
+    its tile of C;
     a copy of such an accumulator for its consumer goes with it. The lower bound relies on
     it (a temporary's loads and stores leave the reduction loop), and gcc's own store motion
     does it only sometimes.
@@ -227,7 +231,13 @@ class LoweredPlan:
         """Heap buffers allocated once per thread of the parallel region."""
         self.split_reductions: list[SplitReduction] = []
         """The accumulations whose reductions the parallel loops split across threads."""
+        self.loop_clamps: dict[int, frozenset[str]] = {}
+        """The loops (by ``id`` of their node) that stop at the size of their dims' logical
+        dims rather than guarding the instructions inside them, each with those logical
+        dims, which it keeps in range (see :meth:`clamped`)."""
         self._lower()
+        if self.clamps_loops:
+            self._plan_loop_clamps()
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -558,6 +568,55 @@ class LoweredPlan:
                 if dim.level == 0 and self.needs_guard(dim.logical, full_tiles):
                     out.append((d, dim.logical))
         return out
+
+    def _plan_loop_clamps(self) -> None:
+        """Which loops stop at the size of their logical dims. The innermost tile loop of a
+        dim with a remainder stops at the dim's size rather than guarding every instruction
+        inside it (the remainder of a reduction tile would otherwise test the index before
+        each FMA of the micro-kernel). Only where every dim of the loop is the innermost
+        tile of a logical dim that may overflow, the fused dims share one bound, and every
+        instruction inside iterates the loop (one that does not must still run every
+        iteration)."""
+        for node in self.subtree(self.tree):
+            if node.inst is not None or not node.dims:
+                continue
+            stops = set()
+            for d in node.dims:
+                ld = self.k.dim(d).logical
+                if self.k.dims_of(ld)[-1] != d or not self.needs_guard(ld):
+                    break
+                stops.add(self._stop(node, ld))
+            else:
+                if len(stops) == 1 and all(self.iterates(i, node)
+                                           for i in self.insts_under(node)):
+                    self.loop_clamps[id(node)] = frozenset(self.k.dim(d).logical
+                                                           for d in node.dims)
+
+    def _stop(self, node: Node, logical: str) -> tuple[object, ...]:
+        """What the bound of ``logical`` at the first iteration of its innermost tile loop
+        ``node`` is made of: its size less the index of its outer tiles, each term by the
+        loop that binds it (none where it is bound to 0) and its stride. Fused dims share one
+        bound where these are equal."""
+        terms: list[tuple[object, ...]] = []
+        stride = 1
+        tiles = self.k.dims_of(logical)
+        for d in reversed(tiles):
+            if d != tiles[-1]:
+                binder = next((a for a in self.ancestors(node) if d in a.dims), None)
+                if binder is None:
+                    terms.append(("unbound", d))
+                elif self.sizes[binder.dims[0]] != 1:
+                    terms.append((id(binder), stride))
+            size = self.sizes[d]
+            stride = stride * size if isinstance(size, int) else stride
+        return (self.extent(logical), tuple(terms))
+
+    def clamped(self, node: Node, full_tiles: AbstractSet[str] = frozenset()) -> frozenset[str]:
+        """The logical dims the loop ``node`` keeps in range by stopping at their size where
+        the printer is: none inside the full-tile version of one of them (they do not
+        overflow there)."""
+        logicals = self.loop_clamps.get(id(node), frozenset())
+        return logicals if logicals.isdisjoint(full_tiles) else frozenset()
 
     def speculated(self, inst: Instruction, logical: str) -> bool:
         """Whether ``inst`` runs unguarded past the end of ``logical`` (on clamped indices),
