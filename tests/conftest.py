@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 FUZZ_DEFAULT = 8
@@ -21,3 +24,17 @@ def fuzz_count(request: pytest.FixtureRequest) -> int:
     if count < 1:
         raise pytest.UsageError(f"--fuzz {count}: give at least one implementation per case")
     return count
+
+
+@pytest.fixture(autouse=True, scope="session")
+def records_of_the_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests that record without naming a database write to one of their own, never to the
+    user's records (``$PARTITA_DB``, else the cache directory), which may be of another
+    schema or hold real tunes."""
+    old = os.environ.get("PARTITA_DB")
+    os.environ["PARTITA_DB"] = str(tmp_path_factory.mktemp("records") / "records.sqlite")
+    yield
+    if old is None:
+        os.environ.pop("PARTITA_DB", None)
+    else:
+        os.environ["PARTITA_DB"] = old

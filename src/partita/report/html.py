@@ -416,8 +416,7 @@ def write_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: st
     preformatted, e.g. ``Kernel.describe()``); ``peak`` a line about the machine's peak, to
     read the best time against. ``flops`` (floating-point operations per call) adds
     GFLOP/s. A bound above the measured time by more than ``noise`` counts as a violation.
-    ``runs`` (:meth:`partita.db.Records.runs`): the last one's certificate is plotted over
-    time beside its best time.
+    Of ``runs`` (:meth:`partita.db.Records.runs`), the last one's certificate is plotted.
 
     Plots without data (no successful evaluation, no bounds) are left out with a note; the
     page is written whatever the evaluations hold. Image files from an earlier report in
