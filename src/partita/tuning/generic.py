@@ -37,6 +37,7 @@ from partita.kernels.registry import kernel as library_kernel
 from partita.runtime.call import check_array, new_array
 from partita.runtime.compile import Compiler
 from partita.search.sampling import NoImplementation, random_implementation
+from partita.search.stop import parse_duration
 from partita.space.candidate import Candidate, DeadEnd, Decision, Space
 from partita.targets import get as get_target
 from partita.tuning.dispatch import (
@@ -55,6 +56,7 @@ from partita.tuning.thresholds import (
     choose_version,
     tune_thresholds,
 )
+from partita.tuning.tuned import code_dir
 
 Sizes = dict[str, int]
 
@@ -234,6 +236,19 @@ class GenericTuned:
         ffi, fn = load_function(self.library, entry, declaration(entry, signature(self.kernel)))
         return call_checked(ffi, fn, params, sizes, args, out)
 
+    def write(self, directory: str | Path | None = None) -> Path:
+        """The C sources (one file per version, one for the dispatcher) written to
+        ``directory`` (default: ``code/<kernel>_generic_<hash>`` in partita's cache); the
+        directory is returned. Compiled together they define the entry :attr:`entry`."""
+        if directory is None:
+            directory = code_dir() / f"{self.entry}_{self.kernel.structural_hash}"
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        for v in self.versions:
+            (out / f"{v.entry}.c").write_text(v.source)
+        (out / f"{self.entry}.c").write_text(self.source)
+        return out
+
     # -- reporting ---------------------------------------------------------------------------
 
     def report(self) -> str:
@@ -383,28 +398,33 @@ class Winner:
     time: float | None
 
 
-def tune_generic(kernel_name: str, train: Sequence[Any], budget: float = 60.0, *,
-                 db: str | Path | None = None, seed: int = 0, measure_s: float = 0.05,
+def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 60.0, *,
+                 evaluations: int | None = None, db: str | Path | None = None, seed: int = 0,
+                 measure_s: float = 0.05, tune_options: dict[str, Any] | None = None,
                  **fixed: Any) -> GenericTuned:
     """Tune the library kernel ``kernel_name`` for any size of its dynamic sizes (those of
     its size parameters not given in ``fixed``).
 
     ``train`` lists the training sizes: dicts of the dynamic sizes, or tuples of them in the
-    kernel's parameter order. The static kernel is tuned at each (``budget`` seconds split
-    evenly; with the records in ``db``, as :func:`~partita.tuning.tune`); the distinct
-    winners become versions over dynamic sizes, joined by a C dispatcher whose thresholds on
-    the work are tuned on the training sizes (each run timed in process for ``measure_s``
-    seconds, warm-up first)."""
+    kernel's parameter order. The static kernel is tuned at each (``budget`` split evenly,
+    ``evaluations`` each if given; with the records in ``db``, as
+    :func:`~partita.tuning.tune`, which returns a recorded best at once; ``tune_options``
+    go to it too, e.g. ``search`` or ``model``); the distinct winners become versions over
+    dynamic sizes, joined by a C dispatcher whose thresholds on the work are tuned on the
+    training sizes (each run timed in process for ``measure_s`` seconds, warm-up first).
+    ``fixed`` gives the kernel's other parameters (a size given there is static)."""
     spec = get_spec(kernel_name)
     dynamic = [p.name for p in spec.params if p.kind == "size" and p.name not in fixed]
     if not dynamic:
         raise ValueError(f"kernel {kernel_name!r}: every size is fixed; nothing is dynamic")
     sizes = parse_train(train, dynamic)
+    fixed = {k: v for k, v in spec.resolve({**fixed, **sizes[0]}).items() if k in fixed}
     dyn = dynamic_kernel(kernel_name, dynamic, fixed, sizes[0])
-    per = float(budget) / len(sizes)
+    per = parse_duration(budget) / len(sizes)
     winners = []
     for s in sizes:
-        t = tune(library_kernel(kernel_name, **fixed, **s), budget=per, db=db, seed=seed)
+        t = tune(library_kernel(kernel_name, **fixed, **s), budget=per,
+                 evaluations=evaluations, db=db, seed=seed, **(tune_options or {}))
         winners.append(Winner(s, list(t.decisions), t.time))
     names = [s.name for s in dyn.sizes]
     data = [Dataset.make(dyn, library_kernel(kernel_name, **fixed, **s), s, seed)
