@@ -193,6 +193,7 @@ def test_the_command_line_tunes_a_size_generic_kernel(generic: partita.GenericTu
     (["m=?", "--train", "8;x"], "--train: expected sizes like"),
     (["m=?", "n=?", "--train", "8"], "1 values for the 2 dynamic sizes"),
     (["m=?", "--train", "8", "--reassociate"], "takes --budget, --evaluations"),
+    (["m=?", "--train", "8", "--target", "gpu"], "the gpu target prints cuda"),
 ])
 def test_the_command_line_refuses_bad_generic_requests(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["tune", "matmul", *args])

@@ -351,10 +351,11 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
     size, and the winners become versions over dynamic sizes behind one C entry point that
     chooses among them by tuned thresholds on the work."""
     if train is not None or "?" in _params(params).values():
-        if target != "cpu" or stop_expr or reassociate or cold_cache or continue_:
+        if stop_expr or reassociate or cold_cache or continue_:
             _fail("a size-generic tune (sizes given as ?) takes --budget, --evaluations, "
-                  "--seed, --search and --db only")
-        _tune_generic(kernel, params, train, budget, evaluations, search, seed, db, as_json)
+                  "--seed, --search, --target and --db only")
+        _tune_generic(kernel, params, train, budget, evaluations, search, seed, db, target,
+                      as_json)
         return
     k = _kernel_or_fail(kernel, params)
     if reassociate and stop_expr:
@@ -396,7 +397,7 @@ def _train_sizes(text: str) -> list[tuple[int, ...]]:
 
 def _tune_generic(kernel: str, params: tuple[str, ...], train: str | None, budget: str,
                   evaluations: int | None, search: str, seed: int, db: str | None,
-                  as_json: bool) -> None:
+                  target: str, as_json: bool) -> None:
     """``partita tune KERNEL m=? ... --train ...``: a size-generic kernel."""
     given = _params(params)
     dynamic = [key for key, value in given.items() if value == "?"]
@@ -408,7 +409,8 @@ def _tune_generic(kernel: str, params: tuple[str, ...], train: str | None, budge
                                  if p.kind == "size" and p.name not in dynamic}
         fixed |= {key: value for key, value in given.items() if value != "?"}
         generic = tune_generic(kernel, _train_sizes(train), budget, evaluations=evaluations,
-                               db=db, seed=seed, tune_options={"search": search}, **fixed)
+                               db=db, seed=seed, tune_options={"search": search},
+                               target=target, **fixed)
         code = generic.write()
     except OSError as exc:
         _fail(f"cannot write: {exc}")

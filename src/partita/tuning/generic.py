@@ -401,7 +401,7 @@ class Winner:
 def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 60.0, *,
                  evaluations: int | None = None, db: str | Path | None = None, seed: int = 0,
                  measure_s: float = 0.05, tune_options: dict[str, Any] | None = None,
-                 **fixed: Any) -> GenericTuned:
+                 target: str = "cpu", **fixed: Any) -> GenericTuned:
     """Tune the library kernel ``kernel_name`` for any size of its dynamic sizes (those of
     its size parameters not given in ``fixed``).
 
@@ -412,7 +412,11 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
     go to it too, e.g. ``search`` or ``model``); the distinct winners become versions over
     dynamic sizes, joined by a C dispatcher whose thresholds on the work are tuned on the
     training sizes (each run timed in process for ``measure_s`` seconds, warm-up first).
-    ``fixed`` gives the kernel's other parameters (a size given there is static)."""
+    ``fixed`` gives the kernel's other parameters (a size given there is static). The
+    versions and the dispatcher are C called in process: ``target`` must print C."""
+    if get_target(target).languages[0] != "c":
+        raise ValueError(f"size-generic kernels are C called in process; the {target} target "
+                         f"prints {get_target(target).languages[0]}")
     spec = get_spec(kernel_name)
     dynamic = [p.name for p in spec.params if p.kind == "size" and p.name not in fixed]
     if not dynamic:
@@ -423,13 +427,13 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
     per = parse_duration(budget) / len(sizes)
     winners = []
     for s in sizes:
-        t = tune(library_kernel(kernel_name, **fixed, **s), budget=per,
+        t = tune(library_kernel(kernel_name, **fixed, **s), budget=per, target=target,
                  evaluations=evaluations, db=db, seed=seed, **(tune_options or {}))
         winners.append(Winner(s, list(t.decisions), t.time))
     names = [s.name for s in dyn.sizes]
     data = [Dataset.make(dyn, library_kernel(kernel_name, **fixed, **s), s, seed)
             for s in sizes]
-    versions, failures = build_versions(dyn, kernel_name, winners, names, seed)
+    versions, failures = build_versions(dyn, kernel_name, winners, names, seed, target)
     versions, times = check_versions(dyn, versions, data, failures, measure_s)
     entry = f"{kernel_name}_generic"
     result: ThresholdResult | None = None
@@ -453,10 +457,10 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
 
 
 def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Sequence[str],
-                   seed: int) -> tuple[list[Version], list[str]]:
+                   seed: int, target: str = "cpu") -> tuple[list[Version], list[str]]:
     """The distinct winners replayed over dynamic sizes and printed, ordered by the largest
     work each won at (largest first: the first branch of the chain); failures named."""
-    plug = get_target("cpu")
+    plug = get_target(target)
     space = plug.space(dyn)
     by_source: dict[str, tuple[Version, Candidate]] = {}
     failures: list[str] = []
