@@ -196,6 +196,9 @@ class GenericTuned:
     training: list[TrainingRun] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     """Winners that gave no version (no implementation over dynamic sizes, wrong results)."""
+    _calls: dict[tuple[Any, ...], tuple[Any, Any, tuple[Param, ...]]] = field(
+        default_factory=dict, repr=False)
+    """Per (entry, sizes): the loaded function and the signature at those sizes."""
 
     # -- calling -----------------------------------------------------------------------------
 
@@ -232,8 +235,15 @@ class GenericTuned:
 
     def _invoke(self, entry: str, args: Sequence[Any], out: Any) -> Any:
         sizes = self.sizes_of(args, out)
-        params = signature(self.kernel, sizes)
-        ffi, fn = load_function(self.library, entry, declaration(entry, signature(self.kernel)))
+        key = (entry, *sizes.values())
+        found = self._calls.get(key)
+        if found is None:  # the signature at these sizes, and the function, once per shape
+            if len(self._calls) >= 256:
+                self._calls.clear()
+            ffi, fn = load_function(self.library, entry,
+                                    declaration(entry, signature(self.kernel)))
+            found = self._calls[key] = (ffi, fn, signature(self.kernel, sizes))
+        ffi, fn, params = found
         return call_checked(ffi, fn, params, sizes, args, out)
 
     def write(self, directory: str | Path | None = None) -> Path:
