@@ -198,3 +198,17 @@ def test_the_command_line_tunes_a_size_generic_kernel(generic: partita.GenericTu
 def test_the_command_line_refuses_bad_generic_requests(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["tune", "matmul", *args])
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.slow
+def test_a_longer_tune_matches_numpy_at_random_sizes(tmp_path: Path) -> None:
+    g = partita.tune_generic("matmul", [(8, 8, 8), (64, 64, 64), (192, 160, 96)], budget=30,
+                             db=tmp_path / "records.sqlite", measure_s=0.01)
+    assert not g.failures, g.report()
+    rng = np.random.default_rng(7)
+    for m, n, k in rng.integers(1, 260, size=(12, 3)):
+        a, b = operands(int(m), int(n), int(k), seed=int(m))
+        expected = a.astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(g(a, b), expected, rtol=1e-4, atol=1e-4)
+        for i in range(len(g.versions)):
+            np.testing.assert_allclose(g.call_version(i, a, b), expected, rtol=1e-4, atol=1e-4)
