@@ -212,3 +212,15 @@ def test_a_longer_tune_matches_numpy_at_random_sizes(tmp_path: Path) -> None:
         np.testing.assert_allclose(g(a, b), expected, rtol=1e-4, atol=1e-4)
         for i in range(len(g.versions)):
             np.testing.assert_allclose(g.call_version(i, a, b), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_size_given_stays_static(db: Path) -> None:
+    g = partita.tune_generic("matmul", [(8, 16), (24, 8)], evaluations=2, db=db, k=12,
+                             measure_s=0.002, tune_options={"model": Model(RATES), "batch": 2})
+    assert g.dynamic == ["m", "n"] and g.fixed == {"k": 12}
+    assert "(m * n * 12)" in g.source
+    for m, n in [(8, 16), (5, 7), (33, 1)]:
+        a, b = operands(m, n, 12)
+        np.testing.assert_allclose(g(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"'A' must have shape \(3, 12\)"):
+        g(*operands(3, 4, 5))

@@ -474,7 +474,7 @@ def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Seq
     space = plug.space(dyn)
     by_source: dict[str, tuple[Version, Candidate]] = {}
     failures: list[str] = []
-    for w in sorted(winners, key=lambda w: -work(w.sizes, names)):
+    for w in sorted(winners, key=lambda w: -work({**static_sizes(dyn), **w.sizes}, names)):
         try:
             leaf, dropped, completed = replay_version(space, w.decisions, seed)
             source = plug.print_program(leaf, f"{name}_generic").source
