@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -58,8 +60,7 @@ def test_every_version_and_the_dispatcher_match_numpy(generic: partita.GenericTu
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_versions_come_from_the_training_winners(generic: partita.GenericTuned,
-                                                 tmp_path: Path) -> None:
+def test_versions_come_from_the_training_winners(generic: partita.GenericTuned) -> None:
     trained = [{"m": 8, "n": 8, "k": 8}, {"m": 40, "n": 24, "k": 16}]
     won = [s for v in generic.versions for s in v.won_at]
     assert sorted(won, key=str) == sorted(trained, key=str) or generic.failures
@@ -73,8 +74,24 @@ def test_versions_come_from_the_training_winners(generic: partita.GenericTuned,
     text = generic.report()
     assert "dispatch: " in text and all(v.entry in text for v in generic.versions)
     assert "m=40 n=24 k=16" in text
-    files = sorted(p.name for p in generic.write(tmp_path / "src").iterdir())
-    assert files == sorted([f"{v.entry}.c" for v in generic.versions] + ["matmul_generic.c"])
+
+
+def test_the_written_library_builds_and_computes_the_product(generic: partita.GenericTuned,
+                                                            tmp_path: Path) -> None:
+    out = generic.write(tmp_path / "lib")
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted([f"{v.entry}.c" for v in generic.versions]
+                           + ["matmul_generic.c", "matmul_generic.h", "Makefile"])
+    assert generic.chain() in (out / "matmul_generic.h").read_text()
+    subprocess.run(["make", "-s", "-C", str(out)], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(out / "libmatmul_generic.so"))
+    m, n, k = 13, 29, 7
+    a, b = operands(m, n, k)
+    c = np.full((m, n), np.nan, np.float32)
+    pointer = ctypes.POINTER(ctypes.c_float)
+    lib.matmul_generic.argtypes = [ctypes.c_int64] * 3 + [pointer] * 3
+    lib.matmul_generic(m, n, k, *(x.ctypes.data_as(pointer) for x in (a, b, c)))
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_shapes_are_checked_by_name(generic: partita.GenericTuned) -> None:

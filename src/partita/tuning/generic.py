@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from partita.codegen.program import Param, Program, signature
+from partita.codegen.program import Param, Program, prototype, signature
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType, KernelError
 from partita.kernels.registry import get_spec
 from partita.kernels.registry import kernel as library_kernel
+from partita.report.export import build_flags
 from partita.runtime.call import check_array, new_array
 from partita.runtime.compile import Compiler
 from partita.search.sampling import NoImplementation, random_implementation
@@ -247,16 +249,29 @@ class GenericTuned:
         return call_checked(ffi, fn, params, sizes, args, out)
 
     def write(self, directory: str | Path | None = None) -> Path:
-        """The C sources (one file per version, one for the dispatcher) written to
-        ``directory`` (default: ``code/<kernel>_generic_<hash>`` in partita's cache); the
-        directory is returned. Compiled together they define the entry :attr:`entry`."""
+        """A directory a user builds without partita (default: ``code/<kernel>_generic_<hash>``
+        in partita's cache), returned: one C file per version, one for the dispatcher, its
+        header ``<entry>.h`` and a Makefile whose ``make`` builds ``lib<entry>.so`` with the
+        flags the versions were timed with."""
         if directory is None:
             directory = code_dir() / f"{self.entry}_{self.kernel.structural_hash}"
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        for v in self.versions:
-            (out / f"{v.entry}.c").write_text(v.source)
-        (out / f"{self.entry}.c").write_text(self.source)
+        files = [f"{v.entry}.c" for v in self.versions] + [f"{self.entry}.c"]
+        for name, source in zip(files, [v.source for v in self.versions] + [self.source],
+                                strict=True):
+            (out / name).write_text(source)
+        (out / f"{self.entry}.h").write_text(generic_header(self))
+        flags = " ".join(shlex.quote(f) for f in build_flags(Compiler().flags))
+        (out / "Makefile").write_text("\n".join([
+            f"# lib{self.entry}: {self.name} for any {', '.join(self.dynamic)}; `make` builds "
+            "the shared library.",
+            "# CFLAGS are the flags the versions were timed with.", "",
+            "CC = gcc", f"CFLAGS = {flags.replace('$', '$$')}",
+            f"SOURCES = {' '.join(files)}", "",
+            f"lib{self.entry}.so: $(SOURCES) {self.entry}.h",
+            "\t$(CC) $(CFLAGS) -shared -o $@ $(SOURCES) -lm", "",
+            "clean:", f"\trm -f lib{self.entry}.so", "", ".PHONY: clean", ""]))
         return out
 
     # -- reporting ---------------------------------------------------------------------------
@@ -293,6 +308,18 @@ class GenericTuned:
         parts = [f"{'if' if i == 0 else 'elif'} work >= {_threshold_text(t)}: V{i + 1}"
                  for i, t in enumerate(self.thresholds)]
         return " ".join(parts) + f" else: V{len(self.versions)}"
+
+
+def generic_header(g: GenericTuned) -> str:
+    """The header of a written size-generic kernel: the dispatcher's prototypes."""
+    guard = f"{g.entry.upper()}_H"
+    params = signature(g.kernel)
+    return "\n".join([
+        f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "",
+        f"/* {g.name} for any {', '.join(g.dynamic)} (partita, size-generic): "
+        f"{len(g.versions)} versions, {g.chain()}; work = {' * '.join(g.size_names)}. */",
+        prototype(g.entry, params) + ";", f"void {g.entry}_packed(void **args);", "",
+        f"#endif /* {guard} */", ""])
 
 
 def _threshold_text(t: float) -> str:
