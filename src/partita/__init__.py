@@ -1,7 +1,7 @@
 """partita: fast code for data-parallel kernels, found by searching spaces of partially
 specified implementations."""
 
-from partita.api import Tuned, kernel, load, space, tune
+from partita.api import GenericTuned, Tuned, kernel, load, space, tune, tune_generic
 from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType, KernelError
@@ -10,6 +10,6 @@ from partita.space.candidate import Candidate, DeadEnd, Decision, Space
 __version__ = "0.1.0"
 
 __all__ = [
-    "Candidate", "DType", "DeadEnd", "Decision", "Kernel", "KernelBuilder", "KernelError",
-    "Space", "Tuned", "kernel", "load", "space", "tune",
+    "Candidate", "DType", "DeadEnd", "Decision", "GenericTuned", "Kernel", "KernelBuilder",
+    "KernelError", "Space", "Tuned", "kernel", "load", "space", "tune", "tune_generic",
 ]

@@ -45,6 +45,7 @@ from partita.tuning import (
     records_target,
     target_model,
     tune,
+    tune_generic,
 )
 
 target_option = click.option("--target", type=click.Choice(TARGETS), default="cpu",
@@ -336,12 +337,27 @@ def _peak_line(k: Any, t: float, cold_cache: bool = False
                    "(successive halving, cut by the bound). Results differ by rounding.")
 @cold_option
 @choice_order_option
+@click.option("--train", help="Training sizes of a size-generic kernel (sizes given as ?), "
+                              "separated by semicolons, each the ? sizes in order: "
+                              "'64,64,64;256,256,256'.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, policy: str,
              budget: str, evaluations: int | None, stop_expr: str | None, seed: int,
              db: str | None, continue_: bool, transfer: bool, sketches: bool,
-             reassociate: bool, cold_cache: bool, choice_order: str, as_json: bool) -> None:
-    """Search implementations of KERNEL, keep the fastest verified one, compare with numpy."""
+             reassociate: bool, cold_cache: bool, choice_order: str, train: str | None,
+             as_json: bool) -> None:
+    """Search implementations of KERNEL, keep the fastest verified one, compare with numpy.
+
+    With sizes given as ? (``m=? n=?``) and --train, the kernel is tuned at each training
+    size, and the winners become versions over dynamic sizes behind one C entry point that
+    chooses among them by tuned thresholds on the work."""
+    if train is not None or "?" in _params(params).values():
+        if stop_expr or reassociate or cold_cache or continue_:
+            _fail("a size-generic tune (sizes given as ?) takes --budget, --evaluations, "
+                  "--seed, --search, --target and --db only")
+        _tune_generic(kernel, params, train, budget, evaluations, search, seed, db, target,
+                      as_json)
+        return
     k = _kernel_or_fail(kernel, params)
     if reassociate and stop_expr:
         _fail("--reassociate shares --budget and --evaluations among the orders of the sum; "
@@ -370,6 +386,55 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         click.echo(json.dumps(out))
         return
     _print_tuned(kernel, tuned, out["numpy_time_s"], peak)
+
+
+def _train_sizes(text: str) -> list[tuple[int, ...]]:
+    try:
+        return [tuple(int(v) for v in item.split(",")) for item in text.split(";")
+                if item.strip()]
+    except ValueError:
+        _fail(f"--train: expected sizes like '64,64,64;256,256,256', got {text!r}")
+
+
+def _tune_generic(kernel: str, params: tuple[str, ...], train: str | None, budget: str,
+                  evaluations: int | None, search: str, seed: int, db: str | None,
+                  target: str, as_json: bool) -> None:
+    """``partita tune KERNEL m=? ... --train ...``: a size-generic kernel."""
+    given = _params(params)
+    dynamic = [key for key, value in given.items() if value == "?"]
+    if not dynamic or train is None:
+        _fail("a size-generic tune needs both sizes given as ? (m=? n=?) and --train")
+    try:
+        spec = get_spec(kernel)
+        fixed: dict[str, Any] = {p.name: p.default for p in spec.params
+                                 if p.kind == "size" and p.name not in dynamic}
+        fixed |= {key: value for key, value in given.items() if value != "?"}
+        generic = tune_generic(kernel, _train_sizes(train), budget, evaluations=evaluations,
+                               db=db, seed=seed, tune_options={"search": search},
+                               target=target, **fixed)
+        code = generic.write()
+    except OSError as exc:
+        _fail(f"cannot write: {exc}")
+    except (ValueError, RuntimeError, RecordsError, KernelError) as exc:
+        _fail(str(exc))
+    if not as_json:
+        click.echo(generic.report())
+        click.echo(f"  C sources: {code}")
+        return
+    result = generic.result
+    click.echo(json.dumps({
+        "kernel": kernel, "dynamic": generic.dynamic, "fixed": generic.fixed,
+        "entry": generic.entry, "chain": generic.chain(),
+        "thresholds": [None if t == float("inf") else t for t in generic.thresholds],
+        "versions": [{"entry": v.entry, "won_at": v.won_at, "dropped": v.dropped,
+                      "completed": v.completed, "decisions": v.decisions}
+                     for v in generic.versions],
+        "training": [{"sizes": t.sizes, "static_time_s": t.static_time,
+                      "version_times_s": t.version_times, "chosen": t.chosen,
+                      "dispatcher_time_s": t.dispatcher_time} for t in generic.training],
+        "warnings": result.warnings if result else [],
+        "failures": (result.failures if result else []) + generic.failures,
+        "code_path": str(code)}))
 
 
 def _tune_summary(kernel: str, k: Any, tuned: Tuned, seed: int, cold_cache: bool

@@ -86,6 +86,17 @@ class _Arg:
         return out
 
 
+def check_array(param: Param, a: Any) -> np.ndarray:
+    """``a`` as the array argument ``param`` (its dtype, shape, strides and, when written,
+    writability), or the TypeError/ValueError that names what is wrong."""
+    return _Arg.of(param).check(a)
+
+
+def new_array(param: Param, values: np.ndarray | None = None) -> np.ndarray:
+    """A new array in the layout of the array argument ``param`` (holding ``values``)."""
+    return _Arg.of(param).fresh(values)
+
+
 class KernelCall:
     """The C entry ``entry`` of the shared object at ``library``, callable on numpy arrays.
 

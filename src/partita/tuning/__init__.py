@@ -6,10 +6,13 @@ kernel's target (:mod:`partita.targets`) for everything that depends on the hard
 :mod:`~partita.tuning.tuned` holds the result and reads it back from records;
 :mod:`~partita.tuning.limits` the time each candidate is allowed;
 :mod:`~partita.tuning.transfer` the start from related kernels;
-:mod:`~partita.tuning.baseline` the numpy comparison.
+:mod:`~partita.tuning.baseline` the numpy comparison;
+:mod:`~partita.tuning.generic` size-generic kernels: versions tuned at training sizes behind a
+dispatcher whose thresholds :mod:`~partita.tuning.thresholds` tunes.
 """
 
 from partita.tuning.baseline import kernel_rates, numpy_time
+from partita.tuning.generic import GenericTuned, tune_generic
 from partita.tuning.limits import (
     ABANDON_FACTOR,
     FIRST_CALL_BOUNDS,
@@ -31,8 +34,9 @@ from partita.tuning.tuned import (
 )
 
 __all__ = [
-    "ABANDON_FACTOR", "FIRST_CALL_BOUNDS", "StaleRecord", "Tuned", "adapt", "batch_abandon",
+    "ABANDON_FACTOR", "FIRST_CALL_BOUNDS", "GenericTuned", "StaleRecord", "Tuned", "adapt",
+    "batch_abandon",
     "batch_limit", "budget_stop", "call_limit", "check_request", "host_machine",
     "kernel_params", "kernel_rates", "load", "numpy_time", "rebuild_program",
-    "records_target", "target_model", "tune",
+    "records_target", "target_model", "tune", "tune_generic",
 ]

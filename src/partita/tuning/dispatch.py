@@ -1,0 +1,235 @@
+"""The C dispatcher of a size-generic kernel, and the in-process runs that tune its thresholds.
+
+A size-generic kernel is several versions of one kernel, each printed over dynamic sizes (its
+tiles' remainders handled by the printer's versioned tiles), joined by one entry point that
+takes the sizes with the arrays and chooses a version through a chain of branches (Munksgaard's
+thesis, "Futhark", ch. 7)::
+
+    if (work >= T1) V1(...); else if (work >= T2) V2(...); ... else Vn+1(...);
+
+The property every branch compares is the *work*: the product of the kernel's sizes (``m * n
+* k`` for a matmul, its iteration count). The versions are winners of static tunes at training
+sizes; what sets them apart is their tiling, parallel loops and data movement, whose fixed
+costs (threads started, tiles packed, remainders run) pay off only once there is enough work
+per call. The work grows with every size, so the thesis's monotonicity assumption reads: a
+version that beats the smaller-size winners at some work beats them at every larger work;
+the versions are ordered by the largest training work they won at, largest first. The
+versions' own parallelism would be the thesis's choice where versions differ in which loops
+they run in parallel; here they differ mostly in tiles, which the work captures, and one
+property for all branches keeps the chain readable as intervals of work.
+
+While thresholds are tuned, the entry ``<entry>_tuning`` takes them as its first argument (an
+array, ``INT64_MAX`` for an infinite threshold); the final entry has them as constants.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cffi
+import numpy as np
+
+from partita.codegen.program import Param, c_parameters, prototype, reduction_length, signature
+from partita.ir.kernel import Kernel
+from partita.ir.types import DType
+from partita.runtime.data import (
+    abs_reference_bounds,
+    find_reference,
+    generate_inputs,
+    kernel_unit_roundoff,
+    run_reference,
+    tolerance,
+    view,
+)
+
+INT64_MAX = (1 << 63) - 1
+"""An infinite threshold in C: no work reaches it."""
+
+
+def work(sizes: dict[str, int], names: Sequence[str]) -> int:
+    """The property every branch compares: the product of the kernel's sizes ``names``."""
+    return math.prod(int(sizes[n]) for n in names)
+
+
+def work_expression(kernel: Kernel) -> str:
+    """:func:`work` as a C expression of the entry's parameters (static sizes as numbers)."""
+    terms = [s.name if not s.is_static else str(s.value) for s in kernel.sizes]
+    return " * ".join(terms) or "1"
+
+
+def c_threshold(t: float) -> str:
+    """A threshold as a C constant: ``INT64_MAX`` for infinity, never chosen."""
+    if t == math.inf:
+        return "INT64_MAX"
+    return f"INT64_C({math.ceil(t)})"
+
+
+def dispatcher_source(kernel: Kernel, entry: str, versions: Sequence[str],
+                      thresholds: Sequence[float] | None = None) -> str:
+    """The C source of the entry ``entry`` that chooses among the entries ``versions`` (all
+    with the signature of ``kernel`` over dynamic sizes). With ``thresholds`` (one fewer than
+    the versions), they are constants; without, the entry is ``<entry>_tuning`` and takes
+    them as an ``int64_t`` array before the other parameters."""
+    params = signature(kernel)
+    names = ", ".join(p.name for p in params)
+    lines = [f"/* partita: kernel {kernel.name} ({kernel.structural_hash}), size-generic entry: "
+             f"{len(versions)} versions chosen by thresholds on the work. */",
+             "#include <stdint.h>", ""]
+    lines += [prototype(v, params) + ";" for v in versions]
+    lines.append("")
+    tuning = thresholds is None
+    name = f"{entry}_tuning" if tuning else entry
+    decls = c_parameters(params)
+    if tuning:
+        decls.insert(0, "const int64_t *thresholds")
+    lines += [f"void {name}({', '.join(decls)})", "{",
+              f"    const int64_t work = (int64_t)({work_expression(kernel)});",
+              "    (void)work;  /* unused with a single version */"]
+    for i, v in enumerate(versions):
+        if i == len(versions) - 1:
+            lines.append(f"    {'else ' if i else ''}{v}({names});")
+            break
+        t = f"thresholds[{i}]" if tuning else c_threshold((thresholds or [])[i])
+        lines.append(f"    {'else ' if i else ''}if (work >= {t}) {v}({names});")
+    lines.append("}")
+    if not tuning:
+        lines += [f"void {entry}_packed(void **args)", "{",
+                  f"    {entry}({', '.join(packed_args(params))});", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def packed_args(params: Sequence[Param]) -> list[str]:
+    """The arguments of an entry's ``_packed`` twin: ``args[i]`` points to parameter ``i``."""
+    out = []
+    for i, p in enumerate(params):
+        if p.kind == "size":
+            out.append(f"*(const int64_t *)args[{i}]")
+        elif p.kind == "scalar":
+            out.append(f"*(const {DType.parse(p.dtype).c_type} *)args[{i}]")
+        else:
+            out.append(f"({DType.parse(p.dtype).c_type} *)args[{i}]")
+    return out
+
+
+_LIBRARIES: dict[tuple[str, str], tuple[cffi.FFI, Any, Any]] = {}
+"""Libraries stay loaded for the life of the process (see :mod:`partita.runtime.call`)."""
+
+
+def load_function(library: Path, entry: str, declaration: str) -> tuple[cffi.FFI, Any]:
+    """The C function ``entry`` of ``library``, declared by ``declaration``."""
+    key = (str(library), entry)
+    if key not in _LIBRARIES:
+        ffi = cffi.FFI()
+        ffi.cdef(declaration + ";")
+        lib = ffi.dlopen(str(library))
+        _LIBRARIES[key] = (ffi, getattr(lib, entry), lib)
+    ffi, fn, _ = _LIBRARIES[key]
+    return ffi, fn
+
+
+def declaration(entry: str, params: Sequence[Param], tuning: bool = False) -> str:
+    """The prototype cffi is given for an entry (``restrict`` left out), with the thresholds'
+    array first for a tuning entry."""
+    decls = c_parameters(tuple(params), restrict="")
+    if tuning:
+        decls.insert(0, "const int64_t *thresholds")
+    return f"void {entry}({', '.join(decls) or 'void'})"
+
+
+@dataclass
+class Dataset:
+    """One size's inputs, expected outputs and tolerances, with the arguments (the sizes, the
+    scalars, pointers to the buffers) that every version and the dispatcher take."""
+
+    sizes: dict[str, int]
+    params: tuple[Param, ...]
+    """The signature of the kernel with these sizes (no size parameters: shapes concrete)."""
+    buffers: dict[str, np.ndarray]
+    scalars: dict[str, Any]
+    expected: dict[str, np.ndarray]
+    tolerance: dict[str, np.ndarray]
+
+    @staticmethod
+    def make(kernel: Kernel, static: Kernel, sizes: dict[str, int], seed: int = 0) -> Dataset:
+        """The dataset of the dynamic ``kernel`` at ``sizes``; ``static`` is the kernel built
+        with those sizes (its reference gives the expected outputs)."""
+        params = signature(static)
+        values = generate_inputs(params, seed)
+        reference = find_reference(static)
+        if reference is None:
+            raise ValueError(f"kernel {kernel.name} has no reference to check versions with")
+        expected = run_reference(reference, params, values)
+        magnitude = (run_reference(reference, params, values, np.abs)
+                     if abs_reference_bounds(static) else {})
+        u, length = kernel_unit_roundoff(static), reduction_length(static)
+        tol = {n: tolerance(e, magnitude.get(n), u, length) for n, e in expected.items()}
+        buffers = {}
+        for p in params:
+            if p.kind != "array":
+                continue
+            if p.role in ("in", "inout"):
+                buffers[p.name] = np.array(values[p.name])
+            else:
+                buffers[p.name] = np.zeros(max(p.footprint, 1), dtype=np.dtype(p.dtype))
+        scalars = {p.name: values[p.name] for p in params if p.kind == "scalar"}
+        return Dataset(dict(sizes), params, buffers, scalars, expected, tol)
+
+    def arguments(self, ffi: cffi.FFI, kernel: Kernel) -> list[Any]:
+        """The C arguments of the dynamic kernel's entry on this dataset (buffers in place)."""
+        args: list[Any] = []
+        for p in signature(kernel):
+            if p.kind == "size":
+                args.append(int(self.sizes[p.name]))
+            elif p.kind == "scalar":
+                args.append(self.scalars[p.name].item())
+            else:
+                ctype = f"{DType.parse(p.dtype).c_type} *"
+                args.append(ffi.cast(ctype, self.buffers[p.name].ctypes.data))
+        return args
+
+    def errors(self) -> list[str]:
+        """What the outputs written since :meth:`reset` get wrong (empty when right)."""
+        wrong = []
+        for p in self.params:
+            if p.kind != "array" or p.name not in self.expected:
+                continue
+            got = view(self.buffers[p.name], p).astype(np.float64)
+            bad = np.abs(got - self.expected[p.name]) > self.tolerance[p.name]
+            bad |= ~np.isfinite(got)
+            if bad.any():
+                at = tuple(int(x) for x in np.argwhere(bad)[0])
+                wrong.append(f"{p.name}{list(at)} = {got[at]:g}, expected "
+                             f"{self.expected[p.name][at]:g} ({int(bad.sum())} elements wrong)")
+        return wrong
+
+    def reset(self) -> None:
+        """Outputs poisoned with NaN, so an element a version fails to write is caught."""
+        for p in self.params:
+            if p.kind == "array" and p.role == "out":
+                self.buffers[p.name].fill(np.nan)
+
+
+def per_call(fn: Any, args: Sequence[Any], min_s: float = 0.05, min_calls: int = 5,
+             warmups: int = 2) -> float:
+    """The median time of ``fn(*args)`` over batches of calls after warm-up calls (the
+    in-process measurement of ``bench/call_bench.py``)."""
+    for _ in range(warmups):
+        fn(*args)
+    t0 = time.perf_counter()
+    fn(*args)
+    one = max(time.perf_counter() - t0, 1e-7)
+    batch = max(1, int(0.005 / one))
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_calls or time.perf_counter() - start < min_s:
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn(*args)
+        times.append((time.perf_counter() - t0) / batch)
+    return statistics.median(times)

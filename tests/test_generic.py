@@ -1,0 +1,243 @@
+"""Size-generic kernels: versions over dynamic sizes behind a tuned C dispatcher."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import partita
+from partita.cli import main
+from partita.codegen.program import Program, prototype, signature
+from partita.kernels.linalg import matmul
+from partita.model import Model, Rates
+from partita.runtime.compile import Compiler
+from partita.tuning.dispatch import Dataset, dispatcher_source
+from partita.tuning.generic import GenericTuned, Version, parse_train, tune_dispatch
+from partita.tuning.thresholds import choose_version
+
+RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
+              stores_per_cycle=1, fma_latency_cycles=4,
+              bandwidth_gbs=((48 << 10, 300.0), (2 << 20, 150.0), (1 << 62, 20.0)))
+TRAIN = [(8, 8, 8), {"m": 40, "n": 24, "k": 16}]
+UNTRAINED = [(37, 5, 101), (1, 300, 7), (300, 1, 3), (17, 33, 9), (1, 1, 1)]
+"""Odd, tall and skinny sizes, none a multiple of the tiles the versions were tuned with."""
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("records") / "records.sqlite"
+
+
+@pytest.fixture(scope="module")
+def generic(db: Path) -> partita.GenericTuned:
+    return partita.tune_generic("matmul", TRAIN, evaluations=3, db=db, measure_s=0.002,
+                                tune_options={"model": Model(RATES), "batch": 3})
+
+
+def operands(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k), dtype=np.float32),
+            rng.standard_normal((k, n), dtype=np.float32))
+
+
+@pytest.mark.parametrize("size", [(8, 8, 8), (40, 24, 16), *UNTRAINED])
+def test_every_version_and_the_dispatcher_match_numpy(generic: partita.GenericTuned,
+                                                      size: tuple[int, int, int]) -> None:
+    a, b = operands(*size)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(generic(a, b), expected, rtol=1e-4, atol=1e-4)
+    for i in range(len(generic.versions)):
+        np.testing.assert_allclose(generic.call_version(i, a, b), expected, rtol=1e-4,
+                                   atol=1e-4, err_msg=generic.versions[i].entry)
+    out = np.full((size[0], size[1]), np.nan, np.float32)
+    assert generic(a, b, out=out) is out
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_versions_come_from_the_training_winners(generic: partita.GenericTuned) -> None:
+    trained = [{"m": 8, "n": 8, "k": 8}, {"m": 40, "n": 24, "k": 16}]
+    won = [s for v in generic.versions for s in v.won_at]
+    assert sorted(won, key=str) == sorted(trained, key=str) or generic.failures
+    assert len(generic.thresholds) == len(generic.versions) - 1
+    assert len(generic.training) == 2
+    for run in generic.training:
+        assert run.chosen == generic.version_for(run.sizes)
+        assert len(run.version_times) == len(generic.versions)
+        assert all(t is not None and t > 0 for t in run.version_times)
+        assert run.dispatcher_time is not None
+    text = generic.report()
+    assert "dispatch: " in text and all(v.entry in text for v in generic.versions)
+    assert "m=40 n=24 k=16" in text
+
+
+def test_the_written_library_builds_and_computes_the_product(generic: partita.GenericTuned,
+                                                            tmp_path: Path) -> None:
+    out = generic.write(tmp_path / "lib")
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted([f"{v.entry}.c" for v in generic.versions]
+                           + ["matmul_generic.c", "matmul_generic.h", "Makefile"])
+    assert generic.chain() in (out / "matmul_generic.h").read_text()
+    subprocess.run(["make", "-s", "-C", str(out)], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(out / "libmatmul_generic.so"))
+    m, n, k = 13, 29, 7
+    a, b = operands(m, n, k)
+    c = np.full((m, n), np.nan, np.float32)
+    pointer = ctypes.POINTER(ctypes.c_float)
+    lib.matmul_generic.argtypes = [ctypes.c_int64] * 3 + [pointer] * 3
+    lib.matmul_generic(m, n, k, *(x.ctypes.data_as(pointer) for x in (a, b, c)))
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_shapes_are_checked_by_name(generic: partita.GenericTuned) -> None:
+    a, b = operands(4, 6, 5)
+    with pytest.raises(ValueError, match="argument 'B' dimension 0 is 3, but size k is 5 "
+                                         "from argument 'A' dimension 1"):
+        generic(a, b[:3])
+    with pytest.raises(ValueError, match="argument 'A' must have 2 dimensions"):
+        generic(a[0], b)
+    with pytest.raises(ValueError, match="argument 'C' dimension 0 is 3, but size m is 4"):
+        generic(a, b, out=np.zeros((3, 6), np.float32))
+    with pytest.raises(TypeError, match="'A' must have dtype float32"):
+        generic(a.astype(np.float64), b)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        generic(a)
+    with pytest.raises(ValueError, match="'A' must have strides"):
+        generic(np.asfortranarray(a), b)
+
+
+def test_training_sizes_are_checked() -> None:
+    assert parse_train([(2, 3, 4), {"k": 4, "m": 2, "n": 3}], ["m", "n", "k"]) == [
+        {"m": 2, "n": 3, "k": 4}]
+    with pytest.raises(ValueError, match="2 values for the 3 dynamic sizes"):
+        parse_train([(2, 3)], ["m", "n", "k"])
+    with pytest.raises(ValueError, match="give exactly the dynamic sizes m, n"):
+        parse_train([{"m": 2}], ["m", "n"])
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
+        parse_train([(2, 0)], ["m", "n"])
+    with pytest.raises(ValueError, match="every size is fixed"):
+        partita.tune_generic("matmul", [()], m=2, n=2, k=2)
+
+
+# -- the dispatcher, with versions that say which one ran -------------------------------------
+
+def marker_versions(dyn: partita.Kernel, spin: tuple[str, str] = ("0", "0")) -> list[Version]:
+    """Two versions that compute the product and add their number (1 or 2) times 1000 to
+    C[0][0]; each spins ``spin[i]`` iterations first (a C expression of the sizes)."""
+    versions = []
+    for i in (1, 2):
+        entry = f"marker_v{i}"
+        source = f"""#include <stdint.h>
+{prototype(entry, signature(dyn))}
+{{
+    for (volatile int64_t s = 0; s < (int64_t)({spin[i - 1]}); s++) {{}}
+    for (int64_t x = 0; x < m; x++)
+        for (int64_t y = 0; y < n; y++) {{
+            float acc = 0;
+            for (int64_t z = 0; z < k; z++) acc += A[x * k + z] * B[z * n + y];
+            C[x * n + y] = acc;
+        }}
+    C[0] += {i}000.0f;
+}}
+"""
+        versions.append(Version(entry, source, [], []))
+    return versions
+
+
+def test_the_dispatcher_calls_the_version_its_thresholds_choose() -> None:
+    dyn = matmul(None, None, None)
+    versions = marker_versions(dyn)
+    thresholds = [1000.0, 100.0]
+    versions.append(Version("marker_v3", versions[0].source.replace("marker_v1", "marker_v3")
+                            .replace("1000.0f", "3000.0f"), [], []))
+    source = dispatcher_source(dyn, "marker", [v.entry for v in versions], thresholds)
+    programs = [Program(dyn, v.entry, v.source, signature(dyn)) for v in versions]
+    library = Compiler().build([*programs, Program(dyn, "marker", source, ())]).path
+    g = GenericTuned("matmul", dyn, {}, ["m", "n", "k"], versions, thresholds, "marker",
+                     source, library)
+    assert g.chain() == "if work >= 1000: V1 elif work >= 100: V2 else: V3"
+    for m, n, k in [(10, 10, 10), (10, 10, 9), (5, 5, 4), (4, 5, 5), (99, 1, 1), (1, 1, 1)]:
+        a, b = operands(m, n, k)
+        w = m * n * k
+        want = choose_version([w, w], thresholds)
+        assert g.version_for({"m": m, "n": n, "k": k}) == want
+        got = g(a, b)[0, 0] - (a @ b)[0, 0]
+        assert round(float(got) / 1000) == want + 1, (m, n, k)
+
+
+def test_thresholds_are_tuned_to_the_faster_version() -> None:
+    """V1 spins a constant time, V2 a time growing with the work: the tuned threshold sends
+    the small dataset to V2 and the large one to V1."""
+    dyn = matmul(None, None, None)
+    versions = marker_versions(dyn, ("2000000", "m * n * k * 400"))
+    sizes = [{"m": 4, "n": 4, "k": 4}, {"m": 40, "n": 40, "k": 40}]
+    data = [Dataset.make(dyn, partita.kernel("matmul", **s), s) for s in sizes]
+    for d in data:  # the markers are no product: expect them
+        d.expected["C"][0, 0] += 1000.0
+    # Either version must pass the check: V2 adds 2000, so let the tolerance cover it.
+    for d in data:
+        d.tolerance["C"][0, 0] = 1500.0
+    result = tune_dispatch(dyn, "marker_tuned", versions, data, 0.01)
+    t = result.values["T1"]
+    assert 64 < t <= 64000, result
+    assert not result.failures
+
+
+def test_the_command_line_tunes_a_size_generic_kernel(generic: partita.GenericTuned,
+                                                      db: Path) -> None:
+    """With the training sizes already in the records, the command tunes thresholds only."""
+    result = CliRunner().invoke(main, ["tune", "matmul", "m=?", "n=?", "k=?", "--train",
+                                       "8,8,8;40,24,16", "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["dynamic"] == ["m", "n", "k"] and out["entry"] == "matmul_generic"
+    assert [v["entry"] for v in out["versions"]] == [v.entry for v in generic.versions]
+    assert len(out["thresholds"]) == len(out["versions"]) - 1
+    assert [t["sizes"] for t in out["training"]] == [{"m": 8, "n": 8, "k": 8},
+                                                     {"m": 40, "n": 24, "k": 16}]
+    assert (Path(out["code_path"]) / "matmul_generic.c").read_text().count("if (work >=") \
+        == len(out["thresholds"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["m=?", "n=8", "k=8"], "needs both sizes given as ?"),
+    (["m=8", "--train", "8"], "needs both sizes given as ?"),
+    (["m=?", "--train", "8;x"], "--train: expected sizes like"),
+    (["m=?", "n=?", "--train", "8"], "1 values for the 2 dynamic sizes"),
+    (["m=?", "--train", "8", "--reassociate"], "takes --budget, --evaluations"),
+    (["m=?", "--train", "8", "--target", "gpu"], "the gpu target prints cuda"),
+])
+def test_the_command_line_refuses_bad_generic_requests(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["tune", "matmul", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.slow
+def test_a_longer_tune_matches_numpy_at_random_sizes(tmp_path: Path) -> None:
+    g = partita.tune_generic("matmul", [(8, 8, 8), (64, 64, 64), (192, 160, 96)], budget=30,
+                             db=tmp_path / "records.sqlite", measure_s=0.01)
+    assert not g.failures, g.report()
+    rng = np.random.default_rng(7)
+    for m, n, k in rng.integers(1, 260, size=(12, 3)):
+        a, b = operands(int(m), int(n), int(k), seed=int(m))
+        expected = a.astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(g(a, b), expected, rtol=1e-4, atol=1e-4)
+        for i in range(len(g.versions)):
+            np.testing.assert_allclose(g.call_version(i, a, b), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_size_given_stays_static(db: Path) -> None:
+    g = partita.tune_generic("matmul", [(8, 16), (24, 8)], evaluations=2, db=db, k=12,
+                             measure_s=0.002, tune_options={"model": Model(RATES), "batch": 2})
+    assert g.dynamic == ["m", "n"] and g.fixed == {"k": 12}
+    assert "(m * n * 12)" in g.source
+    for m, n in [(8, 16), (5, 7), (33, 1)]:
+        a, b = operands(m, n, 12)
+        np.testing.assert_allclose(g(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"'A' must have shape \(3, 12\)"):
+        g(*operands(3, 4, 5))
