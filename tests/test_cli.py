@@ -85,13 +85,13 @@ def test_bad_parameters_name_the_parameter() -> None:
 
 def test_speed_line_names_the_resource_that_bounds_the_kernel(monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
-    from partita.cli import _peak_line
+    from partita import cli_output
+    from partita.cli_output import peak_line as _peak_line
     from partita.targets import AVX512_REFERENCE
-    from partita.targets.cpu import measure
     from partita.targets.cpu.description import CpuDescription
 
     nominal = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
-    monkeypatch.setattr(measure, "describe", lambda **_: nominal)
+    monkeypatch.setattr(cli_output, "describe", lambda **_: nominal)
     # A matmul whose data fits a cache is compared with the peak, not with DRAM streams.
     small = partita.kernel("matmul", m=256, n=256, k=32)
     assert "of peak" in _peak_line(small, 5e-5)[2]
