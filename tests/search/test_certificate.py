@@ -20,6 +20,7 @@ from partita.model import Model
 from partita.search.stop import Evaluations, GapReached, parse_stop
 from partita.search.tuner import Evaluation, TuneResult, tune_space
 from partita.space.candidate import Candidate
+from partita.targets import AVX512_REFERENCE
 from tests.search.test_strategies import (
     RATES,
     FakeMeasurement,
@@ -37,11 +38,19 @@ class SlowedMeasurement(FakeMeasurement):
         self.slowed, self.slowdown = True, 50.0
 
 
+SPACES = {
+    "axpy_small": small_space,
+    # The library's axpy: about 580 implementations, enumerated whole.
+    "axpy": lambda: partita.space(partita.kernel("axpy", n=4096), "cpu",
+                                  cpu=AVX512_REFERENCE),
+}
+
+
 def search(strategy: str, stop: Any, *, slowed: set[str] = frozenset(), batch: int = 4,
-           seed: int = 0) -> tuple[TuneResult, float, int]:
+           seed: int = 0, space_name: str = "axpy_small") -> tuple[TuneResult, float, int]:
     """A tune on the synthetic machine; the true best time and the number of
     implementations of the space."""
-    space = small_space()
+    space = SPACES[space_name]()
     model = Model(RATES)
     root = space.root()
     assert isinstance(root, Candidate)
@@ -79,8 +88,9 @@ def test_the_certificate_never_exceeds_the_true_best(strategy: str) -> None:
         assert not result.certificate_violations
 
 
-def test_branch_and_bound_with_gap_one_returns_the_true_best() -> None:
-    result, optimum, size = search("bnb", GapReached(1.0))
+@pytest.mark.parametrize("space_name", ["axpy_small", "axpy"])
+def test_branch_and_bound_with_gap_one_returns_the_true_best(space_name: str) -> None:
+    result, optimum, size = search("bnb", GapReached(1.0), space_name=space_name)
     assert result.best is not None and result.best.median_s == pytest.approx(optimum)
     assert result.optimality_gap == pytest.approx(1.0)
     assert len(result.evaluations) < size  # proven without running everything
