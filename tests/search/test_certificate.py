@@ -139,14 +139,14 @@ def test_tune_reports_the_certificate_and_stops_on_the_gap(tmp_path: Any) -> Non
     certificate, and it is at most every time measured (no bound violation on this run)."""
     db = tmp_path / "records.sqlite"
     out = CliRunner().invoke(main, ["tune", "axpy", "n=256", "--search", "bnb", "--stop",
-                                    "gap=1 or evals=12", "--db", str(db), "--json"])
+                                    "gap=1 or evals=3", "--db", str(db), "--json"])
     assert out.exit_code == 0, out.output
     result = json.loads(out.output)
     assert result["space_lower_bound_s"] > 0
     assert result["space_lower_bound_s"] <= result["best_time_s"]
     assert result["optimality_gap"] == pytest.approx(
         result["best_time_s"] / result["space_lower_bound_s"], rel=1e-6)
-    assert "within x1" in result["stopped_by"]
+    assert "within x1" in result["stopped_by"] and result["evaluations"] <= 3
     assert result["certificate_violations"] == 0
     assert result["certificate_limited_by"] in (None, "issue", "memory", "latency")
     shown = CliRunner().invoke(main, ["show", "axpy", "n=256", "--db", str(db), "--json"])
