@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import tempfile
 import time
@@ -177,6 +178,8 @@ def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> di
         "violations": len(res.violations) if res else 0,
         "accuracy": res.accuracy_counts() if res else (0, {}),
         "reach": reach, "elapsed": elapsed, "failure": failure,
+        "gap": (res.optimality_gap if res else None) or math.nan,
+        "certificate": (res.space_lower_bound_s if res else 0.0) or math.nan,
     }
 
 
@@ -193,14 +196,15 @@ def verdict(r: dict) -> str:
 def table(rows: list[dict], budget: float) -> str:
     head = ("| case | partita | numpy | partita ÷ numpy, or bandwidth (target) | GFLOP/s "
             "(% of peak) | GB/s | evaluations (failed, of which stopped as too slow) "
-            "| to 95% of best | bound violations | bounds within 10x (of measured) |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n")
+            "| to 95% of best | bound violations | bounds within 10x (of measured) "
+            "| optimality gap (certificate) |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         if r["failure"]:
             lines.append(f"| {r['case'].label} | none verified | {r['numpy'] * 1e3:.4g} ms | "
                          f"{r['case'].target.replace('<=', ' ≤ ').replace('>=', ' ≥ ')} "
-                         f"not met | - | - | {r['failure']} | - | - | - |")
+                         f"not met | - | - | {r['failure']} | - | - | - | - |")
             continue
         reach = "-" if not r["reach"] else f"{r['reach'][0]:.0f} s, {r['reach'][1]} evals"
         lines.append(
@@ -209,8 +213,16 @@ def table(rows: list[dict], budget: float) -> str:
             f"{verdict(r)} | {r['gflops']:.3g} ({100 * r['gflops'] / r['peak']:.0f}%) | "
             f"{r['gbs']:.3g} | {r['evals']} ({r['failed']}, {r['timeouts']} too slow) | {reach} | "
             f"{r['violations']} | "
-            f"{within_10x(r)} |")
+            f"{within_10x(r)} | {gap(r)} |")
     return head + "\n".join(lines) + "\n"
+
+
+def gap(r: dict) -> str:
+    """The search's best over its optimality certificate (nothing left in the space runs
+    faster than the certificate, if the bound is valid), with the certificate."""
+    if r["gap"] != r["gap"]:
+        return "-"
+    return f"{r['gap']:.2f}x ({r['certificate'] * 1e3:.4g} ms)"
 
 
 def within_10x(r: dict) -> str:
@@ -272,7 +284,8 @@ def tune_record(r: dict, command: str, machine: dict) -> Record:
                "evaluations": r["evals"], "failed": r["failed"], "too_slow": r["timeouts"],
                "to_95_percent_of_best": r["reach"], "bound_violations": r["violations"],
                "bounds_within_10x": within.get(10, 0) / n if n else None,
-               "failure": r["failure"]}
+               "failure": r["failure"], "optimality_gap": nan_none(r["gap"]),
+               "space_lower_bound_s": nan_none(r["certificate"])}
     if kind == "ratio":
         rec = record(case.label, quantity="time", unit="s", partita=nan_none(r["time"]),
                      reference_name="numpy/OpenBLAS", reference=nan_none(r["numpy"]),
@@ -297,7 +310,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--budget", type=float, default=300.0, help="seconds per case")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", help="comma-separated substrings of case labels")
+    parser.add_argument("--only", help="comma-separated substrings of case labels (a label "
+                        "written after '=' matches that label only)")
     parser.add_argument("--write", help="rewrite the tuning section of this Markdown file")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR,
                         help="with --write, the folder of results (default: bench/results)")
@@ -306,8 +320,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.db and Path(args.db).exists():
         parser.error(f"--db {args.db}: the file exists; the benchmark starts from empty records")
-    cases = [c for c in CASES if not args.only
-             or any(s in c.label for s in args.only.split(","))]
+    cases = [c for c in CASES if not args.only or any(
+        c.label == s[1:] if s.startswith("=") else s in c.label for s in args.only.split(","))]
     rows = []
     with tempfile.TemporaryDirectory() as tmp, TriadProbe() as probe:
         db = Path(args.db) if args.db else Path(tmp) / "records.sqlite"
@@ -330,7 +344,7 @@ def write_section(args: argparse.Namespace, rows: list[dict], text: str) -> None
     records = [tune_record(r, COMMAND.format(budget=args.budget, only=only), machine)
                for r in rows]
     rerun = ""
-    kept = kept_rows(args.write, args.budget) if args.only else {}
+    kept, budget = kept_rows(args.write) if args.only else ({}, args.budget)
     accuracy = accuracy_line(rows, "the rows rerun" if kept else "every row")
     if kept:
         # Rerunning some cases keeps the other rows measured with the same budget.
@@ -339,30 +353,36 @@ def write_section(args: argparse.Namespace, rows: list[dict], text: str) -> None
         lines = [new.get(c.label) or kept.get(c.label) for c in CASES]
         text = "\n".join(head + [line for line in lines if line]) + "\n"
         only = ""
-        rerun = (f"\nRerun afterwards with `--only \"{args.only}\"` (same command and "
-                 f"budget): {', '.join(new)}.\n")
-    command = COMMAND.format(budget=args.budget, only=only)
+        same = "same command and budget" if budget == args.budget \
+            else f"same command, budget {args.budget:g} s"
+        rerun = (f"\nRerun afterwards with `--budget {args.budget:g} --only \"{args.only}\"` "
+                 f"({same}): {', '.join(new)}.\n")
+    command = COMMAND.format(budget=budget, only=only)
     first = records[0] if records else record("", quantity="time", unit="s", partita=None,
                                               command=command, machine_desc=machine)
     replace_section(args.write, "tune", REPORT.format(
-        budget=args.budget, seed=args.seed, table=text, rounds=ROUNDS,
+        budget=budget, seed=args.seed, table=text, rounds=ROUNDS,
         provenance=provenance(command, first), rerun=rerun, accuracy=accuracy,
         settle=BLAS_SETTLE_S, flush_mb=COLD.resolved_flush_bytes() / 1e6))
     write_results("tune", "Tuning", records, args.results, keep_other_cases=bool(kept))
     update_summary(args.write, args.results)
 
 
-def kept_rows(path: str, budget: float) -> dict[str, str]:
-    """The rows of the tuning table already in ``path`` (by case label), if they were
-    measured with ``budget``; none otherwise."""
+def kept_rows(path: str) -> tuple[dict[str, str], float]:
+    """The rows of the tuning table already in ``path`` (by case label) and the budget they
+    were measured with; a row from before a column was added gets "-" there."""
     p = Path(path)
     text = p.read_text() if p.exists() else ""
     start, end = text.find("<!-- tune -->"), text.find("<!-- /tune -->")
     section = text[start:end] if 0 <= start < end else ""
-    if f"--budget {budget:g}" not in section:
-        return {}
-    return {line.split(" | ")[0][2:]: line for line in section.splitlines()
+    found = re.search(r"--budget (\d+(?:\.\d+)?)", section)
+    if not found:
+        return {}, 0.0
+    columns = table([], 0.0).splitlines()[0].count("|")
+    rows = {line.split(" | ")[0][2:]: line + " - |" * (columns - line.count("|"))
+            for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| case")}
+    return rows, float(found.group(1))
 
 
 if __name__ == "__main__":
