@@ -18,7 +18,8 @@ from partita.kernels.linalg import matmul
 from partita.model import Model, Rates
 from partita.runtime.compile import Compiler
 from partita.tuning.dispatch import Dataset, dispatcher_source
-from partita.tuning.generic import GenericTuned, Version, parse_train, tune_dispatch
+from partita.tuning.generic import GenericTuned, Version, parse_train
+from partita.tuning.generic_tune import tune_dispatch
 from partita.tuning.thresholds import choose_version
 
 RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,

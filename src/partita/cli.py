@@ -13,7 +13,7 @@ import click
 
 from partita.api import kernel as library_kernel
 from partita.api import space as make_space
-from partita.cli_output import print_tuned, tune_summary
+from partita.cli_output import generic_json, print_tuned, tune_summary
 from partita.codegen.c import CodegenError
 from partita.codegen.looptree import loop_tree, render
 from partita.codegen.program import signature
@@ -398,20 +398,11 @@ def _tune_generic(kernel: str, params: tuple[str, ...], train: str | None, budge
         click.echo(generic.report())
         click.echo(f"  C sources: {code}")
         return
-    result = generic.result
-    click.echo(json.dumps({
-        "kernel": kernel, "dynamic": generic.dynamic, "fixed": generic.fixed,
-        "entry": generic.entry, "chain": generic.chain(),
-        "thresholds": [None if t == float("inf") else t for t in generic.thresholds],
-        "versions": [{"entry": v.entry, "won_at": v.won_at, "dropped": v.dropped,
-                      "completed": v.completed, "decisions": v.decisions}
-                     for v in generic.versions],
-        "training": [{"sizes": t.sizes, "static_time_s": t.static_time,
-                      "version_times_s": t.version_times, "chosen": t.chosen,
-                      "dispatcher_time_s": t.dispatcher_time} for t in generic.training],
-        "warnings": result.warnings if result else [],
-        "failures": (result.failures if result else []) + generic.failures,
-        "code_path": str(code)}))
+    out = generic_json(kernel, generic)
+    out["tuned_sizes"] = generic.tuned_sizes
+    out["timed"] = len(generic.timings.fresh)
+    out["reused"] = generic.timings.reused
+    click.echo(json.dumps({**out, "code_path": str(code)}))
 
 
 def _progress(k: Any, quiet: bool) -> tuple[Any, Any]:
