@@ -6,6 +6,7 @@ import ctypes
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,9 +15,11 @@ from click.testing import CliRunner
 import partita
 from partita.cli import main
 from partita.codegen.program import Program, prototype, signature
+from partita.db import Records
 from partita.kernels.linalg import matmul
 from partita.model import Model, Rates
 from partita.runtime.compile import Compiler
+from partita.tuning import kernel_params, load_generic
 from partita.tuning.dispatch import Dataset, dispatcher_source
 from partita.tuning.generic import GenericTuned, Version, parse_train
 from partita.tuning.generic_tune import tune_dispatch
@@ -242,3 +245,72 @@ def test_a_size_given_stays_static(db: Path) -> None:
         np.testing.assert_allclose(g(a, b), a @ b, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match=r"'A' must have shape \(3, 12\)"):
         g(*operands(3, 4, 5))
+
+
+# -- the records: a new training size refines the recorded kernel -----------------------------
+
+def evaluation_counts(db: Path, sizes: list[dict[str, int]]) -> list[int]:
+    """The evaluations recorded for the static matmul at each of ``sizes``."""
+    with Records(db) as rec:
+        out = []
+        for s in sizes:
+            static = partita.kernel("matmul", **s)
+            out.append(len(rec.evaluations(rec.kernel_id(static, kernel_params(static)))))
+        return out
+
+
+def test_a_new_training_size_refines_the_recorded_kernel(generic: partita.GenericTuned,
+                                                         db: Path) -> None:
+    """Over m and n (k = 8), trained first where the fixture tuned the static kernel, then
+    at a new size."""
+    options: dict[str, Any] = {"evaluations": 2, "db": db, "measure_s": 0.002, "k": 8,
+                               "tune_options": {"model": Model(RATES), "batch": 2}}
+    old, added = {"m": 8, "n": 8}, {"m": 24, "n": 16}
+    first = partita.tune_generic("matmul", [old], **options)
+    assert first.tuned_sizes == [old]
+    before = evaluation_counts(db, [{**old, "k": 8}])
+
+    second = partita.tune_generic("matmul", [added], **options)
+    assert second.tuned_sizes == [added]
+    assert [t.sizes for t in second.training] == [old, added]
+    assert evaluation_counts(db, [{**old, "k": 8}]) == before  # not tuned again
+    assert evaluation_counts(db, [{**added, "k": 8}])[0] > 0
+    # A version recorded before is not timed again where it was timed: only at the new
+    # size; what is timed at the old size is a new version, or the dispatcher when the
+    # versions (and so every threshold run) changed.
+    recorded = {json.dumps(v.decisions) for v in first.versions}
+    same = [json.dumps(v.decisions) for v in first.versions] == \
+        [json.dumps(v.decisions) for v in second.versions]
+    entries = {v.entry: json.dumps(v.decisions) for v in second.versions}
+    for what, sizes in second.timings.fresh:
+        if sizes == added:
+            continue
+        assert not same, (what, sizes)
+        assert what == "dispatcher" or entries[what] not in recorded, (what, sizes)
+    assert second.timings.reused >= sum(1 for v in second.versions
+                                        if json.dumps(v.decisions) in recorded)
+    assert any(sizes == added for _, sizes in second.timings.fresh)
+    assert any(added in v.won_at for v in second.versions) or second.failures
+
+    # Nothing new: nothing is tuned or timed, and the kernel is the one recorded.
+    counts = evaluation_counts(db, [{**old, "k": 8}, {**added, "k": 8}])
+    third = partita.tune_generic("matmul", [old], **options)
+    assert third.tuned_sizes == [] and third.timings.fresh == []
+    assert third.thresholds == second.thresholds and third.source == second.source
+    assert [t.sizes for t in third.training] == [old, added]
+    assert evaluation_counts(db, [{**old, "k": 8}, {**added, "k": 8}]) == counts
+    a, b = operands(19, 3, 8)
+    np.testing.assert_allclose(third(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_recorded_kernel_reads_back(generic: partita.GenericTuned, db: Path) -> None:
+    loaded, changed = load_generic("matmul", db=db)
+    assert changed == []  # the decisions print the very code that was timed
+    assert [v.source for v in loaded.versions] == [v.source for v in generic.versions]
+    assert loaded.source == generic.source and loaded.chain() == generic.chain()
+    assert [(t.sizes, t.chosen) for t in loaded.training] == \
+        [(t.sizes, t.chosen) for t in generic.training]
+    a, b = operands(37, 5, 101)
+    np.testing.assert_allclose(loaded(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(LookupError, match="no size-generic matmul"):
+        load_generic("matmul", db=db, k=7)
