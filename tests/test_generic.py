@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import html
 import json
 import subprocess
 from pathlib import Path
@@ -314,3 +315,68 @@ def test_the_recorded_kernel_reads_back(generic: partita.GenericTuned, db: Path)
     np.testing.assert_allclose(loaded(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     with pytest.raises(LookupError, match="no size-generic matmul"):
         load_generic("matmul", db=db, k=7)
+
+
+# -- show, export and report of the recorded kernel -------------------------------------------
+
+GENERIC_ARGS = ["matmul", "m=?", "n=?", "k=?"]
+
+
+def test_show_lists_the_recorded_kernel(generic: partita.GenericTuned, db: Path) -> None:
+    result = CliRunner().invoke(main, ["show", *GENERIC_ARGS, "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert generic.kernel.structural_hash in result.output
+    assert f"dispatch: {generic.chain()}" in result.output
+    assert all(v.entry in result.output for v in generic.versions)
+    assert "at m=40 n=24 k=16: static tune" in result.output
+    result = CliRunner().invoke(main, ["show", *GENERIC_ARGS, "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["chain"] == generic.chain() and out["changed"] == []
+    assert [v["decisions"] for v in out["versions"]] == [v.decisions for v in generic.versions]
+    assert out["thresholds"] == [None if t == float("inf") else t for t in generic.thresholds]
+    assert [(t["sizes"], t["chosen"], t["version_times_s"]) for t in out["training"]] == [
+        (t.sizes, t.chosen, t.version_times) for t in generic.training]
+
+
+def test_export_writes_the_dispatching_library(generic: partita.GenericTuned, db: Path,
+                                               tmp_path: Path) -> None:
+    out = tmp_path / "lib"
+    result = CliRunner().invoke(main, ["export", *GENERIC_ARGS, "--out", str(out),
+                                       "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert sorted(Path(line).name for line in result.output.split()) == sorted(
+        [f"{v.entry}.c" for v in generic.versions]
+        + ["matmul_generic.c", "matmul_generic.h", "Makefile"])
+    for v in generic.versions:  # printed again from the recorded decisions: the same code
+        assert (out / f"{v.entry}.c").read_text() == v.source
+    subprocess.run(["make", "-s", "-C", str(out)], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(out / "libmatmul_generic.so"))
+    pointer = ctypes.POINTER(ctypes.c_float)
+    lib.matmul_generic.argtypes = [ctypes.c_int64] * 3 + [pointer] * 3
+    for m, n, k in [(45, 7, 33), (1, 130, 2)]:  # sizes not trained on
+        a, b = operands(m, n, k)
+        c = np.full((m, n), np.nan, np.float32)
+        lib.matmul_generic(m, n, k, *(x.ctypes.data_as(pointer) for x in (a, b, c)))
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_report_has_a_section_for_the_generic_kernel(generic: partita.GenericTuned,
+                                                     db: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["report", *GENERIC_ARGS, "--out", str(tmp_path),
+                                       "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "index.html").read_text()
+    assert '<h2 id="generic">Size-generic kernel</h2>' in page
+    assert all(v.entry in page for v in generic.versions)
+    assert page.count("<td>m=8 n=8 k=8</td>") >= 1 and "m=40 n=24 k=16" in page
+    assert f"<td>V{generic.training[0].chosen + 1}</td>" in page
+    assert html.escape(generic.chain()) in page
+
+
+@pytest.mark.parametrize("command", [["show"], ["export", "--out", "x"], ["report", "--out",
+                                                                          "x"]])
+def test_commands_name_what_is_not_recorded(db: Path, command: list[str]) -> None:
+    result = CliRunner().invoke(main, [command[0], "matmul", "m=?", "n=?", "k=7",
+                                       *command[1:], "--db", str(db)])
+    assert result.exit_code == 2 and "no size-generic matmul" in result.output, result.output
