@@ -207,6 +207,8 @@ def test_the_command_line_tunes_a_size_generic_kernel(generic: partita.GenericTu
                                                      {"m": 40, "n": 24, "k": 16}]
     assert (Path(out["code_path"]) / "matmul_generic.c").read_text().count("if (work >=") \
         == len(out["thresholds"])
+    # Every size and timing is recorded: the command searched and timed nothing.
+    assert out["tuned_sizes"] == [] and out["timed"] == 0 and out["reused"] > 0
 
 
 @pytest.mark.parametrize("args, message", [
