@@ -10,8 +10,9 @@ A new tune of the same kernel with more training sizes *refines* it (Munksgaard'
 "Futhark", ch. 7, tunes thresholds on datasets that can be added to): what is recorded is
 reused wherever it still holds, and only what is new is measured.
 
-- a training size already recorded is not tuned again: its recorded winner is a version's
-  source as before;
+- a training size already recorded is not tuned again: its winner is the static best the
+  records hold for it now (the one recorded with the kernel, or a better one a continued
+  static tune found since);
 - a version's time at a training size is reused when the version (its decisions over
   dynamic sizes) was timed there before: the same decisions print the same code, which was
   checked against the reference there already;
@@ -108,6 +109,13 @@ class Recorded:
 
     def winner(self, sizes: Sizes) -> Winner | None:
         return self.winners.get(sizes_key(sizes))
+
+    def update_winner(self, winner: Winner) -> None:
+        """The static best recorded now at a recorded training size (a static tune continued
+        since may have improved on the winner the kernel was built from)."""
+        key = sizes_key(winner.sizes)
+        if key in self.winners:
+            self.winners[key] = winner
 
     def version_time(self, decisions: Sequence[Any], sizes: Sizes) -> float | None:
         """The recorded time of the version with ``decisions`` at ``sizes``, or None."""

@@ -137,6 +137,11 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
     with Records(db) as rec:
         ids = (rec.kernel_id(dyn, kernel_params(dyn)), rec.machine_id(host_machine()))
         recorded = Recorded(rec.generic(*ids, stored))
+        for s in recorded.sizes:  # a static tune continued since: its new best is the winner
+            static = library_kernel(kernel_name, **fixed, **s)
+            best = rec.best(rec.kernel_id(static, kernel_params(static)), ids[1], stored)
+            if best is not None:
+                recorded.update_winner(Winner(s, list(best.decisions), best.time_s))
     every = recorded.sizes + [s for s in sizes if s not in recorded.sizes]
     new = [s for s in every if recorded.winner(s) is None]
     winners = []
