@@ -16,13 +16,14 @@ from click.testing import CliRunner
 import partita
 from partita.cli import main
 from partita.codegen.program import Program, prototype, signature
-from partita.db import Records
+from partita.db import GenericRow, GenericTrainingRow, GenericVersionRow, Records
 from partita.kernels.linalg import matmul
 from partita.model import Model, Rates
 from partita.runtime.compile import Compiler
 from partita.tuning import kernel_params, load_generic
 from partita.tuning.dispatch import Dataset, dispatcher_source
 from partita.tuning.generic import GenericTuned, Version, parse_train
+from partita.tuning.generic_store import Recorded, Winner, versions_key
 from partita.tuning.generic_tune import tune_dispatch
 from partita.tuning.thresholds import choose_version
 
@@ -382,3 +383,39 @@ def test_commands_name_what_is_not_recorded(db: Path, command: list[str]) -> Non
     result = CliRunner().invoke(main, [command[0], "matmul", "m=?", "n=?", "k=7",
                                        *command[1:], "--db", str(db)])
     assert result.exit_code == 2 and "no size-generic matmul" in result.output, result.output
+
+
+def test_what_a_refining_tune_reuses() -> None:
+    """The reuse rules on a record: version times by decisions and size, threshold runs and
+    dispatcher times only on the same versions (and the same choice)."""
+    small, large = {"m": 8, "n": 8, "k": 8}, {"m": 64, "n": 64, "k": 64}
+    v1, v2 = [["size", ["t"], [32]]], [["size", ["t"], [4]]]
+    key = versions_key([v1, v2])
+    row = GenericRow(
+        1, 1, 1, "cpu", ["m", "n", "k"], {}, "matmul_generic", [1000.0],
+        "if work >= 1000: V1 else: V2", key,
+        [{"sizes": small, "thresholds": [None], "time_s": 2e-6},
+         {"sizes": small, "thresholds": [512.0], "time_s": None}], [], [], "", 0.0,
+        (GenericVersionRow(0, "matmul_generic_v1", v1, [large], [], [], ""),
+         GenericVersionRow(1, "matmul_generic_v2", v2, [small], [], [], "")),
+        (GenericTrainingRow(0, small, v2, 1e-6, [3e-6, None], 1, 2e-6),
+         GenericTrainingRow(1, large, v1, 1e-4, [1e-4, 4e-4], 0, None)))
+    rec = Recorded(row)
+    assert rec.sizes == [small, large]
+    winner = rec.winner(small)
+    assert winner is not None and winner.decisions == v2 and rec.winner({**small, "k": 9}) is None
+    assert rec.version_time(v1, small) == 3e-6 and rec.version_time(v2, large) == 4e-4
+    assert rec.version_time(v2, small) is None  # not timed there: timed anew
+    assert rec.threshold_run(key, small, [None]) == (True, 2e-6)
+    assert rec.threshold_run(key, small, [512.0]) == (True, None)  # a failed run, kept
+    assert rec.threshold_run(key, small, [64.0]) == (False, None)
+    other = versions_key([v2, v1])  # the same versions in another order: another chain
+    assert rec.threshold_run(other, small, [None]) == (False, None)
+    assert rec.dispatcher_time(key, small, 1) == 2e-6
+    assert rec.dispatcher_time(key, small, 0) is None and rec.dispatcher_time(other, small, 1) \
+        is None
+    assert rec.dispatcher_time(key, large, 0) is None  # its dispatcher run failed
+    rec.update_winner(Winner(small, v1, 5e-7))
+    rec.update_winner(Winner({"m": 1, "n": 1, "k": 1}, v1, 5e-7))  # not a recorded size
+    assert rec.winner(small) == Winner(small, v1, 5e-7) and len(rec.sizes) == 2
+    assert Recorded(None).sizes == [] and not Recorded(None).same_versions(key)
