@@ -59,6 +59,8 @@ bench: $(STAMP)
 	$(PY) bench/certificate_bench.py --budget 300 --write BENCHMARKS.md
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/families_bench.py --budget 120 \
 	  --write BENCHMARKS.md
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/generic_bench.py --budget 600 \
+	  --alone-budget 120 --write BENCHMARKS.md
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench

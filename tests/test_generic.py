@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ctypes
+import html
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,11 +16,15 @@ from click.testing import CliRunner
 import partita
 from partita.cli import main
 from partita.codegen.program import Program, prototype, signature
+from partita.db import GenericRow, GenericTrainingRow, GenericVersionRow, Records
 from partita.kernels.linalg import matmul
 from partita.model import Model, Rates
 from partita.runtime.compile import Compiler
+from partita.tuning import kernel_params, load_generic
 from partita.tuning.dispatch import Dataset, dispatcher_source
-from partita.tuning.generic import GenericTuned, Version, parse_train, tune_dispatch
+from partita.tuning.generic import GenericTuned, Version, parse_train
+from partita.tuning.generic_store import Recorded, Winner, versions_key
+from partita.tuning.generic_tune import tune_dispatch
 from partita.tuning.thresholds import choose_version
 
 RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
@@ -202,6 +208,8 @@ def test_the_command_line_tunes_a_size_generic_kernel(generic: partita.GenericTu
                                                      {"m": 40, "n": 24, "k": 16}]
     assert (Path(out["code_path"]) / "matmul_generic.c").read_text().count("if (work >=") \
         == len(out["thresholds"])
+    # Every size and timing is recorded: the command searched and timed nothing.
+    assert out["tuned_sizes"] == [] and out["timed"] == 0 and out["reused"] > 0
 
 
 @pytest.mark.parametrize("args, message", [
@@ -241,3 +249,173 @@ def test_a_size_given_stays_static(db: Path) -> None:
         np.testing.assert_allclose(g(a, b), a @ b, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match=r"'A' must have shape \(3, 12\)"):
         g(*operands(3, 4, 5))
+
+
+# -- the records: a new training size refines the recorded kernel -----------------------------
+
+def evaluation_counts(db: Path, sizes: list[dict[str, int]]) -> list[int]:
+    """The evaluations recorded for the static matmul at each of ``sizes``."""
+    with Records(db) as rec:
+        out = []
+        for s in sizes:
+            static = partita.kernel("matmul", **s)
+            out.append(len(rec.evaluations(rec.kernel_id(static, kernel_params(static)))))
+        return out
+
+
+def test_a_new_training_size_refines_the_recorded_kernel(generic: partita.GenericTuned,
+                                                         db: Path) -> None:
+    """Over m and n (k = 8), trained first where the fixture tuned the static kernel, then
+    at a new size."""
+    options: dict[str, Any] = {"evaluations": 2, "db": db, "measure_s": 0.002, "k": 8,
+                               "tune_options": {"model": Model(RATES), "batch": 2}}
+    old, added = {"m": 8, "n": 8}, {"m": 24, "n": 16}
+    first = partita.tune_generic("matmul", [old], **options)
+    assert first.tuned_sizes == [old]
+    before = evaluation_counts(db, [{**old, "k": 8}])
+
+    second = partita.tune_generic("matmul", [added], **options)
+    assert second.tuned_sizes == [added]
+    assert [t.sizes for t in second.training] == [old, added]
+    assert evaluation_counts(db, [{**old, "k": 8}]) == before  # not tuned again
+    assert evaluation_counts(db, [{**added, "k": 8}])[0] > 0
+    # A version recorded before is not timed again where it was timed: only at the new
+    # size; what is timed at the old size is a new version, or the dispatcher when the
+    # versions (and so every threshold run) changed.
+    recorded = {json.dumps(v.decisions) for v in first.versions}
+    same = [json.dumps(v.decisions) for v in first.versions] == \
+        [json.dumps(v.decisions) for v in second.versions]
+    entries = {v.entry: json.dumps(v.decisions) for v in second.versions}
+    for what, sizes in second.timings.fresh:
+        if sizes == added:
+            continue
+        assert not same, (what, sizes)
+        assert what == "dispatcher" or entries[what] not in recorded, (what, sizes)
+    assert second.timings.reused >= sum(1 for v in second.versions
+                                        if json.dumps(v.decisions) in recorded)
+    assert any(sizes == added for _, sizes in second.timings.fresh)
+    assert any(added in v.won_at for v in second.versions) or second.failures
+
+    # Nothing new: nothing is tuned or timed, and the kernel is the one recorded.
+    counts = evaluation_counts(db, [{**old, "k": 8}, {**added, "k": 8}])
+    third = partita.tune_generic("matmul", [old], **options)
+    assert third.tuned_sizes == [] and third.timings.fresh == []
+    assert third.thresholds == second.thresholds and third.source == second.source
+    assert [t.sizes for t in third.training] == [old, added]
+    assert evaluation_counts(db, [{**old, "k": 8}, {**added, "k": 8}]) == counts
+    a, b = operands(19, 3, 8)
+    np.testing.assert_allclose(third(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_recorded_kernel_reads_back(generic: partita.GenericTuned, db: Path) -> None:
+    loaded, changed = load_generic("matmul", db=db)
+    assert changed == []  # the decisions print the very code that was timed
+    assert [v.source for v in loaded.versions] == [v.source for v in generic.versions]
+    assert loaded.source == generic.source and loaded.chain() == generic.chain()
+    assert [(t.sizes, t.chosen) for t in loaded.training] == \
+        [(t.sizes, t.chosen) for t in generic.training]
+    a, b = operands(37, 5, 101)
+    np.testing.assert_allclose(loaded(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(LookupError, match="no size-generic matmul"):
+        load_generic("matmul", db=db, k=7)
+
+
+# -- show, export and report of the recorded kernel -------------------------------------------
+
+GENERIC_ARGS = ["matmul", "m=?", "n=?", "k=?"]
+
+
+def test_show_lists_the_recorded_kernel(generic: partita.GenericTuned, db: Path) -> None:
+    result = CliRunner().invoke(main, ["show", *GENERIC_ARGS, "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert generic.kernel.structural_hash in result.output
+    assert f"dispatch: {generic.chain()}" in result.output
+    assert all(v.entry in result.output for v in generic.versions)
+    assert "at m=40 n=24 k=16: static tune" in result.output
+    result = CliRunner().invoke(main, ["show", *GENERIC_ARGS, "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["chain"] == generic.chain() and out["changed"] == []
+    assert [v["decisions"] for v in out["versions"]] == [v.decisions for v in generic.versions]
+    assert out["thresholds"] == [None if t == float("inf") else t for t in generic.thresholds]
+    assert [(t["sizes"], t["chosen"], t["version_times_s"]) for t in out["training"]] == [
+        (t.sizes, t.chosen, t.version_times) for t in generic.training]
+
+
+def test_export_writes_the_dispatching_library(generic: partita.GenericTuned, db: Path,
+                                               tmp_path: Path) -> None:
+    out = tmp_path / "lib"
+    result = CliRunner().invoke(main, ["export", *GENERIC_ARGS, "--out", str(out),
+                                       "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert sorted(Path(line).name for line in result.output.split()) == sorted(
+        [f"{v.entry}.c" for v in generic.versions]
+        + ["matmul_generic.c", "matmul_generic.h", "Makefile"])
+    for v in generic.versions:  # printed again from the recorded decisions: the same code
+        assert (out / f"{v.entry}.c").read_text() == v.source
+    subprocess.run(["make", "-s", "-C", str(out)], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(out / "libmatmul_generic.so"))
+    pointer = ctypes.POINTER(ctypes.c_float)
+    lib.matmul_generic.argtypes = [ctypes.c_int64] * 3 + [pointer] * 3
+    for m, n, k in [(45, 7, 33), (1, 130, 2)]:  # sizes not trained on
+        a, b = operands(m, n, k)
+        c = np.full((m, n), np.nan, np.float32)
+        lib.matmul_generic(m, n, k, *(x.ctypes.data_as(pointer) for x in (a, b, c)))
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_report_has_a_section_for_the_generic_kernel(generic: partita.GenericTuned,
+                                                     db: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["report", *GENERIC_ARGS, "--out", str(tmp_path),
+                                       "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "index.html").read_text()
+    assert '<h2 id="generic">Size-generic kernel</h2>' in page
+    assert all(v.entry in page for v in generic.versions)
+    assert page.count("<td>m=8 n=8 k=8</td>") >= 1 and "m=40 n=24 k=16" in page
+    assert f"<td>V{generic.training[0].chosen + 1}</td>" in page
+    assert html.escape(generic.chain()) in page
+
+
+@pytest.mark.parametrize("command", [["show"], ["export", "--out", "x"], ["report", "--out",
+                                                                          "x"]])
+def test_commands_name_what_is_not_recorded(db: Path, command: list[str]) -> None:
+    result = CliRunner().invoke(main, [command[0], "matmul", "m=?", "n=?", "k=7",
+                                       *command[1:], "--db", str(db)])
+    assert result.exit_code == 2 and "no size-generic matmul" in result.output, result.output
+
+
+def test_what_a_refining_tune_reuses() -> None:
+    """The reuse rules on a record: version times by decisions and size, threshold runs and
+    dispatcher times only on the same versions (and the same choice)."""
+    small, large = {"m": 8, "n": 8, "k": 8}, {"m": 64, "n": 64, "k": 64}
+    v1, v2 = [["size", ["t"], [32]]], [["size", ["t"], [4]]]
+    key = versions_key([v1, v2])
+    row = GenericRow(
+        1, 1, 1, "cpu", ["m", "n", "k"], {}, "matmul_generic", [1000.0],
+        "if work >= 1000: V1 else: V2", key,
+        [{"sizes": small, "thresholds": [None], "time_s": 2e-6},
+         {"sizes": small, "thresholds": [512.0], "time_s": None}], [], [], "", 0.0,
+        (GenericVersionRow(0, "matmul_generic_v1", v1, [large], [], [], ""),
+         GenericVersionRow(1, "matmul_generic_v2", v2, [small], [], [], "")),
+        (GenericTrainingRow(0, small, v2, 1e-6, [3e-6, None], 1, 2e-6),
+         GenericTrainingRow(1, large, v1, 1e-4, [1e-4, 4e-4], 0, None)))
+    rec = Recorded(row)
+    assert rec.sizes == [small, large]
+    winner = rec.winner(small)
+    assert winner is not None and winner.decisions == v2 and rec.winner({**small, "k": 9}) is None
+    assert rec.version_time(v1, small) == 3e-6 and rec.version_time(v2, large) == 4e-4
+    assert rec.version_time(v2, small) is None  # not timed there: timed anew
+    assert rec.threshold_run(key, small, [None]) == (True, 2e-6)
+    assert rec.threshold_run(key, small, [512.0]) == (True, None)  # a failed run, kept
+    assert rec.threshold_run(key, small, [64.0]) == (False, None)
+    other = versions_key([v2, v1])  # the same versions in another order: another chain
+    assert rec.threshold_run(other, small, [None]) == (False, None)
+    assert rec.dispatcher_time(key, small, 1) == 2e-6
+    assert rec.dispatcher_time(key, small, 0) is None and rec.dispatcher_time(other, small, 1) \
+        is None
+    assert rec.dispatcher_time(key, large, 0) is None  # its dispatcher run failed
+    rec.update_winner(Winner(small, v1, 5e-7))
+    rec.update_winner(Winner({"m": 1, "n": 1, "k": 1}, v1, 5e-7))  # not a recorded size
+    assert rec.winner(small) == Winner(small, v1, 5e-7) and len(rec.sizes) == 2
+    assert Recorded(None).sizes == [] and not Recorded(None).same_versions(key)

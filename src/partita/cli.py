@@ -13,7 +13,8 @@ import click
 
 from partita.api import kernel as library_kernel
 from partita.api import space as make_space
-from partita.cli_output import print_tuned, tune_summary
+from partita.cli_generic import export_generic, generic_fixed, report_generic, show_generic
+from partita.cli_output import generic_json, print_tuned, tune_summary
 from partita.codegen.c import CodegenError
 from partita.codegen.looptree import loop_tree, render
 from partita.codegen.program import signature
@@ -382,10 +383,7 @@ def _tune_generic(kernel: str, params: tuple[str, ...], train: str | None, budge
     if not dynamic or train is None:
         _fail("a size-generic tune needs both sizes given as ? (m=? n=?) and --train")
     try:
-        spec = get_spec(kernel)
-        fixed: dict[str, Any] = {p.name: p.default for p in spec.params
-                                 if p.kind == "size" and p.name not in dynamic}
-        fixed |= {key: value for key, value in given.items() if value != "?"}
+        fixed = generic_fixed(kernel, given)
         generic = tune_generic(kernel, _train_sizes(train), budget, evaluations=evaluations,
                                db=db, seed=seed, tune_options={"search": search},
                                target=target, **fixed)
@@ -398,20 +396,11 @@ def _tune_generic(kernel: str, params: tuple[str, ...], train: str | None, budge
         click.echo(generic.report())
         click.echo(f"  C sources: {code}")
         return
-    result = generic.result
-    click.echo(json.dumps({
-        "kernel": kernel, "dynamic": generic.dynamic, "fixed": generic.fixed,
-        "entry": generic.entry, "chain": generic.chain(),
-        "thresholds": [None if t == float("inf") else t for t in generic.thresholds],
-        "versions": [{"entry": v.entry, "won_at": v.won_at, "dropped": v.dropped,
-                      "completed": v.completed, "decisions": v.decisions}
-                     for v in generic.versions],
-        "training": [{"sizes": t.sizes, "static_time_s": t.static_time,
-                      "version_times_s": t.version_times, "chosen": t.chosen,
-                      "dispatcher_time_s": t.dispatcher_time} for t in generic.training],
-        "warnings": result.warnings if result else [],
-        "failures": (result.failures if result else []) + generic.failures,
-        "code_path": str(code)}))
+    out = generic_json(kernel, generic)
+    out["tuned_sizes"] = generic.tuned_sizes
+    out["timed"] = len(generic.timings.fresh)
+    out["reused"] = generic.timings.reused
+    click.echo(json.dumps({**out, "code_path": str(code)}))
 
 
 def _progress(k: Any, quiet: bool) -> tuple[Any, Any]:
@@ -480,7 +469,11 @@ def _records_of(kernel: str, params: tuple[str, ...], db: str | None
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool,
              db: str | None, as_json: bool) -> None:
-    """List the best implementation and the runs recorded for KERNEL on this machine."""
+    """List the best implementation and the runs recorded for KERNEL on this machine (with
+    sizes given as ?: the size-generic kernel, its versions, thresholds and training runs)."""
+    if "?" in _params(params).values():
+        show_generic(kernel, _params(params), target, db, as_json)
+        return
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
         best = rec.best(kid, mid, records_target(target, cold_cache))
@@ -520,8 +513,11 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool
 @db_option
 def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
                cold_cache: bool, db: str | None) -> None:
-    """Write the best implementation of KERNEL as a C library (source, header, Makefile)."""
-
+    """Write the best implementation of KERNEL as a C library (source, header, Makefile);
+    with sizes given as ?, the size-generic kernel's dispatching library."""
+    if "?" in _params(params).values():
+        export_generic(kernel, _params(params), out_dir, target, db)
+        return
     k, rec, kid, mid, _ = _records_of(kernel, params, db)
     with rec:
         best = rec.best(kid, mid, records_target(target, cold_cache))
@@ -554,7 +550,11 @@ def export_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
 @db_option
 def report_cmd(kernel: str, params: tuple[str, ...], out_dir: str, target: str,
                cold_cache: bool, db: str | None) -> None:
-    """Write an HTML report of KERNEL's tuning: progress, model accuracy, times, decisions."""
+    """Write an HTML report of KERNEL's tuning: progress, model accuracy, times, decisions
+    (with sizes given as ?: the size-generic kernel's versions, thresholds, training runs)."""
+    if "?" in _params(params).values():
+        report_generic(kernel, params, _params(params), out_dir, target, db)
+        return
     k, rec, kid, mid, fp = _records_of(kernel, params, db)
     with rec:
         best = rec.best(kid, mid, records_target(target, cold_cache))

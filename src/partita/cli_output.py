@@ -10,7 +10,7 @@ import click
 
 from partita.runtime.harness import TimingOptions
 from partita.targets.cpu.measure import describe
-from partita.tuning import Tuned, numpy_time
+from partita.tuning import GenericTuned, Tuned, numpy_time
 from partita.tuning.baseline import kernel_rates
 
 
@@ -106,3 +106,21 @@ def print_tuned(kernel: str, tuned: Tuned, np_t: float | None, peak: str) -> Non
         click.echo(f"  order of the sum: {shown}, the fastest of {len(tuned.variants or [])} "
                    "variants (`--json` lists them)")
     click.echo(f"  C source: {tuned.code_path}")
+
+
+def generic_json(kernel: str, generic: GenericTuned) -> dict[str, Any]:
+    """A size-generic kernel as ``partita tune --json`` and ``partita show --json`` print it:
+    its dynamic and fixed parameters, entry, chain and thresholds (None: infinite), versions,
+    training runs (per size: each version's time, the choice), warnings and failures."""
+    return {
+        "kernel": kernel, "dynamic": generic.dynamic, "fixed": generic.fixed,
+        "entry": generic.entry, "chain": generic.chain(),
+        "thresholds": [None if t == float("inf") else t for t in generic.thresholds],
+        "versions": [{"entry": v.entry, "won_at": v.won_at, "dropped": v.dropped,
+                      "completed": v.completed, "decisions": v.decisions}
+                     for v in generic.versions],
+        "training": [{"sizes": t.sizes, "static_time_s": t.static_time,
+                      "version_times_s": t.version_times, "chosen": t.chosen,
+                      "dispatcher_time_s": t.dispatcher_time} for t in generic.training],
+        "warnings": generic.warnings, "failures": generic.failures,
+    }

@@ -799,3 +799,63 @@ def test_concurrent_processes_lose_nothing(db: Path) -> None:
         winner = next(e for e in evals if e.id == best.evaluation_id)
         assert winner.median_s == fastest and winner.decisions == best.decisions
         assert len(rec.seen_decisions(kid, mid, TARGET)) == workers * WORKER_EVALUATIONS
+
+
+# ---------------------------------------------------------------------- size-generic kernels
+
+
+def generic_record(versions: int) -> dict[str, Any]:
+    """A size-generic kernel over n with ``versions`` versions and two training sizes."""
+    return {
+        "dynamic": ["n"], "fixed": {}, "entry": "axpy_generic", "chain": "if work >= 64: V1 "
+        "else: V2" if versions == 2 else "V1 always",
+        "thresholds": [64.0] if versions == 2 else [], "versions_key": f"key{versions}",
+        "threshold_runs": [{"sizes": {"n": 8}, "thresholds": [None], "time_s": 2e-6},
+                           {"sizes": {"n": 8}, "thresholds": [9.0], "time_s": None}],
+        "warnings": [], "failures": ["a winner gives no version"], "flags": "-O3",
+        "versions": [{"entry": f"axpy_generic_v{i + 1}", "decisions": decisions(i),
+                      "won_at": [{"n": 512 // (i + 1)}], "dropped": ["vector copy"] * i,
+                      "completed": [], "source_digest": f"d{i}"} for i in range(versions)],
+        "training": [{"sizes": {"n": n}, "static_decisions": decisions(j), "static_time_s": t,
+                      "version_times": [t * 2] * versions, "chosen": versions - 1 - j,
+                      "dispatcher_time_s": None if j else t}
+                     for j, (n, t) in enumerate([(8, 1e-6), (512, 3e-5)])],
+    }
+
+
+def test_generic_kernels_round_trip_and_are_replaced_whole(db: Path) -> None:
+    with Records(db) as rec:
+        kid, mid = setup(rec)
+        assert rec.generic(kid, mid, TARGET) is None
+        gid = rec.save_generic(kid, mid, TARGET, generic_record(2))
+        row = rec.generic(kid, mid, TARGET)
+        assert row is not None and row.id == gid and row.dynamic == ["n"]
+        assert row.thresholds == [64.0] and row.chain.startswith("if work >= 64")
+        assert [v.entry for v in row.versions] == ["axpy_generic_v1", "axpy_generic_v2"]
+        assert row.versions[1].decisions == decisions(1)
+        assert row.versions[1].won_at == [{"n": 256}]
+        assert row.versions[1].dropped == ["vector copy"]
+        assert [(t.sizes, t.chosen, t.dispatcher_time_s) for t in row.training] == [
+            ({"n": 8}, 1, 1e-6), ({"n": 512}, 0, None)]
+        assert row.training[1].version_times == [6e-5, 6e-5]
+        assert row.threshold_runs[1] == {"sizes": {"n": 8}, "thresholds": [9.0],
+                                         "time_s": None}
+        assert json.loads(json.dumps(row.as_json()))["versions"][0]["index"] == 0
+        # Saved again with one version: the same kernel, its versions and runs replaced.
+        assert rec.save_generic(kid, mid, TARGET, generic_record(1)) == gid
+        row = rec.generic(kid, mid, TARGET)
+        assert row is not None and [v.entry for v in row.versions] == ["axpy_generic_v1"]
+        assert row.thresholds == [] and len(row.training) == 2
+        assert rec.generic(kid, mid, "cpu+cold") is None
+
+
+def test_v4_database_gains_the_generic_tables(db: Path) -> None:
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, db, target=4) == 4
+    conn.close()
+    with Records(db) as rec:
+        assert rec.schema_version == SCHEMA_VERSION >= 5
+        kid, mid = setup(rec)
+        rec.save_generic(kid, mid, TARGET, generic_record(2))
+        row = rec.generic(kid, mid, TARGET)
+        assert row is not None and len(row.versions) == 2

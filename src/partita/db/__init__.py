@@ -8,11 +8,22 @@ from partita.db.records import (
     default_path,
     migrate,
 )
-from partita.db.rows import BestRow, EvaluationRow, KernelRow, RelatedBest, Row, RunRow
+from partita.db.rows import (
+    BestRow,
+    EvaluationRow,
+    GenericRow,
+    GenericTrainingRow,
+    GenericVersionRow,
+    KernelRow,
+    RelatedBest,
+    Row,
+    RunRow,
+)
 from partita.db.schema import MIGRATIONS, SCHEMA_VERSION, Migration, decisions_hash
 
 __all__ = [
-    "ENV_VAR", "MIGRATIONS", "SCHEMA_VERSION", "BestRow", "EvaluationRow", "KernelRow",
+    "ENV_VAR", "MIGRATIONS", "SCHEMA_VERSION", "BestRow", "EvaluationRow", "GenericRow",
+    "GenericTrainingRow", "GenericVersionRow", "KernelRow",
     "Migration", "Records", "RecordsError", "RelatedBest", "Row", "RunRow", "decisions_hash",
     "default_path", "migrate",
 ]

@@ -38,6 +38,9 @@ from partita.db.rows import (
     EVALUATION_COLUMNS,
     BestRow,
     EvaluationRow,
+    GenericRow,
+    GenericTrainingRow,
+    GenericVersionRow,
     KernelRow,
     RelatedBest,
     RunRow,
@@ -689,3 +692,71 @@ class Records:
                           "SELECT * FROM best WHERE kernel_id = ? AND machine_id = ? "
                           "AND target = ?", (kernel_id, machine_id, target))
         return BestRow.from_row(rows[0]) if rows else None
+
+    # -- size-generic kernels --------------------------------------------------------------
+
+    def save_generic(self, kernel_id: int, machine_id: int, target: str,
+                     record: Mapping[str, Any]) -> int:
+        """Record the size-generic kernel ``kernel_id`` (the kernel over dynamic sizes) on a
+        machine and target, replacing what was recorded: ``record`` has the fields of
+        :class:`GenericRow` (``versions`` and ``training`` as lists of dicts with the fields
+        of their rows). One transaction: a reader sees the old kernel or the new, whole."""
+        head = [_dumps(record[k], k) for k in ("dynamic", "fixed", "thresholds",
+                                              "threshold_runs", "warnings", "failures")]
+        versions = [(i, str(v["entry"]), _decisions_text(v["decisions"]),
+                     _dumps(v.get("won_at", []), "won_at"), _dumps(v.get("dropped", []), "dropped"),
+                     _dumps(v.get("completed", []), "completed"), str(v.get("source_digest", "")))
+                    for i, v in enumerate(record["versions"])]
+        training = [(i, _dumps(t["sizes"], "sizes"), _decisions_text(t["static_decisions"]),
+                     _float(t.get("static_time_s"), "static_time_s"),
+                     _dumps(t["version_times"], "version_times"), int(t["chosen"]),
+                     _float(t.get("dispatcher_time_s"), "dispatcher_time_s"))
+                    for i, t in enumerate(record["training"])]
+
+        def upsert(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "INSERT INTO generic_kernels(kernel_id, machine_id, target, dynamic, fixed, "
+                "thresholds, threshold_runs, warnings, failures, entry, chain, versions_key, "
+                "flags, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(kernel_id, machine_id, target) DO UPDATE SET "
+                "dynamic = excluded.dynamic, fixed = excluded.fixed, "
+                "thresholds = excluded.thresholds, threshold_runs = excluded.threshold_runs, "
+                "warnings = excluded.warnings, failures = excluded.failures, "
+                "entry = excluded.entry, chain = excluded.chain, "
+                "versions_key = excluded.versions_key, flags = excluded.flags, "
+                "updated_at = excluded.updated_at",
+                (kernel_id, machine_id, target, *head, str(record["entry"]),
+                 str(record["chain"]), str(record.get("versions_key", "")),
+                 str(record.get("flags", "")), time.time()))
+            gid = int(conn.execute("SELECT id FROM generic_kernels WHERE kernel_id = ? AND "
+                                   "machine_id = ? AND target = ?",
+                                   (kernel_id, machine_id, target)).fetchone()[0])
+            for table in ("generic_versions", "generic_training"):
+                conn.execute(f"DELETE FROM {table} WHERE generic_id = ?", (gid,))
+            conn.executemany("INSERT INTO generic_versions(generic_id, idx, entry, decisions, "
+                             "won_at, dropped, completed, source_digest) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [(gid, *v) for v in versions])
+            conn.executemany("INSERT INTO generic_training(generic_id, idx, sizes, "
+                             "static_decisions, static_time_s, version_times, chosen, "
+                             "dispatcher_time_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             [(gid, *t) for t in training])
+            return gid
+
+        return self._write("recording a size-generic kernel", upsert)
+
+    def generic(self, kernel_id: int, machine_id: int, target: str) -> GenericRow | None:
+        """The size-generic kernel recorded for (kernel, machine, target), with its versions
+        and training runs in order, or None."""
+        rows = self._read("reading a size-generic kernel",
+                          "SELECT * FROM generic_kernels WHERE kernel_id = ? AND "
+                          "machine_id = ? AND target = ?", (kernel_id, machine_id, target))
+        if not rows:
+            return None
+        gid = rows[0]["id"]
+        versions = tuple(GenericVersionRow.from_row(r) for r in self._read(
+            "reading a size-generic kernel's versions",
+            "SELECT * FROM generic_versions WHERE generic_id = ? ORDER BY idx", (gid,)))
+        training = tuple(GenericTrainingRow.from_row(r) for r in self._read(
+            "reading a size-generic kernel's training runs",
+            "SELECT * FROM generic_training WHERE generic_id = ? ORDER BY idx", (gid,)))
+        return GenericRow.from_row({**rows[0], "versions": versions, "training": training})

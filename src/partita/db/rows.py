@@ -153,3 +153,73 @@ class RelatedBest(Row):
     time_s: float
     decisions: list[Any]
     params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class GenericVersionRow(Row):
+    """One version of a recorded size-generic kernel: its entry, its decisions on the space of
+    the kernel over dynamic sizes (decoded), the training sizes it won at, the winner's
+    decisions its replay dropped and those it completed, and its source's digest."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("decisions", "won_at", "dropped", "completed")
+    RENAMED: ClassVar[Mapping[str, str]] = {"index": "idx"}
+
+    index: int
+    entry: str
+    decisions: list[Any]
+    won_at: list[dict[str, int]]
+    dropped: list[str]
+    completed: list[str]
+    source_digest: str
+
+
+@dataclass(frozen=True)
+class GenericTrainingRow(Row):
+    """One training size of a recorded size-generic kernel: the static tune's decisions and
+    time there, each version's time (None: not timed or failed), the version the thresholds
+    choose and the dispatcher's time."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("sizes", "static_decisions", "version_times")
+    RENAMED: ClassVar[Mapping[str, str]] = {"index": "idx"}
+
+    index: int
+    sizes: dict[str, int]
+    static_decisions: list[Any]
+    static_time_s: float | None
+    version_times: list[float | None]
+    chosen: int
+    dispatcher_time_s: float | None
+
+
+@dataclass(frozen=True)
+class GenericRow(Row):
+    """A size-generic kernel recorded on a machine and target: its dynamic and fixed
+    parameters, entry, thresholds (None: infinite) and chain, the key of the versions the
+    thresholds were tuned for and the threshold runs taken (each ``{"sizes", "thresholds",
+    "time_s"}``), the tuner's warnings and failures, and its versions and training runs."""
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("dynamic", "fixed", "thresholds",
+                                               "threshold_runs", "warnings", "failures")
+
+    id: int
+    kernel_id: int
+    machine_id: int
+    target: str
+    dynamic: list[str]
+    fixed: dict[str, Any]
+    entry: str
+    thresholds: list[float | None]
+    chain: str
+    versions_key: str
+    threshold_runs: list[dict[str, Any]]
+    warnings: list[str]
+    failures: list[str]
+    flags: str
+    updated_at: float
+    versions: tuple[GenericVersionRow, ...] = ()
+    training: tuple[GenericTrainingRow, ...] = ()
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Self:
+        # The versions and training runs come from their own tables: the caller adds them.
+        return super().from_row({"versions": (), "training": (), **row})

@@ -145,12 +145,66 @@ def _v4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN lower_bound_history TEXT NOT NULL DEFAULT '[]'")
 
 
+_V5 = (
+    """CREATE TABLE generic_kernels (
+        id INTEGER PRIMARY KEY,
+        kernel_id INTEGER NOT NULL REFERENCES kernels(id),
+        machine_id INTEGER NOT NULL REFERENCES machines(id),
+        target TEXT NOT NULL,
+        dynamic TEXT NOT NULL,
+        fixed TEXT NOT NULL DEFAULT '{}',
+        entry TEXT NOT NULL,
+        thresholds TEXT NOT NULL DEFAULT '[]',
+        chain TEXT NOT NULL,
+        versions_key TEXT NOT NULL DEFAULT '',
+        threshold_runs TEXT NOT NULL DEFAULT '[]',
+        warnings TEXT NOT NULL DEFAULT '[]',
+        failures TEXT NOT NULL DEFAULT '[]',
+        flags TEXT NOT NULL DEFAULT '',
+        updated_at REAL NOT NULL,
+        UNIQUE (kernel_id, machine_id, target)
+    )""",
+    """CREATE TABLE generic_versions (
+        generic_id INTEGER NOT NULL REFERENCES generic_kernels(id),
+        idx INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        decisions TEXT NOT NULL,
+        won_at TEXT NOT NULL DEFAULT '[]',
+        dropped TEXT NOT NULL DEFAULT '[]',
+        completed TEXT NOT NULL DEFAULT '[]',
+        source_digest TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (generic_id, idx)
+    )""",
+    """CREATE TABLE generic_training (
+        generic_id INTEGER NOT NULL REFERENCES generic_kernels(id),
+        idx INTEGER NOT NULL,
+        sizes TEXT NOT NULL,
+        static_decisions TEXT NOT NULL DEFAULT '[]',
+        static_time_s REAL,
+        version_times TEXT NOT NULL DEFAULT '[]',
+        chosen INTEGER NOT NULL,
+        dispatcher_time_s REAL,
+        PRIMARY KEY (generic_id, idx)
+    )""",
+)
+
+
+def _v5(conn: sqlite3.Connection) -> None:
+    # Size-generic kernels: their versions, thresholds and training runs, so that a tune with
+    # more training sizes refines the recorded kernel instead of tuning it again, and so that
+    # show, export and report can list it.
+    for statement in _V5:
+        conn.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "kernels, machines, runs, evaluations and best implementations", _v1),
     Migration(2, "evaluations.decisions_hash, backfilled and indexed for resume look-ups", _v2),
     Migration(3, "evaluations.slowdown, the speed probe's verdict on each timing", _v3),
     Migration(4, "runs.space_lower_bound_s and runs.lower_bound_history, the optimality "
                  "certificate", _v4),
+    Migration(5, "generic_kernels, generic_versions and generic_training: size-generic "
+                 "kernels, their versions, thresholds and training runs", _v5),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from partita.db.rows import BestRow, EvaluationRow, RunRow
+from partita.db.rows import BestRow, EvaluationRow, GenericRow, RunRow
 from partita.runtime.harness import TimingOptions
 
 # The tuner's tolerance, so that the report and the tuner agree on what a model bug is.
@@ -479,6 +479,71 @@ def write_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: st
         "</html>",
         "",
     ]
+    page = out / "index.html"
+    page.write_text("\n".join(s for s in sections if s), encoding="utf-8")
+    return page
+
+
+# ---------------------------------------------------------------------- size-generic kernels
+
+
+def _sizes(sizes: Mapping[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def generic_section(generic: GenericRow) -> str:
+    """The section of a size-generic kernel: its versions (what each won, what its replay
+    dropped), the dispatch chain and its thresholds, and the training runs (per size: the
+    static tune's time, each version's time, the version chosen, the dispatcher's time)."""
+    parts = ['<h2 id="generic">Size-generic kernel</h2>',
+             f"<p>Over dynamic sizes {_esc(', '.join(generic.dynamic))}"
+             + (f" ({_esc(_sizes(generic.fixed))} fixed)" if generic.fixed else "")
+             + f": {len(generic.versions)} versions behind the entry "
+             f"<code>{_esc(generic.entry)}</code>, chosen on the work (the product of the "
+             "sizes).</p>",
+             '<h3 id="versions">Versions</h3>',
+             _table(["version", "entry", "won at", "decisions", "dropped", "completed"],
+                    [(f"V{v.index + 1}", v.entry, "; ".join(_sizes(s) for s in v.won_at),
+                      len(v.decisions), len(v.dropped), len(v.completed))
+                     for v in generic.versions], numeric=(3, 4, 5)),
+             '<h3 id="dispatch">Dispatch</h3>', f"<pre>{_esc(generic.chain)}</pre>"]
+    if generic.thresholds:
+        parts.append(_table(["threshold", "guards", "value (work)"],
+                            [(f"T{i + 1}", f"V{i + 1}", "inf" if t is None else f"{t:g}")
+                             for i, t in enumerate(generic.thresholds)], numeric=(2,)))
+    names = [f"V{i + 1}" for i in range(len(generic.versions))]
+    rows = []
+    for t in generic.training:
+        times = [format_time(x) for x in t.version_times]
+        times += ["n/a"] * (len(names) - len(times))
+        rows.append((_sizes(t.sizes), format_time(t.static_time_s), *times,
+                     f"V{t.chosen + 1}", format_time(t.dispatcher_time_s)))
+    parts += ['<h3 id="training">Training runs</h3>',
+              _table(["sizes", "static tune", *names, "chosen", "dispatcher"], rows,
+                     numeric=(*range(1, len(names) + 2), len(names) + 3))]
+    parts += [f'<p class="warn">warning: {_esc(w)}</p>' for w in generic.warnings]
+    parts += [f'<p class="note">failure: {_esc(f)}</p>' for f in generic.failures]
+    return "\n".join(parts)
+
+
+def write_generic_report(out_dir: str | os.PathLike[str], *, title: str, kernel_desc: str,
+                         generic: GenericRow, machine: dict[str, Any] | None) -> Path:
+    """Write ``index.html`` of a size-generic kernel (:meth:`partita.db.Records.generic`)
+    into ``out_dir``; return its path. The kernel's versions are static winners whose own
+    tunes each have a report (``partita report`` at a training size); this page has the
+    kernel, the machine and :func:`generic_section`, no plots."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in PLOTS.values():  # plots of an earlier report in this directory
+        if (out / stale).exists():
+            (out / stale).unlink()
+    sections = [
+        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_esc(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
+        f"<h1>{_esc(title)}</h1>", '<h2 id="kernel">Kernel</h2>',
+        f"<pre>{_esc(kernel_desc)}</pre>", generic_section(generic), _machine(machine),
+        "</body>", "</html>", ""]
     page = out / "index.html"
     page.write_text("\n".join(s for s in sections if s), encoding="utf-8")
     return page

@@ -8,11 +8,14 @@ kernel's target (:mod:`partita.targets`) for everything that depends on the hard
 :mod:`~partita.tuning.transfer` the start from related kernels;
 :mod:`~partita.tuning.baseline` the numpy comparison;
 :mod:`~partita.tuning.generic` size-generic kernels: versions tuned at training sizes behind a
-dispatcher whose thresholds :mod:`~partita.tuning.thresholds` tunes.
+dispatcher whose thresholds :mod:`~partita.tuning.thresholds` tunes
+(:mod:`~partita.tuning.generic_tune`), kept in the records
+(:mod:`~partita.tuning.generic_store`).
 """
 
 from partita.tuning.baseline import kernel_rates, numpy_time
-from partita.tuning.generic import GenericTuned, tune_generic
+from partita.tuning.generic import GenericTuned
+from partita.tuning.generic_tune import load_generic, tune_generic
 from partita.tuning.limits import (
     ABANDON_FACTOR,
     FIRST_CALL_BOUNDS,
@@ -37,6 +40,6 @@ __all__ = [
     "ABANDON_FACTOR", "FIRST_CALL_BOUNDS", "GenericTuned", "StaleRecord", "Tuned", "adapt",
     "batch_abandon",
     "batch_limit", "budget_stop", "call_limit", "check_request", "host_machine",
-    "kernel_params", "kernel_rates", "load", "numpy_time", "rebuild_program",
+    "kernel_params", "kernel_rates", "load", "load_generic", "numpy_time", "rebuild_program",
     "records_target", "target_model", "tune", "tune_generic",
 ]

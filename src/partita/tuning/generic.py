@@ -20,7 +20,6 @@ was known. Each version's dropped and completed decisions are reported.
 
 from __future__ import annotations
 
-import math
 import random
 import shlex
 from collections.abc import Sequence
@@ -34,29 +33,21 @@ from partita.codegen.program import Param, Program, prototype, signature
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType, KernelError
 from partita.kernels.registry import get_spec
-from partita.kernels.registry import kernel as library_kernel
 from partita.report.export import build_flags
 from partita.runtime.call import check_array, new_array
 from partita.runtime.compile import Compiler
 from partita.search.sampling import NoImplementation, random_implementation
-from partita.search.stop import parse_duration
 from partita.space.candidate import Candidate, DeadEnd, Decision, Space
-from partita.targets import get as get_target
 from partita.tuning.dispatch import (
-    Dataset,
     declaration,
-    dispatcher_source,
     load_function,
-    per_call,
     work,
 )
-from partita.tuning.pipeline import tune
+from partita.tuning.generic_store import Timings
 from partita.tuning.thresholds import (
     INFINITY,
-    Run,
     ThresholdResult,
     choose_version,
-    tune_thresholds,
 )
 from partita.tuning.tuned import code_dir
 
@@ -89,6 +80,8 @@ class TrainingRun:
     version_times: list[float | None]
     chosen: int
     dispatcher_time: float | None
+    static_decisions: list[Any] = field(default_factory=list)
+    """The static tune's best decisions (what a refining tune reuses)."""
 
 
 def parse_train(train: Sequence[Any], names: Sequence[str]) -> list[Sizes]:
@@ -192,12 +185,21 @@ class GenericTuned:
     entry: str
     source: str
     """The dispatcher's C source, thresholds as constants."""
-    library: Path
+    library: Path | None
+    """The shared object of the versions and the dispatcher (None: built at the first call)."""
     result: ThresholdResult | None = None
-    """The threshold tuner's result (None with a single version: nothing to tune)."""
+    """The threshold tuner's result (None with a single version, or read from the records)."""
     training: list[TrainingRun] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    """Winners that gave no version (no implementation over dynamic sizes, wrong results)."""
+    """Winners that gave no version (no implementation over dynamic sizes, wrong results),
+    and the threshold tuner's failed runs."""
+    warnings: list[str] = field(default_factory=list)
+    """The threshold tuner's warnings (the datasets disagree: monotonicity fails)."""
+    timings: Timings = field(default_factory=Timings)
+    """What this tune measured and what it reused from the records."""
+    tuned_sizes: list[Sizes] = field(default_factory=list)
+    """The training sizes whose static kernel this tune searched (the others were
+    recorded)."""
     _calls: dict[tuple[Any, ...], tuple[Any, Any, tuple[Param, ...]]] = field(
         default_factory=dict, repr=False)
     """Per (entry, sizes): the loaded function and the signature at those sizes."""
@@ -242,11 +244,19 @@ class GenericTuned:
         if found is None:  # the signature at these sizes, and the function, once per shape
             if len(self._calls) >= 256:
                 self._calls.clear()
-            ffi, fn = load_function(self.library, entry,
+            ffi, fn = load_function(self.loaded_library(), entry,
                                     declaration(entry, signature(self.kernel)))
             found = self._calls[key] = (ffi, fn, signature(self.kernel, sizes))
         ffi, fn, params = found
         return call_checked(ffi, fn, params, sizes, args, out)
+
+    def loaded_library(self) -> Path:
+        """The shared object of the versions and the dispatcher, compiled at the first call
+        of a kernel read from the records."""
+        if self.library is None:
+            dispatcher = Program(self.kernel, self.entry, self.source, signature(self.kernel))
+            self.library = compile_versions(self.kernel, self.versions, dispatcher)
+        return self.library
 
     def write(self, directory: str | Path | None = None) -> Path:
         """A directory a user builds without partita (default: ``code/<kernel>_generic_<hash>``
@@ -283,7 +293,7 @@ class GenericTuned:
         lines = [f"{self.name} over dynamic sizes {dyn}: {len(self.versions)} versions, "
                  f"chosen on the work ({' * '.join(self.size_names)})"]
         for i, v in enumerate(self.versions):
-            won = "; ".join(_sizes_text(s) for s in v.won_at)
+            won = "; ".join(sizes_text(s) for s in v.won_at)
             lines.append(f"  V{i + 1} {v.entry}: won at {won}; {len(v.dropped)} decisions "
                          f"dropped, {len(v.completed)} completed")
             lines += [f"      dropped: {d}" for d in v.dropped]
@@ -293,12 +303,10 @@ class GenericTuned:
                 lines.append(f"  {name}: best interval {iv}, {self.result.runs} runs in all")
         for t in self.training:
             times = ", ".join(f"V{i + 1} {_us(x)}" for i, x in enumerate(t.version_times))
-            lines.append(f"  at {_sizes_text(t.sizes)}: static tune {_us(t.static_time)}; "
+            lines.append(f"  at {sizes_text(t.sizes)}: static tune {_us(t.static_time)}; "
                          f"{times}; dispatcher -> V{t.chosen + 1} {_us(t.dispatcher_time)}")
-        warnings = self.result.warnings if self.result is not None else []
-        lines += [f"  warning: {w}" for w in warnings]
-        fails = (self.result.failures if self.result is not None else []) + self.failures
-        lines += [f"  failure: {f}" for f in fails]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        lines += [f"  failure: {f}" for f in self.failures]
         return "\n".join(lines)
 
     def chain(self) -> str:
@@ -326,7 +334,7 @@ def _threshold_text(t: float) -> str:
     return "inf" if t == INFINITY else f"{int(t)}"
 
 
-def _sizes_text(sizes: Sizes) -> str:
+def sizes_text(sizes: Sizes) -> str:
     return " ".join(f"{k}={v}" for k, v in sizes.items())
 
 
@@ -423,171 +431,8 @@ def call_checked(ffi: Any, fn: Any, params: tuple[Param, ...], sizes: Sizes,
     return written[0] if len(written) == 1 else tuple(written)
 
 
-# -- tuning ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Winner:
-    """The static tune at one training size: its best decisions and time."""
-
-    sizes: Sizes
-    decisions: list[Any]
-    time: float | None
-
-
-def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 60.0, *,
-                 evaluations: int | None = None, db: str | Path | None = None, seed: int = 0,
-                 measure_s: float = 0.05, tune_options: dict[str, Any] | None = None,
-                 target: str = "cpu", **fixed: Any) -> GenericTuned:
-    """Tune the library kernel ``kernel_name`` for any size of its dynamic sizes (those of
-    its size parameters not given in ``fixed``).
-
-    ``train`` lists the training sizes: dicts of the dynamic sizes, or tuples of them in the
-    kernel's parameter order. The static kernel is tuned at each (``budget`` split evenly,
-    ``evaluations`` each if given; with the records in ``db``, as
-    :func:`~partita.tuning.tune`, which returns a recorded best at once; ``tune_options``
-    go to it too, e.g. ``search`` or ``model``); the distinct winners become versions over
-    dynamic sizes, joined by a C dispatcher whose thresholds on the work are tuned on the
-    training sizes (each run timed in process for ``measure_s`` seconds, warm-up first).
-    ``fixed`` gives the kernel's other parameters (a size given there is static). The
-    versions and the dispatcher are C called in process: ``target`` must print C."""
-    if get_target(target).languages[0] != "c":
-        raise ValueError(f"size-generic kernels are C called in process; the {target} target "
-                         f"prints {get_target(target).languages[0]}")
-    spec = get_spec(kernel_name)
-    dynamic = [p.name for p in spec.params if p.kind == "size" and p.name not in fixed]
-    if not dynamic:
-        raise ValueError(f"kernel {kernel_name!r}: every size is fixed; nothing is dynamic")
-    sizes = parse_train(train, dynamic)
-    fixed = {k: v for k, v in spec.resolve({**fixed, **sizes[0]}).items() if k in fixed}
-    dyn = dynamic_kernel(kernel_name, dynamic, fixed, sizes[0])
-    per = parse_duration(budget) / len(sizes)
-    winners = []
-    for s in sizes:
-        t = tune(library_kernel(kernel_name, **fixed, **s), budget=per, target=target,
-                 evaluations=evaluations, db=db, seed=seed, **(tune_options or {}))
-        winners.append(Winner(s, list(t.decisions), t.time))
-    names = [s.name for s in dyn.sizes]
-    data = [Dataset.make(dyn, library_kernel(kernel_name, **fixed, **s), s, seed)
-            for s in sizes]
-    versions, failures = build_versions(dyn, kernel_name, winners, names, seed, target)
-    versions, times = check_versions(dyn, versions, data, failures, measure_s)
-    entry = f"{kernel_name}_generic"
-    result: ThresholdResult | None = None
-    thresholds: list[float] = []
-    if len(versions) > 1:
-        result = tune_dispatch(dyn, entry, versions, data, measure_s)
-        thresholds = [result.values[f"T{i + 1}"] for i in range(len(versions) - 1)]
-    source = dispatcher_source(dyn, entry, [v.entry for v in versions], thresholds)
-    library = compile_versions(dyn, versions, Program(dyn, entry, source, signature(dyn)))
-    generic = GenericTuned(kernel_name, dyn, dict(fixed), dynamic, versions, thresholds, entry,
-                           source, library, result, [], failures)
-    ffi, fn = load_function(library, entry, declaration(entry, signature(dyn)))
-    for w, d, row in zip(winners, data, times, strict=True):
-        d.reset()
-        args = d.arguments(ffi, dyn)
-        fn(*args)
-        took = None if d.errors() else per_call(fn, args, measure_s)
-        generic.training.append(TrainingRun(w.sizes, w.time, row,
-                                            generic.version_for(w.sizes), took))
-    return generic
-
-
-def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Sequence[str],
-                   seed: int, target: str = "cpu") -> tuple[list[Version], list[str]]:
-    """The distinct winners replayed over dynamic sizes and printed, ordered by the largest
-    work each won at (largest first: the first branch of the chain); failures named."""
-    plug = get_target(target)
-    space = plug.space(dyn)
-    by_source: dict[str, tuple[Version, Candidate]] = {}
-    failures: list[str] = []
-    for w in sorted(winners, key=lambda w: -work({**static_sizes(dyn), **w.sizes}, names)):
-        try:
-            leaf, dropped, completed = replay_version(space, w.decisions, seed)
-            source = plug.print_program(leaf, f"{name}_generic").source
-        except Exception as exc:  # any failure drops this winner; it is reported
-            failures.append(f"the winner at {_sizes_text(w.sizes)} gives no version over "
-                            f"dynamic sizes: {exc}")
-            continue
-        if source in by_source:
-            by_source[source][0].won_at.append(w.sizes)
-            continue
-        version = Version("", "", [d.to_json() for d in leaf.decisions], [w.sizes], dropped,
-                          completed)
-        by_source[source] = (version, leaf)
-    versions = []
-    for i, (v, leaf) in enumerate(by_source.values()):  # entries numbered in branch order
-        v.entry = f"{name}_generic_v{i + 1}"
-        v.source = plug.print_program(leaf, v.entry).source
-        versions.append(v)
-    if not versions:
-        raise RuntimeError(f"{name}: no winner replays over dynamic sizes: "
-                           + "; ".join(failures))
-    return versions, failures
-
-
 def compile_versions(dyn: Kernel, versions: Sequence[Version],
                      *extra: Program) -> Path:
     """One shared object with every version and the ``extra`` programs (dispatchers)."""
     programs = [Program(dyn, v.entry, v.source, signature(dyn)) for v in versions]
     return Compiler().build([*programs, *extra]).path
-
-
-def check_versions(dyn: Kernel, versions: list[Version], data: Sequence[Dataset],
-                   failures: list[str], measure_s: float
-                   ) -> tuple[list[Version], list[list[float | None]]]:
-    """The versions that compute the right outputs at every training size (the others
-    dropped, named in ``failures``), and each one's time per training size."""
-    library = compile_versions(dyn, versions)
-    params = signature(dyn)
-    good: list[Version] = []
-    rows: list[list[float | None]] = [[] for _ in data]
-    for v in versions:
-        ffi, fn = load_function(library, v.entry, declaration(v.entry, params))
-        times: list[float | None] = []
-        for d in data:
-            d.reset()
-            args = d.arguments(ffi, dyn)
-            fn(*args)
-            wrong = d.errors()
-            if wrong:
-                failures.append(f"{v.entry} is wrong at {_sizes_text(d.sizes)}: {wrong[0]}; "
-                                "dropped")
-                break
-            times.append(per_call(fn, args, measure_s))
-        else:
-            good.append(v)
-            for row, t in zip(rows, times, strict=True):
-                row.append(t)
-    if not good:
-        raise RuntimeError(f"{dyn.name}: no version over dynamic sizes computes the right "
-                           "outputs: " + "; ".join(failures))
-    return good, rows
-
-
-def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
-                  data: Sequence[Dataset], measure_s: float) -> ThresholdResult:
-    """The thresholds of the dispatcher, tuned on the training datasets: each run calls the
-    tuning entry (thresholds as an argument) once to check its outputs, then times it."""
-    source = dispatcher_source(dyn, entry, [v.entry for v in versions])
-    tuning = Program(dyn, f"{entry}_tuning", source, signature(dyn))
-    library = compile_versions(dyn, versions, tuning)
-    ffi, fn = load_function(library, f"{entry}_tuning",
-                            declaration(f"{entry}_tuning", signature(dyn), tuning=True))
-    names = [f"T{i + 1}" for i in range(len(versions) - 1)]
-    size_names = [s.name for s in dyn.sizes]
-
-    def run(index: Any, setting: dict[str, float]) -> Run:
-        d = data[index]
-        limits = ffi.new("int64_t[]", [(1 << 63) - 1 if setting[n] == math.inf
-                                       else math.ceil(setting[n]) for n in names])
-        args = [limits, *d.arguments(ffi, dyn)]
-        d.reset()
-        fn(*args)
-        w = work({**static_sizes(dyn), **d.sizes}, size_names)
-        properties: dict[str, tuple[int, ...]] = {n: (w,) for n in names}
-        if d.errors():
-            return Run(None, properties)
-        return Run(per_call(fn, args, measure_s), properties)
-
-    return tune_thresholds(names, list(range(len(data))), run)
