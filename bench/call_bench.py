@@ -160,6 +160,9 @@ batches, and their difference is the median of the differences batch by batch. T
 work of the `Tuned` call (its checks and pointers, the C call left out) is timed called in a
 loop, with warm caches, and right after each bare call of the kernel, as it runs when the
 kernel is called in a loop: from caches the kernel has just streamed its arrays through.
+Where the kernel takes milliseconds (1024^3), the difference of the paired calls varies from
+pair to pair by far more than the microseconds it measures; the Python work after the kernel
+is the finer figure there.
 
 | case | recorded by the tuner | worker, again | bare call | `Tuned` call \
 | `Tuned` - bare | its Python work: warm, after the kernel | `Tuned` / recorded | numpy |
