@@ -91,3 +91,37 @@ def test_the_fast_path_agrees_with_the_general_one() -> None:
     x = np.ones(16, np.float32)
     assert axpy._load().fast is None  # an inout output: the general path
     np.testing.assert_array_equal(axpy(np.float32(2), x, x), 3)
+
+
+@pytest.mark.parametrize(("where", "overlap"), [
+    ("A", 0), ("A", 1), ("A", 64), ("B", 0), ("B", 1), ("B", 192)])
+def test_the_fast_path_tells_an_overlap_from_a_neighbour_to_the_element(
+        monkeypatch: pytest.MonkeyPatch, where: str, overlap: int) -> None:
+    """An ``out=`` that shares even one element with an input goes the general way (which
+    reads that input from a copy); one that only borders it is served in place."""
+    from partita.runtime.call import KernelCall
+    taken: list[int] = []
+    general = KernelCall.general
+
+    def counted(self: KernelCall, args: tuple, out: object = None) -> object:
+        taken.append(1)
+        return general(self, args, out)
+
+    monkeypatch.setattr(KernelCall, "general", counted)
+    fast = _tuned("matmul", 3, m=16, n=24, k=8)  # A: 16x8, B: 8x24, C: 16x24
+    rng = np.random.default_rng(1)
+    buf = np.zeros(1024, np.float32)
+    if where == "A":  # C starts `overlap` elements before the end of A
+        A = buf[:128].reshape(16, 8)
+        C = buf[128 - overlap:128 - overlap + 384].reshape(16, 24)
+        B = rng.uniform(-1, 1, (8, 24)).astype(np.float32)
+        A[...] = rng.uniform(-1, 1, (16, 8))
+    else:  # C ends `overlap` elements after the start of B
+        C = buf[:384].reshape(16, 24)
+        B = buf[384 - overlap:384 - overlap + 192].reshape(8, 24)
+        A = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
+        B[...] = rng.uniform(-1, 1, (8, 24))
+    want = A.astype(np.float64) @ B
+    assert fast(A, B, out=C) is C
+    np.testing.assert_allclose(C, want, rtol=1e-4, atol=1e-4)
+    assert len(taken) == (overlap > 0)

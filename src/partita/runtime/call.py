@@ -3,11 +3,14 @@
 What does not change between calls (each argument's dtype, shape and the strides to check,
 the C function and its prototype) is computed once, when the first call loads the library;
 a call through the fast path specialised to the signature (:meth:`KernelCall._fast_path`)
-costs about 2.5 us on top of the kernel (sgemm 256x256x32 with ``out=``, bare and checked
-calls in alternating batches: 27.2 us bare, 29.7 us through :class:`KernelCall`; the general
-path, 3.5-4 us; ctypes' ``a.ctypes.data`` alone cost a microsecond an array). Arrays reach
-C through cffi's zero-copy buffer pointers (``from_buffer``); a strided view, which has no
-contiguous buffer, goes by its data address.
+does about 1.1 us of Python besides the C call (two arrays in, one ``out=``, called in a
+loop; the general path, 3-4 us; ctypes' ``a.ctypes.data`` alone cost a microsecond an array).
+That is its cost with warm caches: right after a kernel that streams megabytes through the
+caches, the same Python work runs from the last-level cache and takes two to three times as
+long, so what the call costs beside the kernel grows with the kernel's arrays, and every
+line of Python a call runs counts twice. Arrays reach C through cffi's zero-copy buffer
+pointers (``from_buffer``); a strided view, which has no contiguous buffer, goes by its data
+address.
 
 The printed C declares every array ``restrict``: an output that shares memory with another
 argument would compute wrong values. An input that overlaps an output is therefore copied
@@ -141,21 +144,24 @@ class KernelCall:
         """A call specialised to this signature, for the common case (C-contiguous arrays of
         the right dtype and shape, Python numbers for scalars, one output, none or a separate
         ``out=``), that hands every other case to :meth:`general`: generated once, it checks
-        and converts without loops or dicts (about 1.5 us of Python a call where the general
+        and converts without loops or dicts (about 1.1 us of Python a call where the general
         path takes 3-4).
 
         Layout and writability are not tested attribute by attribute: cffi's ``from_buffer``
         asks for a C-contiguous buffer (and a writable one for the output) and raises
         ValueError otherwise, so an array of the right shape that it accepts has exactly the
         strides tuned for, and one it refuses goes to :meth:`general`, which names what is
-        wrong."""
+        wrong. For the same reason an ``out=`` is tested against the inputs by comparing the
+        pointers' ranges, ``[p, p + n)``: the buffers are contiguous, so that is exact, and it
+        costs a third of ``np.may_share_memory`` (0.14 us a pair against 0.4 through numpy's
+        dispatch of overridable functions); an overlap goes to :meth:`general`, which reads
+        the input from a copy."""
         arrays = [a for a in self.args if a.param.kind == "array"]
         if (len(self.outputs) != 1 or self.outputs[0].param.role != "out"
                 or not all(a.contiguous for a in arrays)):
             return None
         env: dict[str, Any] = {"ndarray": np.ndarray, "empty": np.empty, "fn": self.fn,
-                               "fb": self.from_buffer, "share": np.may_share_memory,
-                               "general": self.general}
+                               "fb": self.from_buffer, "general": self.general}
         names = [f"x{n}" for n in range(len(self.inputs))]
         lines = ["def call(args, out=None):",
                  f"    if len(args) != {len(names)}:",
@@ -177,25 +183,30 @@ class KernelCall:
         target = self.outputs[0]
         k = len(names)
         env[f"d{k}"], env[f"s{k}"] = target.dtype, target.shape
-        shares = " or ".join(f"share(out, {v})" for v, a in zip(names, self.inputs, strict=True)
-                             if a.param.kind == "array") or "False"
-        lines += ["    if out is None:", f"        o = empty(s{k}, d{k})", "    else:",
-                  f"        if {array_test('out', target, k)} or {shares}:",
-                  "            return general(args, out)", "        o = out"]
+        lines += ["    if out is None:", f"        o = empty(s{k}, d{k})",
+                  f"    elif {array_test('out', target, k)}:", "        return general(args, out)",
+                  "    else:", "        o = out", "    try:"]
         position = {a.param.name: v for v, a in zip(names, self.inputs, strict=True)}
-        pointers = []
+        pointers, overlaps = [], []
         for m, a in enumerate(self.args):
             env[f"t{m}"] = self.types.get(a.param.name)
             if a.param.kind == "scalar":
                 pointers.append(position[a.param.name])
-            else:
-                var, writes = ("o", True) if a is target else (position[a.param.name], False)
-                lines.append(f"        p{m} = fb(t{m}, {var}, {writes})")
-                pointers.append(f"p{m}")
-        lines.insert(len(lines) - sum(p.startswith("p") for p in pointers), "    try:")
+                continue
+            env[f"n{m}"] = int(np.prod(a.shape))
+            var, writes = ("o", True) if a is target else (position[a.param.name], False)
+            lines.append(f"        p{m} = fb(t{m}, {var}, {writes})")
+            pointers.append(f"p{m}")
+            if a is not target:  # [p, p + n) against the output's [q, end)
+                overlaps.append(f"q < p{m} + n{m} and p{m} < end")
         lines += ["    except ValueError:  # not C-contiguous, or a read-only output",
-                  "        return general(args, out)",
-                  f"    fn({', '.join(pointers)})", "    return o"]
+                  "        return general(args, out)"]
+        if overlaps:  # an out= that overlaps an input: the general path reads from a copy
+            t = self.args.index(target)
+            lines += ["    if out is not None:", f"        q, end = p{t}, p{t} + n{t}",
+                      f"        if {' or '.join(overlaps)}:",
+                      "            return general(args, out)"]
+        lines += [f"    fn({', '.join(pointers)})", "    return o"]
         # The source is made here from the signature alone (names, dtypes, shapes).
         exec("\n".join(lines), env)
         return env["call"]
