@@ -203,7 +203,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
     S.enum("dim_kind", ["Dims"], DimKind, requires={
         DimKind.UNROLL: lambda k, d: k.dim(d).is_static,
         DimKind.VECTOR: lambda k, d: (k.dim(d).is_static and not carried(k, d)
-                                and _innermost_tile(k, d)
+                                and _innermost_tile(k, d) and d not in k.indirect_dims
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
         DimKind.PARALLEL: lambda k, d: k.dim(d).level == 0 and (
