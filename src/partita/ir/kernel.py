@@ -365,6 +365,14 @@ class Kernel:
         return frozenset(out)
 
     @cached_property
+    def compute_dtype(self) -> DType:
+        """The element type the kernel computes in, which sets its rates and vector lanes:
+        that of its first floating-point array (an int32 array of indices, a histogram's,
+        does not), else its first array's."""
+        floats = [a.dtype for a in self.arrays if a.dtype.is_float]
+        return floats[0] if floats else self.arrays[0].dtype
+
+    @cached_property
     def indirect_dims(self) -> frozenset[str]:
         """Tile dimensions of instructions with an indirect access (``hist[x[i]]``): each
         runs one element at a time, never as a vector (a gather or scatter of lanes)."""
