@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from tests.model.test_bound import RATES
 
 import partita
 from partita import KernelBuilder
@@ -22,6 +23,7 @@ from partita.ir.dependences import dependences
 from partita.ir.interpret import sequential_reference
 from partita.ir.types import KernelError
 from partita.kernels import kernel
+from partita.model import Model
 from partita.runtime import Evaluator, TimingOptions
 from partita.runtime.call import KernelCall
 from partita.runtime.compile import Compiler
@@ -78,18 +80,51 @@ def test_every_bin_and_both_ends_are_counted() -> None:
 
 
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
-def test_the_scatter_loop_runs_in_order(target: str) -> None:
-    """Two elements may name one bin: every tile of the scatter loop is carried, so no
-    implementation runs it in parallel, on threads or blocks, or on vectors; the bins are
-    cleared on vectors."""
+def test_the_scatter_loop_is_parallel_only_on_private_bins(target: str) -> None:
+    """Two elements may name one bin: the scatter loop carries a dependence, so no
+    implementation runs it on vectors, or on GPU threads or blocks; on the CPU its outer tile
+    may be parallel, each thread counting into private bins added up after the loop."""
     k = kernel("histogram", n=4096, bins=64)
     assert "i" in dependences(k).carried_logical
     root = partita.space(k, target).root()
     assert isinstance(root, Candidate)
-    for d in k.dims_of("i"):
+    outer, *inner = k.dims_of("i")
+    for d in inner:
         assert set(root.domain("dim_kind", d)) <= {"LOOP", "UNROLL"}, d
+    want = {"LOOP", "PARALLEL"} if target == "cpu" else {"LOOP"}
+    assert set(root.domain("dim_kind", outer)) == want
     if target == "cpu":
         assert "VECTOR" in root.domain("dim_kind", k.dims_of("j")[-1])
+        impl = random_implementation(root.restrict("dim_kind", [outer], ["PARALLEL"]),
+                                     random.Random(0))
+        source = print_c(impl, "h").source
+        assert "calloc(64, sizeof(float))" in source and "shared_hist[e_] += hist[e_]" in source
+
+
+def _running_counts() -> KernelBuilder:
+    """A histogram that also writes, for each element, its bin's count so far."""
+    b = KernelBuilder("running", "float32")
+    n = b.size("n", 64)
+    x = b.array("x", "int32", [n])
+    hist = b.array("hist", None, [8], role="out")
+    seen = b.array("seen", None, [n], role="out")
+    j = b.dim("j", 8)
+    b.store(hist, [j], b.mov(0.0, dims=[j]))
+    i = b.dim("i", n, tiles=[[1, 4]])
+    bin_of = b.load(x, [i])
+    more = b.add(b.load(hist, [bin_of], dims=[i]), 1.0, dims=[i])
+    b.store(hist, [bin_of], more, dims=[i])
+    b.store(seen, [i], more)
+    return b
+
+
+def test_a_scatter_whose_partial_counts_are_read_stays_in_order() -> None:
+    """Private bins hold a thread's share of the counts, not the counts so far: where the
+    updated value is read by anything but the store, the loop is never parallel."""
+    k = _running_counts().build()
+    root = partita.space(k).root()
+    assert isinstance(root, Candidate)
+    assert set(root.domain("dim_kind", "i.0")) == {"LOOP"}
 
 
 def test_the_gpu_printer_refuses_an_array_cleared_and_updated_by_two_nests() -> None:
@@ -163,7 +198,6 @@ def test_the_bound_is_below_the_measured_time() -> None:
     the bound from the measured rates."""
     if shutil.which("gcc") is None:
         pytest.skip("no gcc")
-    from partita.model import Model
     from partita.model.cpu import cpu_rates
     from partita.targets.cpu.measure import measure
 
@@ -178,3 +212,19 @@ def test_the_bound_is_below_the_measured_time() -> None:
     for impl, m in zip(impls, measured, strict=True):
         assert m.ok, m.reason
         assert m.min_s >= model.bound(impl).time_s, (m.min_s, model.bound(impl).terms)
+
+
+@pytest.mark.parametrize("kind", ["LOOP", "PARALLEL"])
+def test_the_bound_charges_a_store_per_element(kind: str) -> None:
+    """Every element's update is a scalar store (one per cycle on the model's machine, which
+    has 2 cores): the issue term is at least ``n`` stores, over the cores where the loop is
+    parallel, and no more than twice that with the two loads and the add beside it."""
+    n = 1 << 14
+    k = kernel("histogram", n=n, bins=64)
+    root = partita.space(k).root()
+    assert isinstance(root, Candidate)
+    impl = random_implementation(root.restrict("dim_kind", ["i.0"], [kind]), random.Random(2))
+    cores = RATES.cores if kind == "PARALLEL" else 1
+    stores = n / cores / RATES.stores_per_cycle / (RATES.ghz * 1e9)
+    issue = Model(RATES).bound(impl).terms["issue"]
+    assert stores <= issue <= 2 * stores
