@@ -228,3 +228,40 @@ def test_the_bound_charges_a_store_per_element(kind: str) -> None:
     stores = n / cores / RATES.stores_per_cycle / (RATES.ghz * 1e9)
     issue = Model(RATES).bound(impl).terms["issue"]
     assert stores <= issue <= 2 * stores
+
+
+def test_rows_of_a_histogram_per_row_run_in_parallel_without_private_copies() -> None:
+    """``hist[r, x[r, i]] += 1`` (counts added to those given): rows update distinct bins, so
+    the row loop carries nothing and runs in parallel on the shared array; the loop along a
+    row keeps its dependence, and may be parallel only on private copies."""
+    b = KernelBuilder("rows", "float64")
+    x = b.array("x", "int32", [6, 9])
+    hist = b.array("hist", None, [6, 4], role="inout")
+    r, i = b.dim("r", 6, tiles=[[1, 2]]), b.dim("i", 9)
+    bin_of = b.load(x, [r, i])
+    more = b.add(b.load(hist, [r, bin_of], dims=[r, i]), 1.0, dims=[r, i])
+    b.store(hist, [r, bin_of], more, dims=[r, i])
+    k = b.build()
+    assert dependences(k).carried_logical == {"i"}
+    root = partita.space(k).root()
+    assert isinstance(root, Candidate)
+    assert "PARALLEL" in root.domain("dim_kind", "i.0")
+    rows = root.restrict("dim_kind", ["r.0"], ["PARALLEL"])
+    assert isinstance(rows, Candidate)
+    impl = random_implementation(rows.restrict("dim_kind", ["i.0"], ["LOOP"]),
+                                 random.Random(4))
+    prog = print_c(impl, "rows")
+    assert "calloc" not in prog.source
+    data = np.random.default_rng(1).integers(-1, 6, (6, 9)).astype(np.int32)
+    given = np.arange(24.0).reshape(6, 4)
+    got = KernelCall(k.name, prog.entry, prog.params, Compiler().build([prog]).path)(
+        (data, given.copy()))
+    want = given + np.stack([_counts(row, 4) for row in data])
+    np.testing.assert_array_equal(got, want)
+    both = random_implementation(rows.restrict("dim_kind", ["i.0"], ["PARALLEL"]),
+                                 random.Random(4))
+    prog = print_c(both, "rows_private")
+    assert "calloc(24, sizeof(double))" in prog.source
+    got = KernelCall(k.name, prog.entry, prog.params, Compiler().build([prog]).path)(
+        (data, given.copy()))
+    np.testing.assert_array_equal(got, want)

@@ -82,8 +82,10 @@ def privatizes_scatter(k: Kernel, d: str) -> bool:
     run in parallel, each thread updating a private copy of those arrays, joined after the
     loop (the re-composition of a ``pw(+)`` dimension whose result is indexed by data)."""
     logical = k.dim(d).logical
+    if d in k.reduction_dims or not dependences(k).carried(d):
+        return False  # a loop that carries nothing needs no private copies
     arrays = scatter_updates(k, logical)
-    if not arrays or d in k.reduction_dims:
+    if not arrays:
         return False
     if any(k.static_size(s) is None for a in arrays for s in k.array(a).shape):
         return False
