@@ -265,3 +265,22 @@ def test_rows_of_a_histogram_per_row_run_in_parallel_without_private_copies() ->
     got = KernelCall(k.name, prog.entry, prog.params, Compiler().build([prog]).path)(
         (data, given.copy()))
     np.testing.assert_array_equal(got, want)
+
+
+def test_every_implementation_of_a_small_histogram_matches_numpy(evaluator: Evaluator) -> None:
+    """Brute force: every implementation of the CPU space of a 7-element histogram in 3 bins
+    (sequential and on private bins, every tiling and unrolling) counts as numpy, on inputs
+    in [-8, 8) that fall past both ends."""
+    from tests.search.test_strategies import all_implementations
+
+    k = kernel("histogram", n=7, bins=3)
+    root = partita.space(k).root()
+    assert isinstance(root, Candidate)
+    leaves = all_implementations(root)
+    assert 20 < len(leaves) < 400
+    assert any(c.domain("dim_kind", "i.0") == ("PARALLEL",) for c in leaves)
+    runs = evaluator.evaluate([print_c(c, f"all_{n}") for n, c in enumerate(leaves)],
+                              time_it=False)
+    failed = [(c.decisions_json(), r.reason) for c, r in zip(leaves, runs, strict=True)
+              if not r.ok]
+    assert not failed, failed[:3]
