@@ -158,6 +158,7 @@ def test_a_gather_is_never_a_vector() -> None:
     prog = print_c(impl, "gather")
     got = KernelCall(k.name, prog.entry, prog.params, Compiler().build([prog]).path)((xs, ts))
     np.testing.assert_array_equal(got, ts[np.clip(xs, 0, 9)])
+    np.testing.assert_array_equal(sequential_reference(k)(xs, ts)["y"], got)
 
 
 def _builder() -> tuple[KernelBuilder, object, object, object]:
