@@ -22,7 +22,7 @@ def peak_line(k: Any, t: float, cold_cache: bool = False
     if gflops is None:
         return None, None, ""
     d = describe(measure_if_missing=False)
-    peak = d.peak_gflops_fp64 if k.arrays[0].dtype.value == "float64" else d.peak_gflops_fp32
+    peak = d.peak_gflops_fp64 if k.compute_dtype.value == "float64" else d.peak_gflops_fp32
     bw, where = d.stream_triad_gbs, "STREAM triad"
     if gbs is not None and not cold_cache:
         # Calls are timed back to back: a working set that fits a cache streams from it.

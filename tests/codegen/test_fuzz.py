@@ -56,6 +56,7 @@ CASES = [
     ("mvt", {"n": 11}, 6),
     ("gemver", {"n": 7}, 6),
     ("transpose", {"m": 7, "n": 19}, 8),
+    ("histogram", {"n": 53, "bins": 6}, 8),
     ("softmax", {"m": 5, "n": 13}, 8),
     ("jacobi1d", {"n": 101}, 8),
     ("jacobi2d", {"n": 13}, 8),

@@ -33,6 +33,8 @@ SMALL = {
                 "dilation": 1}, {"n": 1, "h": 7, "w": 7, "c": 2, "k": 2, "r": 2, "s": 3,
                                  "dilation": 2}],
     "depthwise_conv2d": [{"n": 1, "h": 6, "w": 5, "c": 3, "r": 3, "s": 2}],
+    "histogram": [{"n": 1, "bins": 1}, {"n": 37, "bins": 5}, {"n": 200, "bins": 16,
+                                                             "dtype": "float64"}],
     "contraction": [{"spec": "gdab,efgc->abcdef", "a": 2, "b": 3, "c": 2, "d": 2, "e": 3,
                      "f": 2, "g": 3}, {"spec": "i,i->", "i": 7}],
 }

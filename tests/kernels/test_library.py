@@ -235,6 +235,14 @@ def _depthwise(image, filters, stride):
     return out
 
 
+def _counted(x: np.ndarray, bins: int) -> np.ndarray:
+    """Each element counted once, in its bin clamped to [0, bins)."""
+    hist = np.zeros(bins)
+    for v in x:
+        hist[min(max(int(v), 0), bins - 1)] += 1
+    return hist
+
+
 EXPECTED = {
     "axpy": lambda p, alpha, x, y: {"y": alpha * x + y},
     "matmul": lambda p, A, B: {"C": np.einsum("ik,kj->ij", A, B)},
@@ -257,6 +265,7 @@ EXPECTED = {
                                          "x2": x2 + np.einsum("ji,j->i", A, y2)},
     "gemver": lambda p, *args: _gemver(*args),
     "transpose": lambda p, A: {"T": A.T},
+    "histogram": lambda p, x: {"hist": _counted(x, p["bins"])},
     "softmax": lambda p, X: {"Y": np.exp(X - X.max(1)[:, None])
                              / np.exp(X - X.max(1)[:, None]).sum(1)[:, None]},
     "jacobi1d": lambda p, *args: {"y": _stencil(OFFSETS_1D, *args)},

@@ -20,7 +20,9 @@ refuses it on its vector types (a register tile is an array of them: "user defin
 not found") and puts the private copies of an array section on each thread's stack (a
 4 MiB ``sub rsp`` for a 1024x1024 float accumulator), where a large accumulator overflows the
 threads' stacks; private copies printed by hand handle every storage alike, large ones on
-the heap.
+the heap. A parallel loop over scatter updates (a histogram's) gives each thread a private
+copy of the array they update, zeroed on the heap under the array's name, joined the same
+way.
 """
 
 from __future__ import annotations
@@ -115,9 +117,11 @@ class CPrinter(CFamilyPrinter):
         split = self.plan.split_reductions
         for red in split:
             self._open_private(red, depth)
+        for array in self.plan.private_arrays:
+            self._open_private_array(array, depth)
         if loops:
             collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
-            nowait = " nowait" if split else ""
+            nowait = " nowait" if split or self.plan.private_arrays else ""
             self.emit(depth, f"#pragma omp for{collapse} schedule(static){nowait}")
             for p in loops:
                 var = c_name(p.dims[0])
@@ -135,6 +139,8 @@ class CPrinter(CFamilyPrinter):
         self.emit(depth, "}")
         if split:
             self._print_combine(split, depth)
+        if self.plan.private_arrays:
+            self._join_private_arrays(depth)
         for st in per_thread:
             self.emit(depth, f"free({st.name});")
         if loops:
@@ -169,6 +175,31 @@ class CPrinter(CFamilyPrinter):
                 self._emit_heap(indent, st)
         self.emit(indent, f"for ({self.idx_t} e_ = 0; e_ < {count}; ++e_) "
                           f"{st.name}[e_] = {identity};")
+
+    def _array_elements(self, array: str) -> int:
+        return self.k.array(array).footprint({s.name: int(s.value) for s in self.k.sizes
+                                              if s.value is not None})
+
+    def _open_private_array(self, array: str, indent: int) -> None:
+        """A thread's private copy of an array its scatter updates add into, under the
+        array's name and on the heap (bins may be many), starting at 0; ``shared_NAME``
+        points to the array itself."""
+        c = self.k.array(array).dtype.c_type
+        count = self._array_elements(array)
+        self.emit(indent, f"{c} *const shared_{array} = {array};")
+        self.emit(indent, f"{c} *const {array} = calloc({count}, sizeof({c}));")
+
+    def _join_private_arrays(self, indent: int) -> None:
+        """Each thread adds its private copies into the arrays, one thread at a time."""
+        self.emit(indent, "#pragma omp critical")
+        self.emit(indent, "{")
+        for array in self.plan.private_arrays:
+            count = self._array_elements(array)
+            self.emit(indent + 1, f"for ({self.idx_t} e_ = 0; e_ < {count}; ++e_) "
+                                  f"shared_{array}[e_] += {array}[e_];")
+        self.emit(indent, "}")
+        for array in self.plan.private_arrays:
+            self.emit(indent, f"free({array});")
 
     def _print_combine(self, split: list[SplitReduction], indent: int) -> None:
         """Each thread joins its private accumulators into the shared ones, one thread at a

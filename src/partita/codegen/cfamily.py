@@ -175,7 +175,10 @@ class CFamilyPrinter:
         """Per axis of a load or store: (its index at lane 0, its step per lane)."""
         assert inst.access is not None
         out = []
-        for ix in inst.access.index:
+        for axis, ix in enumerate(inst.access.index):
+            if axis == inst.access.indirect:
+                out.append((self.indirect_index(inst, env, lane_dims), 0))
+                continue
             parts = [str(ix.const)] if ix.const else []
             lane = 0
             for ld, c in ix.terms:
@@ -188,6 +191,19 @@ class CFamilyPrinter:
                 lane += c * self.lane_coeff(ld, lane_dims)
             out.append((fold_sum(parts), lane))
         return out
+
+    def indirect_index(self, inst: Instruction, env: dict[str, str], lane_dims: set[str]) -> str:
+        """The index of an indirect access: its index operand clamped to the axis (see
+        :class:`~partita.ir.operands.Access`); one element, never a vector of them."""
+        assert inst.access is not None and inst.access.indirect is not None
+        if lane_dims:
+            raise CodegenError(f"{inst.name}: an indirect access into {inst.access.array} "
+                               "runs one element at a time, not in a vector")
+        arr = self.k.array(inst.access.array)
+        extent = self.k.static_size(arr.shape[inst.access.indirect])
+        last = str(extent - 1) if extent is not None else f"({arr.shape[inst.access.indirect]} - 1)"
+        v = self._operand(inst, inst.index_operand(), env, lane_dims, 1)
+        return f"({v} < 0 ? 0 : {v} > {last} ? {last} : {v})"
 
     def temp_address(self, st: Storage, env: dict[str, str], side: str,
                      lane_dims: set[str]) -> tuple[str, int | str]:

@@ -71,7 +71,7 @@ from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Instruction, Reduce, Value, combine_op
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
-from partita.space.memory import reduced_along
+from partita.space.memory import privatizes_scatter, reduced_along, scatter_updates
 from partita.space.nest import CommonKind, Order
 from partita.space.temporaries import CommonPlace, layout_order, temporary_name
 from partita.targets.cpu.space import DimKind as CpuKind
@@ -231,6 +231,9 @@ class LoweredPlan:
         """Heap buffers allocated once per thread of the parallel region."""
         self.split_reductions: list[SplitReduction] = []
         """The accumulations whose reductions the parallel loops split across threads."""
+        self.private_arrays: list[str] = []
+        """The arrays that each thread of the parallel loops updates in a private copy
+        (scatter updates, :func:`~partita.space.memory.privatizes_scatter`)."""
         self.loop_clamps: dict[int, frozenset[str]] = {}
         """The loops (by ``id`` of their node) that stop at the size of their dims' logical
         dims rather than guarding the instructions inside them, each with those logical
@@ -279,6 +282,9 @@ class LoweredPlan:
                 raise CodegenError(f"{inst}: a parallel loop splits a reduction that has no "
                                    "combine operation")
             self.split_reductions.append(SplitReduction(inst, self.storage[inst], op))
+        self.private_arrays = sorted({a for p in loops for d in p.dims
+                                      if privatizes_scatter(self.k, d)
+                                      for a in scatter_updates(self.k, self.k.dim(d).logical)})
 
     # -- structure -------------------------------------------------------------------------
 

@@ -157,21 +157,40 @@ class KernelBuilder:
         self, array: Array, index: Sequence[Any], *, dims: Sequence[DimLike] | None = None,
         name: str | None = None, fill: float | None = None,
     ) -> Instruction:
-        """A load; with ``fill``, indices may leave the array, where it reads ``fill``."""
-        access = Access(array.name, tuple(Affine.of(ix) for ix in index),
-                        None if fill is None else float(fill))
-        space = _dims_of(dims) if dims is not None else _access_dims(access)
-        return self._add(name or f"ld_{array.name}", "load", (), space, array.dtype, access)
+        """A load; with ``fill``, indices may leave the array, where it reads ``fill``.
+
+        An index may be an int32 instruction (or its :class:`Value`): that axis is then
+        indirect, indexed by the instruction's value clamped to the axis (``hist[x[i]]``,
+        see :class:`~partita.ir.operands.Access`)."""
+        affine, axis, extra = self._indices(index)
+        access = Access(array.name, affine, None if fill is None else float(fill), axis)
+        space = _dims_of(dims) if dims is not None else _access_dims(access, extra)
+        return self._add(name or f"ld_{array.name}", "load", extra, space, array.dtype, access)
 
     def store(
         self, array: Array, index: Sequence[Any], value: OperandLike, *,
         dims: Sequence[DimLike] | None = None, name: str | None = None,
     ) -> Instruction:
-        access = Access(array.name, tuple(Affine.of(ix) for ix in index))
-        space = _dims_of(dims) if dims is not None else _access_dims(access)
+        """A store; an index may be an int32 instruction, as in :meth:`load`."""
+        affine, axis, extra = self._indices(index)
+        access = Access(array.name, affine, None, axis)
+        space = _dims_of(dims) if dims is not None else _access_dims(access, extra)
         operand = self._operand(value, array.dtype)
-        return self._add(name or f"st_{array.name}", "store", (operand,), space, array.dtype,
-                         access)
+        return self._add(name or f"st_{array.name}", "store", (operand, *extra), space,
+                         array.dtype, access)
+
+    def _indices(self, index: Sequence[Any]
+                 ) -> tuple[tuple[Affine, ...], int | None, tuple[Operand, ...]]:
+        """Affine indices, the indirect axis (an instruction among the indices) and its
+        index operand."""
+        data = [n for n, ix in enumerate(index) if isinstance(ix, Instruction | Value)]
+        if len(data) > 1:
+            raise KernelError(f"indices {list(index)!r}: at most one axis may be indirect")
+        if not data:
+            return tuple(Affine.of(ix) for ix in index), None, ()
+        (axis,) = data
+        affine = tuple(Affine() if n == axis else Affine.of(ix) for n, ix in enumerate(index))
+        return affine, axis, (self._operand(index[axis], DType.INT32),)
 
     def op(
         self, opname: str, *operands: OperandLike, dims: Sequence[DimLike] = (),
@@ -259,7 +278,10 @@ def _pairs(mapping: Mapping[DimLike, DimLike] | None) -> tuple[tuple[str, str], 
     return tuple((_name(a), _name(b)) for a, b in (mapping or {}).items())
 
 
-def _access_dims(access: Access) -> tuple[str, ...]:
+def _access_dims(access: Access, extra: tuple[Operand, ...] = ()) -> tuple[str, ...]:
+    if extra:
+        raise KernelError(f"the indirect access to {access.array!r} needs dims=: its "
+                          "index does not say which dimensions it runs over")
     seen: list[str] = []
     for ix in access.index:
         for d, _ in ix.terms:

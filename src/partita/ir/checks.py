@@ -166,9 +166,10 @@ def check_instruction(k: Kernel, inst: Instruction) -> None:
     owner = f"instruction {inst.name!r}"
     if inst.op not in ARITY:
         raise KernelError(f"{owner}: unknown operation {inst.op!r}")
-    if len(inst.operands) != ARITY[inst.op]:
+    arity = ARITY[inst.op] + (1 if inst.is_indirect else 0)  # the index of an indirect access
+    if len(inst.operands) != arity:
         raise KernelError(
-            f"{owner}: {inst.op} takes {ARITY[inst.op]} operands, got {len(inst.operands)}"
+            f"{owner}: {inst.op} takes {arity} operands, got {len(inst.operands)}"
         )
     if len(set(inst.dims)) != len(inst.dims):
         raise KernelError(f"{owner}: repeated dimension in {inst.dims}")
@@ -183,6 +184,8 @@ def check_instruction(k: Kernel, inst: Instruction) -> None:
         check_operand(k, inst, op)
         if inst.op == "select" and position == 0:
             continue  # the condition may have any dtype: select tests it against 0
+        if inst.is_indirect and position == len(inst.operands) - 1:
+            continue  # an index: checked with the access
         check_operand_dtype(k, inst, op)
     if inst.is_memory:
         if inst.access is None:
@@ -289,6 +292,8 @@ def check_access(k: Kernel, inst: Instruction, access: Access) -> None:
             f"{owner}: array {array.name!r} has {len(array.shape)} axes, the access gives "
             f"{len(access.index)} indices"
         )
+    if access.indirect is not None:
+        check_indirect(k, inst, access)
     for axis, (ix, extent) in enumerate(zip(access.index, array.shape, strict=True)):
         for d, _ in ix.terms:
             if d not in inst.dims:
@@ -298,6 +303,26 @@ def check_access(k: Kernel, inst: Instruction, access: Access) -> None:
                 )
         if access.fill is None:
             check_in_bounds(k, owner, array.name, axis, ix, extent)
+
+
+def check_indirect(k: Kernel, inst: Instruction, access: Access) -> None:
+    """An indirect access: an axis of the array, its affine index 0, an int32 index operand
+    (see :class:`~partita.ir.operands.Access`)."""
+    owner = f"instruction {inst.name!r}"
+    axis = access.indirect
+    assert axis is not None
+    if not 0 <= axis < len(access.index):
+        raise KernelError(f"{owner}: indirect axis {axis} of {access.array!r} is not one of its "
+                          f"{len(access.index)} axes")
+    if access.index[axis] != Affine():
+        raise KernelError(f"{owner}: the affine index of indirect axis {axis} of "
+                          f"{access.array!r} must be 0, got {access.index[axis]}")
+    if access.fill is not None:
+        raise KernelError(f"{owner}: an indirect access reads no padded view")
+    index = inst.operands[-1]
+    if not isinstance(index, Value) or operand_dtype(k, index) is not DType.INT32:
+        raise KernelError(f"{owner}: the index of an indirect access into {access.array!r} "
+                          f"must be the value of an int32 instruction, got {index!r}")
 
 
 def check_in_bounds(k: Kernel, owner: str, array: str, axis: int, ix: Affine,

@@ -127,9 +127,15 @@ class _IslBuilder:
         names = self._vars(inst, "x")
         acc = self.k.inst(inst).access
         assert acc is not None
-        index = ", ".join(self._affine(ix, names) for ix in acc.index)
+        index = [self._affine(ix, names) for ix in acc.index]
+        where = ""
+        if acc.indirect is not None:
+            # The index is data: any element of the axis, as far as isl can know.
+            extent = self._size(self.k.array(acc.array).shape[acc.indirect])
+            index[acc.indirect] = "ind"
+            where = f" : 0 <= ind < {extent}"
         return isl.Map(f"{self._prefix()}{{ {inst}[{', '.join(names.values())}] -> "
-                       f"A[{index}] }}").intersect_domain(self.domain(inst))
+                       f"A[{', '.join(index)}]{where} }}").intersect_domain(self.domain(inst))
 
     def schedule(self, inst: str) -> isl.Map:
         names = self._vars(inst, "x")

@@ -222,8 +222,14 @@ class Interpreter:
 
     def _element(self, inst: Instruction, env: Env) -> tuple:
         assert inst.access is not None
-        return tuple(ix.const + sum(c * self._index(d, inst, env) for d, c in ix.terms)
-                     for ix in inst.access.index)
+        out = [ix.const + sum(c * self._index(d, inst, env) for d, c in ix.terms)
+               for ix in inst.access.index]
+        axis = inst.access.indirect
+        if axis is not None:  # data as an index, clamped to the axis
+            extent = self.arrays[inst.access.array].shape[axis]
+            value = np.asarray(self._operand(inst, inst.index_operand(), env)).astype(np.int64)
+            out[axis] = np.clip(value, 0, extent - 1)
+        return tuple(out)
 
     def _gather(self, inst: Instruction, env: Env) -> Any:
         assert inst.access is not None

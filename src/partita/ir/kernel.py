@@ -365,6 +365,21 @@ class Kernel:
         return frozenset(out)
 
     @cached_property
+    def compute_dtype(self) -> DType:
+        """The element type the kernel computes in, which sets its rates and vector lanes:
+        that of its first floating-point array (an int32 array of indices, a histogram's,
+        does not), else its first array's."""
+        floats = [a.dtype for a in self.arrays if a.dtype.is_float]
+        return floats[0] if floats else self.arrays[0].dtype
+
+    @cached_property
+    def indirect_dims(self) -> frozenset[str]:
+        """Tile dimensions of instructions with an indirect access (``hist[x[i]]``): each
+        runs one element at a time, never as a vector (a gather or scatter of lanes)."""
+        return frozenset(d for inst in self.instructions if inst.is_indirect
+                         for d in self.iteration_dims(inst.name))
+
+    @cached_property
     def reducing_insts(self) -> frozenset[str]:
         """Instructions with a Reduce operand: nesting them in a foreign loop would repeat the
         accumulation, so their iteration space is exactly their own dimensions."""
@@ -455,8 +470,8 @@ def _to_jsonable(obj: Any) -> Any:
     if hasattr(obj, "__dataclass_fields__"):
         out = {"kind": type(obj).__name__}
         for name in obj.__dataclass_fields__:
-            if name == "fill" and getattr(obj, name) is None:
-                continue  # accesses without padding keep the form (and hash) they had
+            if name in ("fill", "indirect") and getattr(obj, name) is None:
+                continue  # affine accesses without padding keep the form (and hash) they had
             out[name] = _to_jsonable(getattr(obj, name))
         return out
     if isinstance(obj, float) and not math.isfinite(obj):

@@ -55,11 +55,19 @@ class Access:
     """The element ``array[index[0], index[1], ...]`` of a load or store.
 
     A load with a ``fill`` reads a padded view: where an index leaves the array, it reads
-    ``fill`` instead (a convolution's zero padding), and touches no memory there."""
+    ``fill`` instead (a convolution's zero padding), and touches no memory there.
+
+    An *indirect* access (``indirect`` is an axis) takes its index along that axis from data:
+    the value of the instruction's last operand, an int32 (``hist[x[i]]``), clamped to the
+    axis's extent (below 0 reads or writes element 0, past the end the last element), so
+    that no value of the data reaches outside the array. The affine index of that axis is
+    the constant 0. Which element it touches is unknown before the kernel runs: the
+    dependence analysis assumes any element of the axis (:mod:`partita.ir.dependences`)."""
 
     array: str
     index: tuple[Affine, ...]
     fill: float | None = None
+    indirect: int | None = None
 
     def logical_dims(self) -> set[str]:
         return {d for ix in self.index for d, _ in ix.terms}
@@ -119,6 +127,16 @@ class Instruction:
     @property
     def is_memory(self) -> bool:
         return self.op in ("load", "store")
+
+    @property
+    def is_indirect(self) -> bool:
+        """A load or store whose index along one axis is data (see :class:`Access`)."""
+        return self.access is not None and self.access.indirect is not None
+
+    def index_operand(self) -> Operand:
+        """The operand whose value is the index of an indirect access (its last)."""
+        assert self.is_indirect
+        return self.operands[-1]
 
     def values(self) -> list[Value | Reduce]:
         return [o for o in self.operands if isinstance(o, Value | Reduce)]

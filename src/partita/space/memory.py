@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from partita.ir.dependences import dependences
 from partita.ir.kernel import Kernel
-from partita.ir.operands import Reduce, combine_op
+from partita.ir.operands import Reduce, Value, combine_op
 from partita.space.decl import Is, SpaceDef, Static, Var, values
 from partita.space.nest import NOT_MERGED, Order, declare_only_in_own_loops, own_dim
 
@@ -39,6 +39,63 @@ def splits_reduction(k: Kernel, d: str) -> bool:
     accs = reduced_along(k, d)
     return (bool(accs) and not dependences(k).carried(d)
             and all(combine_op(k.inst(a)) is not None for a in accs))
+
+
+def scatter_updates(k: Kernel, logical: str) -> tuple[str, ...]:
+    """The arrays that the instructions iterating ``logical`` write, each only through a
+    *scatter update*: one indirect load ``v = A[idx]`` and one indirect store ``A[idx] = v +
+    w`` at the same index value, the sum read by nothing else and ``v`` by nothing but the
+    sum (a histogram's ``hist[x[i]] += 1``). Empty where some array written along
+    ``logical`` is written otherwise.
+
+    Updates by ``+`` commute: threads that each add their share of the iterations into a
+    private copy of the array that starts at 0, joined by ``+`` into the array after the
+    loop, compute the sequential result (up to the rounding of the additions)."""
+    insts = [i for i in k.instructions if logical in i.dims and i.access is not None]
+    readers: dict[str, list[str]] = {i.name: [] for i in k.instructions}
+    for inst in k.instructions:
+        for op in inst.values():
+            readers[op.inst if isinstance(op, Value) else op.init].append(inst.name)
+    written = sorted({i.access.array for i in insts if i.op == "store" and i.access})
+    for array in written:
+        mine = [i for i in insts if i.access is not None and i.access.array == array]
+        loads = [i for i in mine if i.op == "load"]
+        stores = [i for i in mine if i.op == "store"]
+        if len(loads) != 1 or len(stores) != 1:
+            return ()
+        (ld,), (st,) = loads, stores
+        value = st.operands[0]
+        if not (ld.is_indirect and st.is_indirect and ld.access == st.access
+                and ld.index_operand() == st.index_operand() and ld.dims == st.dims
+                and isinstance(value, Value) and not value.mapping):
+            return ()
+        total = k.inst(value.inst)
+        if (total.op != "add" or total.dims != st.dims or Value(ld.name) not in total.operands
+                or readers[ld.name] != [total.name] or readers[total.name] != [st.name]):
+            return ()
+    return tuple(written)
+
+
+def privatizes_scatter(k: Kernel, d: str) -> bool:
+    """Tile dimension ``d`` carries dependences through memory only between the scatter
+    updates of arrays of static shape (:func:`scatter_updates`), and no reduction: it may
+    run in parallel, each thread updating a private copy of those arrays, joined after the
+    loop (the re-composition of a ``pw(+)`` dimension whose result is indexed by data)."""
+    logical = k.dim(d).logical
+    if d in k.reduction_dims or not dependences(k).carried(d):
+        return False  # a loop that carries nothing needs no private copies
+    arrays = scatter_updates(k, logical)
+    if not arrays:
+        return False
+    if any(k.static_size(s) is None for a in arrays for s in k.array(a).shape):
+        return False
+    for dep in dependences(k).all:
+        along = [x for x in dep.distances if logical in (x.source_dim, x.sink_dim)]
+        if any(x.nonzero for x in along) and dep.array not in arrays:
+            return False
+        if any(x.nonzero for x in dep.mapped() if logical in (x.source_dim, x.sink_dim)):
+            return False
+    return True
 
 
 def _foreign_pinned(k: Kernel, inst: str, d: str) -> bool:

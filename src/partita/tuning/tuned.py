@@ -28,7 +28,7 @@ def kernel_params(k: Kernel) -> dict[str, Any]:
     params = library_params(k)
     if params is not None:
         return params
-    return {s.name: s.value for s in k.sizes} | {"dtype": k.arrays[0].dtype.value}
+    return {s.name: s.value for s in k.sizes} | {"dtype": k.compute_dtype.value}
 
 
 def host_machine() -> dict[str, Any]:

@@ -13,9 +13,13 @@ On top of the shared loop-nest structure (``size``, ``order``), a dimension is i
   thread accumulates into a private copy of the accumulator that starts at the operation's
   identity, and a combine step joins the copies into the accumulator after the loop (the
   accumulator keeps its init; the init runs before the parallel nest, the consumers after
-  it). Only outer tiles are parallel: an inner tile would need its outer tiles parallel
-  too, a collapsed nest no faster than the outer tile alone, and random kinds would fill the
-  parallel nest past its limit (dead ends).
+  it). A loop that carries dependences through memory only between *scatter updates*
+  (``hist[x[i]] += w``: an indirect load and store of one element and the sum between them,
+  :func:`~partita.space.memory.scatter_updates`) may be parallel too: each thread adds its
+  share into a private copy of the array that starts at 0 (on the heap), and adds it into
+  the array after the loop in a critical section. Only outer tiles are parallel: an inner
+  tile would need its outer tiles parallel too, a collapsed nest no faster than the outer
+  tile alone, and random kinds would fill the parallel nest past its limit (dead ends).
 
 Values communicated between unfused nests live in temporaries placed in ``REGISTER``s (all
 their dims unrolled or vectorised, like the accumulator tile of a register-blocked
@@ -39,6 +43,7 @@ from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, valu
 from partita.space.memory import (
     carries,
     declare_memory_dependences,
+    privatizes_scatter,
     reduced_along,
     splits_reduction,
 )
@@ -126,11 +131,26 @@ def _around_split_reduction(k: Kernel, d: str) -> frozenset[str]:
     return frozenset(out | dims)
 
 
+def _around_private_scatter(k: Kernel, d: str) -> frozenset[str]:
+    """Statements that may run outside a parallel loop ``d`` whose threads update private
+    copies of arrays (:func:`~partita.space.memory.privatizes_scatter`): the instructions
+    that do not iterate its logical dim (a histogram's clearing of the bins, before it) and
+    their dims."""
+    if not privatizes_scatter(k, d):
+        return frozenset()
+    logical = k.dim(d).logical
+    out = {i.name for i in k.instructions if logical not in i.dims}
+    dims = {t.name for t in k.dims
+            if all(i.name in out for i in k.instructions if t.name in k.iteration_dims(i.name))}
+    return frozenset(out | dims)
+
+
 def _outside_parallel(k: Kernel, d: str) -> frozenset[str]:
-    """Statements that may run outside a parallel loop ``d`` (see the two above)."""
+    """Statements that may run outside a parallel loop ``d`` (see the three above)."""
     key = (k.structural_hash, d)
     if key not in _OUTSIDE:
-        _OUTSIDE[key] = _after_parallel(k, d) | _around_split_reduction(k, d)
+        _OUTSIDE[key] = (_after_parallel(k, d) | _around_split_reduction(k, d)
+                         | _around_private_scatter(k, d))
     return _OUTSIDE[key]
 
 
@@ -203,11 +223,12 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
     S.enum("dim_kind", ["Dims"], DimKind, requires={
         DimKind.UNROLL: lambda k, d: k.dim(d).is_static,
         DimKind.VECTOR: lambda k, d: (k.dim(d).is_static and not carried(k, d)
-                                and _innermost_tile(k, d)
+                                and _innermost_tile(k, d) and d not in k.indirect_dims
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
         DimKind.PARALLEL: lambda k, d: k.dim(d).level == 0 and (
-            not carried(k, d) or (parallel_reductions and splits_reduction(k, d))),
+            not carried(k, d) or (parallel_reductions and splits_reduction(k, d))
+            or (memory_dependences and privatizes_scatter(k, d))),
     }, doc="How a dimension is implemented (see the module docstring).")
     declare_nest(S)
     if memory_dependences:

@@ -66,7 +66,7 @@ def sketched(space: Space, model: Model, seed: int, completions: int = SKETCH_CO
     """(the sketches of the kernel as partial candidates, ``completions`` random completions
     of each for the first batch); see :mod:`partita.search.sketch`. Completions whose bound
     exceeds the least of them twice over are left out: the search would prune them."""
-    lanes = max(1, model.rates.vector_bytes // space.kernel.arrays[0].dtype.itemsize)
+    lanes = max(1, model.rates.vector_bytes // space.kernel.compute_dtype.itemsize)
     seeds = [c for _, c in sketch_candidates(space, lanes, model.rates.cores)]
     rng = random.Random(seed)
     first: list[tuple[float, Candidate]] = []
@@ -102,7 +102,7 @@ class CpuTarget(Target):
         without ``measure``, a description estimated from the CPU's capabilities where none
         is cached)."""
         d = describe(measure_if_missing=measure)
-        return Model(cpu_rates(d, kernel.arrays[0].dtype.value))
+        return Model(cpu_rates(d, kernel.compute_dtype.value))
 
     def check(self, kernel: Kernel) -> None:
         check_memory(kernel)  # TooLarge, before any array is allocated

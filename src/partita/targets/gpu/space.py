@@ -63,7 +63,7 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
     S.enum("dim_kind", ["Dims"], DimKind, requires={
         DimKind.UNROLL: lambda k, d: k.dim(d).is_static,
         DimKind.VECTOR: lambda k, d: (k.dim(d).is_static and not carries(k, d)
-                                and _innermost_tile(k, d)
+                                and _innermost_tile(k, d) and d not in k.indirect_dims
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in gpu.vector_sizes)),
         DimKind.BLOCK: lambda k, d: not carries(k, d) and can_enclose_everything(k, d),

@@ -83,7 +83,7 @@ class GpuTarget(Target):
 
     def model(self, kernel: Kernel, measure: bool = True) -> Model:
         """The model with the H100's rates (nothing is measured)."""
-        return Model(gpu_rates(H100, kernel.arrays[0].dtype.value))
+        return Model(gpu_rates(H100, kernel.compute_dtype.value))
 
     def check(self, kernel: Kernel) -> None:
         """:class:`~partita.targets.gpu.cuda.CudaUnavailable` where there is no CUDA device
