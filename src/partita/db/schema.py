@@ -145,12 +145,20 @@ def _v4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN lower_bound_history TEXT NOT NULL DEFAULT '[]'")
 
 
+def _v5(conn: sqlite3.Connection) -> None:
+    # A tune on a cluster has its candidates timed by a measuring worker, not by the process
+    # that records them: each evaluation names the host that timed it ('' where the tuning
+    # process's own host did, the run's host).
+    conn.execute("ALTER TABLE evaluations ADD COLUMN measured_on TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "kernels, machines, runs, evaluations and best implementations", _v1),
     Migration(2, "evaluations.decisions_hash, backfilled and indexed for resume look-ups", _v2),
     Migration(3, "evaluations.slowdown, the speed probe's verdict on each timing", _v3),
     Migration(4, "runs.space_lower_bound_s and runs.lower_bound_history, the optimality "
                  "certificate", _v4),
+    Migration(5, "evaluations.measured_on, the host that timed each candidate", _v5),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

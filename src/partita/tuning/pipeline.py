@@ -21,6 +21,7 @@ from partita.codegen.program import Program
 from partita.db import BestRow, Records
 from partita.ir.kernel import Kernel
 from partita.model import Model
+from partita.runtime.cluster import ClusterEvaluator
 from partita.runtime.data import Reference, reference_kind
 from partita.runtime.evaluate import Measurement
 from partita.runtime.harness import TimingOptions
@@ -106,6 +107,8 @@ class Request:
     cold_cache: bool
     choice_order: str | Sequence[str]
     search_options: dict[str, Any]
+    cluster: Any = None
+    """A Dask scheduler's address or a ``distributed.Client`` to compile and time on."""
 
 
 @dataclass(frozen=True)
@@ -134,9 +137,13 @@ class Recorder:
     programs: dict[str, Program] = field(default_factory=dict)
     """The programs of the batch in flight, by source digest."""
     slowed_best: SlowedTiming | None = None
+    measured_on: dict[str, str] = field(default_factory=dict)
+    """Which host timed each program measured on a cluster, by source digest."""
 
     def record(self, e: Evaluation) -> None:
-        eid = self.rec.add_evaluation(self.run, e.to_json(), self.flags)
+        host = self.measured_on.pop(e.source_digest, "")
+        eid = self.rec.add_evaluation(
+            self.run, {**e.to_json(), "measured_on": host} if host else e.to_json(), self.flags)
         prog = self.programs.pop(e.source_digest, None)
         if (prog is not None and e.ok and e.slowed and e.median_s is not None
                 and (self.slowed_best is None or e.median_s < self.slowed_best.time_s)):
@@ -175,8 +182,16 @@ def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: R
     implementations transferred from related kernels and the target's first batch."""
     plug, state, options = req.plug, recorder.state, dict(req.search_options)
     refs = {req.kernel.name: req.reference} if req.reference is not None else None
-    runner = plug.evaluator(seed=req.seed, timing=TimingOptions(flush_cache=req.cold_cache),
-                            references=refs, compile_timeout_s=COMPILE_LIMIT_S)
+    timing = TimingOptions(flush_cache=req.cold_cache)
+    runner: Any
+    if req.cluster is not None:
+        runner = ClusterEvaluator(req.cluster, key=host_machine()["key"], seed=req.seed,
+                                  timing=timing, references=refs,
+                                  compile_timeout_s=COMPILE_LIMIT_S)
+        recorder.measured_on = runner.measured_on
+    else:
+        runner = plug.evaluator(seed=req.seed, timing=timing, references=refs,
+                                compile_timeout_s=COMPILE_LIMIT_S)
     with runner:
         recorder.flags = plug.flags_text(runner)
         root = space.root()
@@ -185,8 +200,12 @@ def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: R
         def evaluate(progs: list[Program]) -> list[Measurement]:
             recorder.programs.update((p.digest, p) for p in progs)
             until = state.deadline if math.isfinite(state.deadline) else None
-            return plug.evaluate(runner, progs, timeout_s=batch_limit(state.best_time, root_bound),
-                                 abandon_s=batch_abandon(state.best_time), until=until)
+            limit, abandon = batch_limit(state.best_time, root_bound), batch_abandon(
+                state.best_time)
+            if isinstance(runner, ClusterEvaluator):
+                return runner.evaluate(progs, timeout_s=limit, abandon_s=abandon, until=until)
+            return plug.evaluate(runner, progs, timeout_s=limit, abandon_s=abandon,
+                                 until=until)
 
         kid, mid, stored = recorder.where
         initial = transferred(recorder.rec, space, req.kernel, params, kid, mid, stored,
@@ -278,7 +297,8 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
          transfer: bool = True, sketches: bool = True, reassociate: bool = False,
          cold_cache: bool = False, choice_order: str | Sequence[str] = "default",
-         gap: float | str | None = None, **search_options: Any) -> Tuned:
+         gap: float | str | None = None, cluster: Any = None,
+         **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
 
     Every evaluated implementation is checked against the kernel's numpy reference before it
@@ -322,10 +342,19 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
     factor of the optimality certificate (``result.space_lower_bound_s``: no implementation
     left in the space runs faster), or at the budget, whichever comes first; ``gap=1`` with
     ``search="bnb"`` runs until the best found is proven the best of the space.
+
+    ``cluster`` (a Dask scheduler's address, or a ``distributed.Client``) compiles the
+    candidates on the cluster's workers that build for this machine and checks and times them
+    on its measuring worker on this machine (:mod:`partita.runtime.cluster`; start one with
+    ``partita worker ADDRESS --measure``); records name the host that timed each. An
+    evaluation the cluster lost (its workers died) is recorded with status ``lost``, naming
+    the worker, and is taken again by a continued tune.
     """
     plug, budget_s = check_request(
         kernel, target=target, budget=budget, evaluations=evaluations, seed=seed,
         cold_cache=cold_cache, choice_order=choice_order, reassociate=reassociate, stop=stop)
+    if cluster is not None and not plug.cluster_runs:
+        raise ValueError(f"cluster: the {plug.name} target is tuned on this machine only")
     if gap is not None:
         if reassociate:
             raise ValueError("gap stops one search, and reassociate runs one per order of the "
@@ -338,8 +367,8 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
             continue_=continue_, target=target, search=search, seed=seed, db=db,
             batch=batch, model=model, reference=reference, on_evaluation=on_evaluation,
             transfer=transfer, sketches=sketches, cold_cache=cold_cache,
-            choice_order=choice_order, **search_options)
+            choice_order=choice_order, cluster=cluster, **search_options)
     return tune_recorded(Request(
         kernel, plug, budget_s, evaluations, stop, search, seed, batch, continue_, model,
         reference, on_evaluation, transfer, sketches, cold_cache, choice_order,
-        search_options), db)
+        search_options, cluster), db)
