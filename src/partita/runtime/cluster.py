@@ -356,7 +356,8 @@ def local_cluster(key: str, workers: int = 2, *, host: str = "127.0.0.1") -> Any
     specs.update((f"compile-{i}", worker_spec(key, measure=False, compile_slots=1, host=host))
                  for i in range(1, workers))
     return SpecCluster(workers=specs, silence_logs=False, scheduler={
-        "cls": Scheduler, "options": {"host": host, "dashboard": False}})
+        "cls": Scheduler, "options": {"host": host, "dashboard": False,
+                                      "dashboard_address": ":0"}})
 
 
 def run_worker(scheduler: str, key: str, *, measure: bool, nthreads: int = 1,
