@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import threading
@@ -18,11 +19,15 @@ import numpy as np
 import pytest
 
 import partita
+from partita.codegen.program import Program
 from partita.db import Records
-from partita.runtime.cluster import local_cluster, measure_resource
+from partita.runtime.cluster import ClusterEvaluator, local_cluster, measure_resource
+from partita.runtime.harness import TimingOptions
+from partita.search.sampling import random_implementation
 from partita.search.stop import Evaluations
 from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation
+from partita.targets import get as get_target
 from partita.tuning.tuned import host_machine, kernel_params
 
 distributed = pytest.importorskip("distributed", reason="distributed (Dask) is not installed")
@@ -71,7 +76,8 @@ def test_a_tune_on_a_cluster_is_verified_and_names_the_measuring_host(tmp_path: 
     assert {e.measured_on for e in evals} == {socket.gethostname()}
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal(4096, dtype=np.float32), rng.standard_normal(4096, dtype=np.float32)
-    np.testing.assert_allclose(tuned(np.float32(1.5), x, y.copy()), 1.5 * x + y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tuned(np.float32(1.5), x, y.copy()), 1.5 * x + y,
+                               rtol=1e-5, atol=1e-6)
     with Records(db) as rec:  # the best came from a measurement taken on the cluster
         best = rec.best(rec.kernel_id(k, kernel_params(k)), rec.machine_id(host_machine()), "cpu")
     assert best is not None and best.time_s == min(e.median_s for e in evals)
@@ -85,11 +91,12 @@ def test_a_local_tune_records_no_measuring_host(tmp_path: Path) -> None:
 
 
 def test_a_cluster_without_a_measuring_worker_fails_before_tuning(tmp_path: Path) -> None:
-    k = partita.kernel("axpy", n=1024)
-    with cluster() as client:
-        with pytest.raises(RuntimeError, match=r"partita-measure-.*partita worker .* --measure"):
-            partita.tune(k, stop=Evaluations(2), db=tmp_path / "r.sqlite",
-                         cluster=_compile_only(client))
+    k, db = partita.kernel("axpy", n=1024), tmp_path / "r.sqlite"
+    match = r"partita-measure-.*partita worker .* --measure"
+    with cluster() as client, pytest.raises(RuntimeError, match=match):
+        partita.tune(k, stop=Evaluations(2), db=db, cluster=_compile_only(client))
+    with Records(db) as rec:  # failed before a run was recorded
+        assert rec.runs(rec.kernel_id(k, kernel_params(k))) == []
 
 
 def _compile_only(client: Any) -> Any:
@@ -177,3 +184,33 @@ def test_a_task_whose_worker_dies_is_recorded_lost_and_taken_again_on_continue(
         seen = [json.loads(t) for t in rec.seen_decisions(
             rec.kernel_id(k, kernel_params(k)), rec.machine_id(host_machine()), "cpu")]
     assert all(e.decisions not in seen or e.decisions in retaken for e in lost)
+
+
+def programs(k: partita.Kernel, count: int) -> list[Program]:
+    plug = get_target("cpu")
+    rng = random.Random(5)
+    return [plug.print_program(random_implementation(plug.space(k, "default").root(), rng))
+            for _ in range(count)]
+
+
+@pytest.mark.slow
+def test_a_hung_measuring_worker_loses_its_programs_naming_it() -> None:
+    k = partita.kernel("axpy", n=4096)
+    progs = programs(k, 2)
+    with cluster() as client:
+        address, pid = measuring_worker(client)
+        runner = ClusterEvaluator(client, key=KEY, seed=0, timing=TimingOptions(),
+                                  references=None, compile_timeout_s=60)
+        with runner:
+            assert [m.status for m in runner.evaluate(progs[:1])] == ["ok"]
+            runner.program_limit_s = 4.0  # the first took longer: the worker started
+            os.kill(pid, signal.SIGSTOP)  # alive to its nanny, silent to everyone
+            try:
+                lost = runner.evaluate(progs)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert [m.status for m in lost] == ["lost", "lost"]
+            assert any(address in m.reason for m in lost), [m.reason for m in lost]
+            assert all("no answer in time" in m.reason for m in lost)
+            runner.program_limit_s = None
+            assert [m.status for m in runner.evaluate(progs[1:])] == ["ok"]  # it goes on

@@ -191,12 +191,14 @@ class ClusterEvaluator:
 
     def __init__(self, cluster: Any, *, key: str, seed: int, timing: TimingOptions,
                  references: Mapping[str, Reference] | None, compile_timeout_s: float,
-                 setup_timeout_s: float = 300.0, batch_size: int = 16) -> None:
+                 setup_timeout_s: float = 300.0, batch_size: int = 16,
+                 program_limit_s: float | None = None) -> None:
         self.key, self.seed, self.timing = key, seed, timing
         self.references = dict(references or {})
         self.compile_timeout_s = compile_timeout_s
         self.setup_timeout_s = setup_timeout_s
         self.batch_size = batch_size
+        self.program_limit_s = program_limit_s
         self.compiler = Compiler(timeout_s=compile_timeout_s)
         """The flags and compiler the workers build with (the records keep them)."""
         self.measured_on: dict[str, str] = {}
@@ -236,6 +238,7 @@ class ClusterEvaluator:
             with contextlib.suppress(Exception):
                 self.client.cancel(futures)
         if self._owned:
+            self._owned = False
             self.client.close()
 
     def prepare(self, programs: Sequence[Program]) -> None:
@@ -248,9 +251,12 @@ class ClusterEvaluator:
             for i, p in enumerate(chunk):
                 self._pending.setdefault((p.entry, p.source), (future, i))
 
-    def task_limit_s(self, timeout_s: float) -> float:
+    def limit_s(self, timeout_s: float) -> float:
         """The longest one program may take on the cluster, compiled, loaded, checked and
-        timed; past it (times the programs queued before it) its worker is taken as hung."""
+        timed (``program_limit_s`` where given); past it (times the programs of its batch)
+        its worker is taken as hung."""
+        if self.program_limit_s is not None:
+            return self.program_limit_s
         return (self.compile_timeout_s + 2 * self.setup_timeout_s
                 + timing_limit(self.timing, timeout_s))
 
@@ -272,7 +278,7 @@ class ClusterEvaluator:
                 measure_program, chunk, index, p, seed=self.seed, timing=self.timing,
                 references=self.references, timeout_s=limit, abandon_s=abandon,
                 not_after=not_after, pure=False, resources={measure_resource(self.key): 1}))
-        deadline = time.monotonic() + len(programs) * self.task_limit_s(limit)
+        deadline = time.monotonic() + len(programs) * self.limit_s(limit)
         outcomes = self.collect(futures, deadline)
         results: list[Measurement] = []
         for p, outcome in zip(programs, outcomes, strict=True):

@@ -58,7 +58,7 @@ def target_model(kernel: Kernel, target: str, measure: bool = True) -> Model:
 def check_request(kernel: Kernel, *, target: str, budget: float | str | None,
                   evaluations: int | None, seed: int, cold_cache: bool,
                   choice_order: str | Sequence[str], reassociate: bool,
-                  stop: Stop | None) -> tuple[Target, float | None]:
+                  stop: Stop | None, cluster: Any = None) -> tuple[Target, float | None]:
     """(the target, the budget in seconds) of a tune, or the ValueError (or the target's
     :class:`~partita.targets.base.TargetUnavailable`) that a bad request raises before any
     work, in one line: the one place that checks what ``tune`` and ``partita tune`` take."""
@@ -79,6 +79,8 @@ def check_request(kernel: Kernel, *, target: str, budget: float | str | None,
         raise ValueError("reassociate shares budget and evaluations among the orders of "
                          "the sum; a stop condition cannot be shared: give budget or "
                          "evaluations instead")
+    if cluster is not None and not plug.cluster_runs:
+        raise ValueError(f"cluster: the {plug.name} target is tuned on this machine only")
     plug.check(kernel)  # arrays too large for memory, no device: before any work
     return plug, budget_s
 
@@ -175,23 +177,30 @@ class Recorder:
 # -- the run ------------------------------------------------------------------------------------
 
 
-def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: Recorder,
-               best: BestRow | None, params: dict[str, Any],
-               seen: set[str]) -> TuneResult:
-    """Search ``space`` with the target's runner until ``stop``, starting from the
-    implementations transferred from related kernels and the target's first batch."""
-    plug, state, options = req.plug, recorder.state, dict(req.search_options)
+def open_runner(req: Request) -> Any:
+    """What builds, checks and times the programs of ``req``: the target's runner, or with a
+    cluster a :class:`ClusterEvaluator` (connected here: an unreachable cluster, or one
+    without a worker for this machine, fails before a run is recorded)."""
     refs = {req.kernel.name: req.reference} if req.reference is not None else None
     timing = TimingOptions(flush_cache=req.cold_cache)
-    runner: Any
     if req.cluster is not None:
-        runner = ClusterEvaluator(req.cluster, key=host_machine()["key"], seed=req.seed,
-                                  timing=timing, references=refs,
-                                  compile_timeout_s=COMPILE_LIMIT_S)
-        recorder.measured_on = runner.measured_on
-    else:
-        runner = plug.evaluator(seed=req.seed, timing=timing, references=refs,
+        return ClusterEvaluator(req.cluster, key=host_machine()["key"], seed=req.seed,
+                                timing=timing, references=refs,
                                 compile_timeout_s=COMPILE_LIMIT_S)
+    return req.plug.evaluator(seed=req.seed, timing=timing, references=refs,
+                              compile_timeout_s=COMPILE_LIMIT_S)
+
+
+def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: Recorder,
+               best: BestRow | None, params: dict[str, Any],
+               seen: set[str], runner: Any = None) -> TuneResult:
+    """Search ``space`` with ``runner`` (default: the target's, made here) until ``stop``,
+    starting from the implementations transferred from related kernels and the target's
+    first batch; the runner is closed at the end."""
+    plug, state, options = req.plug, recorder.state, dict(req.search_options)
+    runner = runner if runner is not None else open_runner(req)
+    if isinstance(runner, ClusterEvaluator):
+        recorder.measured_on = runner.measured_on
     with runner:
         recorder.flags = plug.flags_text(runner)
         root = space.root()
@@ -249,15 +258,21 @@ def tune_recorded(req: Request, db: str | Path | None) -> Tuned:
         space = req.plug.space(kernel, req.choice_order)
         model = req.model or req.plug.model(kernel)
         stop = req.stop or budget_stop(req.budget_s, req.evaluations)
-        run = rec.start_run(kid, mid, stored, req.search, run_options(req, space, stop),
-                            req.seed)
+        runner = open_runner(req) if req.cluster is not None else None
+        try:
+            run = rec.start_run(kid, mid, stored, req.search, run_options(req, space, stop),
+                                req.seed)
+        except BaseException:
+            if runner is not None:
+                runner.close()
+            raise
         state = SearchState(best_time=best.time_s if best else math.inf)
         recorder = Recorder(rec, (kid, mid, stored), run, state, req.on_evaluation)
         result: TuneResult | None = None
         status = "interrupted"
         try:
             result = run_search(req, space, model, stop, recorder, best, params,
-                                rec.seen_decisions(kid, mid, stored))
+                                rec.seen_decisions(kid, mid, stored), runner)
             status = "finished"
         finally:
             rec.finish_run(run, result.stopped_by if result is not None else "interrupted",
@@ -343,18 +358,14 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
     left in the space runs faster), or at the budget, whichever comes first; ``gap=1`` with
     ``search="bnb"`` runs until the best found is proven the best of the space.
 
-    ``cluster`` (a Dask scheduler's address, or a ``distributed.Client``) compiles the
-    candidates on the cluster's workers that build for this machine and checks and times them
-    on its measuring worker on this machine (:mod:`partita.runtime.cluster`; start one with
-    ``partita worker ADDRESS --measure``); records name the host that timed each. An
-    evaluation the cluster lost (its workers died) is recorded with status ``lost``, naming
-    the worker, and is taken again by a continued tune.
+    ``cluster`` (a Dask scheduler's address or ``distributed.Client``): candidates are built
+    and timed on its workers for this machine (:mod:`partita.runtime.cluster`), each record
+    names the host that timed it, and one the cluster lost has status ``lost``.
     """
     plug, budget_s = check_request(
         kernel, target=target, budget=budget, evaluations=evaluations, seed=seed,
-        cold_cache=cold_cache, choice_order=choice_order, reassociate=reassociate, stop=stop)
-    if cluster is not None and not plug.cluster_runs:
-        raise ValueError(f"cluster: the {plug.name} target is tuned on this machine only")
+        cold_cache=cold_cache, choice_order=choice_order, reassociate=reassociate, stop=stop,
+        cluster=cluster)
     if gap is not None:
         if reassociate:
             raise ValueError("gap stops one search, and reassociate runs one per order of the "
