@@ -8,6 +8,8 @@ import os
 import random
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,8 +19,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 import partita
+from partita.cli import main
 from partita.codegen.program import Program
 from partita.db import Records
 from partita.runtime.cluster import ClusterEvaluator, local_cluster, measure_resource
@@ -90,6 +94,7 @@ def test_a_local_tune_records_no_measuring_host(tmp_path: Path) -> None:
     assert [e.measured_on for e in recorded(db, k)] == ["", ""]
 
 
+@pytest.mark.slow
 def test_a_cluster_without_a_measuring_worker_fails_before_tuning(tmp_path: Path) -> None:
     k, db = partita.kernel("axpy", n=1024), tmp_path / "r.sqlite"
     match = r"partita-measure-.*partita worker .* --measure"
@@ -214,3 +219,36 @@ def test_a_hung_measuring_worker_loses_its_programs_naming_it() -> None:
             assert all("no answer in time" in m.reason for m in lost)
             runner.program_limit_s = None
             assert [m.status for m in runner.evaluate(progs[1:])] == ["ok"]  # it goes on
+
+
+@pytest.mark.slow
+def test_partita_cluster_serves_partita_tune_cluster(tmp_path: Path) -> None:
+    env = {**os.environ, "PARTITA_DB": str(tmp_path / "records.sqlite")}
+    proc = subprocess.Popen([sys.executable, "-m", "partita.cli", "cluster", "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        if not address.startswith("tcp://"):
+            pytest.skip(f"partita cluster did not start here (exit {proc.poll()})")
+        with distributed.Client(address) as client:
+            client.wait_for_workers(2, timeout=60)
+            resources = sorted(sorted(w["resources"]) for w in
+                               client.scheduler_info(n_workers=-1)["workers"].values())
+        assert resources == [[f"partita-compile-{KEY}"], [f"partita-measure-{KEY}"]]
+        out = CliRunner().invoke(main, ["tune", "axpy", "n=2048", "--evaluations", "2",
+                                        "--cluster", address, "--json"], env=env)
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.output.splitlines()[-1])["evaluations"] == 2
+        k = partita.kernel("axpy", n=2048)
+        assert [e.measured_on for e in recorded(tmp_path / "records.sqlite", k)] == [
+            socket.gethostname()] * 2
+    finally:
+        proc.send_signal(signal.SIGTERM)  # stops the scheduler and its workers
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("partita cluster did not stop on SIGTERM") from None

@@ -9,6 +9,8 @@ fingerprint, so these commands compute them on the machine they run on.
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
 import threading
 
 import click
@@ -31,6 +33,8 @@ def cluster_cmd(workers: int, host: str) -> None:
         compiling = f"{workers - 1} compiling" if workers > 1 else "it compiles too"
         click.echo(f"  {workers} workers: 1 measuring ({measure_resource(key)}), {compiling} "
                    f"({compile_resource(key)})", err=True)
+        # SIGTERM (a service manager, kill) stops the workers as Ctrl-C does.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
             threading.Event().wait()
         except KeyboardInterrupt:

@@ -18,6 +18,8 @@ Failures map to statuses:
 ``wrong``           an output off by more than its tolerance, NaN, or an input modified
 ``out_of_bounds``   a write outside an array's buffer (or into the gaps of a strided view)
 ``oom``             an allocation failed, or the worker was killed by the OOM killer
+``lost``            on a cluster only: the Dask workers that ran it died, or none answered
+                    in time (``reason`` names the worker; :mod:`partita.runtime.cluster`)
 ==================  ===============================================================
 
 After a crash, timeout or out-of-memory kill the next evaluation starts a fresh worker.
@@ -54,7 +56,7 @@ from partita.runtime.data import Case, Reference, case_key, make_case, settle_bl
 from partita.runtime.harness import ALLOC_FAILED_MARK, TimingOptions, summarize
 from partita.runtime.protocol import Reader, write_message
 
-STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong", "out_of_bounds", "oom")
+STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong", "out_of_bounds", "oom", "lost")
 
 OOM_MARKS = (ALLOC_FAILED_MARK, "MemoryError", "Out of memory", "out of memory",
              "Cannot allocate memory", "Thread creation failed", "std::bad_alloc")
