@@ -3,6 +3,7 @@ measuring and one compiling, and what happens when the measuring worker is kille
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -199,7 +200,7 @@ def programs(k: partita.Kernel, count: int) -> list[Program]:
 
 
 @pytest.mark.slow
-def test_a_hung_measuring_worker_loses_its_programs_naming_it() -> None:
+def test_compile_errors_come_back_and_a_hung_worker_loses_its_programs_by_name() -> None:
     k = partita.kernel("axpy", n=4096)
     progs = programs(k, 2)
     with cluster() as client:
@@ -207,7 +208,10 @@ def test_a_hung_measuring_worker_loses_its_programs_naming_it() -> None:
         runner = ClusterEvaluator(client, key=KEY, seed=0, timing=TimingOptions(),
                                   references=None, compile_timeout_s=60)
         with runner:
-            assert [m.status for m in runner.evaluate(progs[:1])] == ["ok"]
+            broken = dataclasses.replace(progs[0], source=progs[0].source + "\nint broken(")
+            first = runner.evaluate([broken, progs[0]])
+            assert [m.status for m in first] == ["compile_error", "ok"]
+            assert "error" in first[0].reason and first[0].flags == first[1].flags != ""
             runner.program_limit_s = 4.0  # the first took longer: the worker started
             os.kill(pid, signal.SIGSTOP)  # alive to its nanny, silent to everyone
             try:

@@ -79,7 +79,12 @@ def compile_chunk(programs: list[Program], timeout_s: float) -> BuiltChunk:
     """Build ``programs`` (one gcc run where they compile together) on this worker."""
     blobs: dict[str, bytes] = {}
     items: list[tuple[str, str, str, str]] = []
-    for built in Compiler(timeout_s=timeout_s).build_all(programs):
+    try:
+        results = Compiler(timeout_s=timeout_s).build_all(programs)
+    except Exception as e:  # e.g. the worker's cache directory is not writable
+        message = f"compilation failed on {socket.gethostname()}: {type(e).__name__}: {e}"
+        return BuiltChunk({}, [("error", message, "", "")] * len(programs))
+    for built in results:
         if isinstance(built, CompileError):
             items.append(("error", str(built), built.stderr, ""))
         else:
@@ -136,11 +141,15 @@ def measure_program(chunk: BuiltChunk, index: int, program: Program, *, seed: in
     it would start after ``not_after`` (a ``time.time()`` deadline)."""
     if not_after is not None and time.time() >= not_after:
         return None
-    ev = worker_evaluator(seed, timing)
-    ev.references.update(references or {})
-    built = unpack(chunk, index, ev.workdir / "so", program.entry)
-    m = ev.evaluate_built(program, built, timeout_s, True, abandon_s)
-    return {"measurement": m, "host": socket.gethostname(), "worker": _worker_address()}
+    host, worker = socket.gethostname(), _worker_address()
+    try:
+        ev = worker_evaluator(seed, timing)
+        ev.references.update(references or {})
+        built = unpack(chunk, index, ev.workdir / "so", program.entry)
+        m = ev.evaluate_built(program, built, timeout_s, True, abandon_s)
+    except Exception as e:  # the evaluator's worker could not start, the disk is full...
+        m = Measurement("lost", f"failed on worker {worker} ({host}): {type(e).__name__}: {e}")
+    return {"measurement": m, "host": host, "worker": worker}
 
 
 def _worker_address() -> str:
@@ -273,11 +282,13 @@ class ClusterEvaluator:
         self.prepare(programs)
         futures = []
         for p in programs:
-            chunk, index = self._pending.pop((p.entry, p.source))
+            chunk, index = self._pending[(p.entry, p.source)]
             futures.append(self.client.submit(
                 measure_program, chunk, index, p, seed=self.seed, timing=self.timing,
                 references=self.references, timeout_s=limit, abandon_s=abandon,
                 not_after=not_after, pure=False, resources={measure_resource(self.key): 1}))
+        for p in programs:  # the measure tasks hold their compile tasks from here on
+            self._pending.pop((p.entry, p.source), None)
         deadline = time.monotonic() + len(programs) * self.limit_s(limit)
         outcomes = self.collect(futures, deadline)
         results: list[Measurement] = []
