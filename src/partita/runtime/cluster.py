@@ -97,23 +97,32 @@ _EVALUATORS: dict[tuple[int, TimingOptions], Evaluator] = {}
 _EVALUATORS_LOCK = threading.Lock()
 
 
-def _close_evaluators() -> None:
+def close_evaluators() -> None:
+    """Close this process's measuring evaluators (at exit: their worker processes)."""
     with _EVALUATORS_LOCK:
         for ev in _EVALUATORS.values():
             ev.close()
         _EVALUATORS.clear()
 
 
-atexit.register(_close_evaluators)
+atexit.register(close_evaluators)
+
+
+KEPT_EVALUATORS = 4
+"""Evaluators a measuring worker keeps (tunes of other seeds or timing options, each with
+its worker process and inputs); the least recently used goes first."""
 
 
 def worker_evaluator(seed: int, timing: TimingOptions) -> Evaluator:
     """This worker process's evaluator for inputs of ``seed`` timed with ``timing``: kept
     from task to task, so that its worker process and inputs are made once."""
     with _EVALUATORS_LOCK:
-        ev = _EVALUATORS.get((seed, timing))
+        ev = _EVALUATORS.pop((seed, timing), None)
         if ev is None:
-            ev = _EVALUATORS[(seed, timing)] = Evaluator(seed=seed, timing=timing)
+            ev = Evaluator(seed=seed, timing=timing)
+        _EVALUATORS[(seed, timing)] = ev  # most recently used last
+        while len(_EVALUATORS) > KEPT_EVALUATORS:
+            _EVALUATORS.pop(next(iter(_EVALUATORS))).close()
         return ev
 
 
