@@ -13,6 +13,7 @@ import click
 
 from partita.api import kernel as library_kernel
 from partita.api import space as make_space
+from partita.cli_cluster import cluster_cmd, worker_cmd
 from partita.cli_generic import export_generic, generic_fixed, report_generic, show_generic
 from partita.cli_output import generic_json, print_tuned, tune_summary
 from partita.codegen.c import CodegenError
@@ -318,19 +319,22 @@ _AGAINST = {"numpy": "the numpy reference", "given": "the given reference",
 @click.option("--train", help="Training sizes of a size-generic kernel (sizes given as ?), "
                               "separated by semicolons, each the ? sizes in order: "
                               "'64,64,64;256,256,256'.")
+@click.option("--cluster", metavar="ADDRESS",
+              help="Compile on this Dask scheduler's workers and time on its measuring worker "
+                   "on this machine (see `partita cluster` and `partita worker`).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, policy: str,
              budget: str, evaluations: int | None, stop_expr: str | None, seed: int,
              db: str | None, continue_: bool, transfer: bool, sketches: bool,
              reassociate: bool, cold_cache: bool, choice_order: str, train: str | None,
-             as_json: bool) -> None:
+             cluster: str | None, as_json: bool) -> None:
     """Search implementations of KERNEL, keep the fastest verified one, compare with numpy.
 
     With sizes given as ? (``m=? n=?``) and --train, the kernel is tuned at each training
     size, and the winners become versions over dynamic sizes behind one C entry point that
     chooses among them by tuned thresholds on the work."""
     if train is not None or "?" in _params(params).values():
-        if stop_expr or reassociate or cold_cache or continue_:
+        if stop_expr or reassociate or cold_cache or continue_ or cluster:
             _fail("a size-generic tune (sizes given as ?) takes --budget, --evaluations, "
                   "--seed, --search, --target and --db only")
         _tune_generic(kernel, params, train, budget, evaluations, search, seed, db, target,
@@ -352,7 +356,8 @@ def tune_cmd(kernel: str, params: tuple[str, ...], target: str, search: str, pol
         tuned = tune(k, budget=budget, evaluations=evaluations, stop=stop, target=target,
                      search=search, seed=seed, db=db, continue_=continue_, transfer=transfer,
                      sketches=sketches, reassociate=reassociate, cold_cache=cold_cache,
-                     choice_order=choice_order, on_evaluation=progress_cb, **options)
+                     choice_order=choice_order, on_evaluation=progress_cb, cluster=cluster,
+                     **options)
     except OSError as exc:
         _fail(f"cannot write: {exc}")
     except (ValueError, RuntimeError, RecordsError) as exc:
@@ -705,6 +710,9 @@ def _print_space(r: dict[str, Any], example: Candidate | None) -> None:
     if fixed:
         click.echo("\nwith " + ", ".join(str(d) for d in fixed))
 
+
+main.add_command(cluster_cmd)
+main.add_command(worker_cmd)
 
 if __name__ == "__main__":
     main()

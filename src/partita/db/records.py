@@ -546,7 +546,8 @@ class Records:
         """Record one evaluation (as ``Evaluation.to_json()``) of run ``run_id``; its id.
 
         ``flags`` are the compiler flags it was built with. ``index`` defaults to the number
-        of evaluations the run already has.
+        of evaluations the run already has; ``measured_on`` (optional) names the host that
+        timed it, where that is not the run's (a tune on a cluster).
         """
         for key in ("decisions", "status"):
             if key not in evaluation:
@@ -562,7 +563,8 @@ class Records:
             _float(evaluation.get("spread"), "spread"), int(evaluation.get("reps") or 0),
             _float(evaluation.get("elapsed_s"), "elapsed_s") or 0.0,
             str(evaluation.get("source_digest") or ""), flags,
-            _float(evaluation.get("slowdown"), "slowdown"))
+            _float(evaluation.get("slowdown"), "slowdown"),
+            str(evaluation.get("measured_on") or ""))
 
         def insert(conn: sqlite3.Connection) -> int:
             run = conn.execute("SELECT kernel_id, machine_id FROM runs WHERE id = ?",
@@ -577,8 +579,8 @@ class Records:
             cur = conn.execute(
                 "INSERT INTO evaluations(run_id, kernel_id, machine_id, idx, decisions, "
                 "decisions_hash, bound_s, status, reason, median_s, min_s, spread, reps, "
-                "elapsed_s, source_digest, flags, slowdown, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "elapsed_s, source_digest, flags, slowdown, measured_on, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, run[0], run[1], int(idx), *values, now))
             if run_id in self._open_runs:
                 # Alive after all (a sweep elsewhere judged it stale): it is running again.
@@ -610,9 +612,11 @@ class Records:
                        ok_only: bool = False) -> set[str]:
         """Decisions texts already evaluated for a kernel on a machine and target, to skip on
         resuming (they compare equal to ``Candidate.decisions_json()``). Failures count too,
-        since compiling the same code fails the same way, unless ``ok_only``."""
+        since compiling the same code fails the same way, unless ``ok_only``; an evaluation
+        that a cluster lost (status ``lost``) does not: it is taken again."""
         sql = ("SELECT DISTINCT e.decisions FROM evaluations e JOIN runs r ON r.id = e.run_id "
-               "WHERE e.kernel_id = ? AND e.machine_id = ? AND r.target = ?")
+               "WHERE e.kernel_id = ? AND e.machine_id = ? AND r.target = ? "
+               "AND e.status != 'lost'")
         if ok_only:
             sql += " AND e.status = 'ok'"
         rows = self._read("listing evaluated decisions", sql, (kernel_id, machine_id, target))

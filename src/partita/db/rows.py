@@ -113,6 +113,8 @@ class EvaluationRow(Row):
     flags: str
     created_at: float
     slowdown: float | None
+    measured_on: str = ""
+    """The host whose measuring worker timed it on a cluster ('': the run's own host)."""
 
     @property
     def ok(self) -> bool:

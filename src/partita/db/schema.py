@@ -197,6 +197,13 @@ def _v5(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v6(conn: sqlite3.Connection) -> None:
+    # A tune on a cluster has its candidates timed by a measuring worker, not by the process
+    # that records them: each evaluation names the host that timed it ('' where the tuning
+    # process's own host did, the run's host).
+    conn.execute("ALTER TABLE evaluations ADD COLUMN measured_on TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "kernels, machines, runs, evaluations and best implementations", _v1),
     Migration(2, "evaluations.decisions_hash, backfilled and indexed for resume look-ups", _v2),
@@ -205,6 +212,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "certificate", _v4),
     Migration(5, "generic_kernels, generic_versions and generic_training: size-generic "
                  "kernels, their versions, thresholds and training runs", _v5),
+    Migration(6, "evaluations.measured_on, the host that timed each candidate", _v6),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -18,6 +18,8 @@ Failures map to statuses:
 ``wrong``           an output off by more than its tolerance, NaN, or an input modified
 ``out_of_bounds``   a write outside an array's buffer (or into the gaps of a strided view)
 ``oom``             an allocation failed, or the worker was killed by the OOM killer
+``lost``            on a cluster only: the Dask workers that ran it died, or none answered
+                    in time (``reason`` names the worker; :mod:`partita.runtime.cluster`)
 ==================  ===============================================================
 
 After a crash, timeout or out-of-memory kill the next evaluation starts a fresh worker.
@@ -54,7 +56,7 @@ from partita.runtime.data import Case, Reference, case_key, make_case, settle_bl
 from partita.runtime.harness import ALLOC_FAILED_MARK, TimingOptions, summarize
 from partita.runtime.protocol import Reader, write_message
 
-STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong", "out_of_bounds", "oom")
+STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong", "out_of_bounds", "oom", "lost")
 
 OOM_MARKS = (ALLOC_FAILED_MARK, "MemoryError", "Out of memory", "out of memory",
              "Cannot allocate memory", "Thread creation failed", "std::bad_alloc")
@@ -243,6 +245,14 @@ class WorkerProcess:
                 pass
 
 
+def timing_limit(t: TimingOptions, timeout_s: float) -> float:
+    """How long the timing phase of one program may take with calls limited to
+    ``timeout_s``: every retime of a slowed timing included, plus slack."""
+    attempts = 1 + (max(0, t.retime_slowed) if t.probe_iters > 0 else 0)
+    once = (t.warmups + 2) * timeout_s + t.warmup_s + t.budget_s
+    return attempts * once + (attempts - 1) * t.retime_pause_s + 30.0
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
@@ -423,7 +433,14 @@ class Evaluator:
 
     def _evaluate_one(self, program: Program, timeout_s: float, time_it: bool,
                       abandon_s: float | None = None) -> Measurement:
-        built = self._compiled(program)
+        return self.evaluate_built(program, self._compiled(program), timeout_s, time_it,
+                                   abandon_s)
+
+    def evaluate_built(self, program: Program, built: SharedObject | CompileError,
+                       timeout_s: float, time_it: bool = True,
+                       abandon_s: float | None = None) -> Measurement:
+        """The :class:`Measurement` of ``program`` already compiled (elsewhere, as on a
+        cluster) into ``built``: checked, and timed with ``time_it``, like :meth:`evaluate`."""
         if isinstance(built, CompileError):
             return Measurement("compile_error", built.first_error, detail=built.stderr,
                                flags=self.compiler.flags_text, compiler=self.compiler.version,
@@ -448,10 +465,7 @@ class Evaluator:
         return m
 
     def _timing_limit(self, timeout_s: float) -> float:
-        t = self.timing
-        attempts = 1 + (max(0, t.retime_slowed) if t.probe_iters > 0 else 0)
-        once = (t.warmups + 2) * timeout_s + t.warmup_s + t.budget_s
-        return attempts * once + (attempts - 1) * t.retime_pause_s + 30.0
+        return timing_limit(self.timing, timeout_s)
 
     def _run(self, request: dict[str, Any], timeout_s: float) -> Measurement:
         try:

@@ -82,6 +82,9 @@ class Target(ABC):
     """The file suffix of its printed code (``.c``, ``.cu``)."""
     cold_cache: ClassVar[bool] = False
     """Whether caches can be flushed before every timed call (``cold_cache=True``)."""
+    cluster_runs: ClassVar[bool] = False
+    """Whether its programs can be compiled and timed on a Dask cluster's workers
+    (:mod:`partita.runtime.cluster`), keyed by this host's records fingerprint."""
     printers: ClassVar[Mapping[str, Printer]]
     """Its printers by language, the one tuning builds and times first."""
 

@@ -21,6 +21,7 @@ from partita.codegen.program import Program
 from partita.db import BestRow, Records
 from partita.ir.kernel import Kernel
 from partita.model import Model
+from partita.runtime.cluster import ClusterEvaluator
 from partita.runtime.data import Reference, reference_kind
 from partita.runtime.evaluate import Measurement
 from partita.runtime.harness import TimingOptions
@@ -57,7 +58,7 @@ def target_model(kernel: Kernel, target: str, measure: bool = True) -> Model:
 def check_request(kernel: Kernel, *, target: str, budget: float | str | None,
                   evaluations: int | None, seed: int, cold_cache: bool,
                   choice_order: str | Sequence[str], reassociate: bool,
-                  stop: Stop | None) -> tuple[Target, float | None]:
+                  stop: Stop | None, cluster: Any = None) -> tuple[Target, float | None]:
     """(the target, the budget in seconds) of a tune, or the ValueError (or the target's
     :class:`~partita.targets.base.TargetUnavailable`) that a bad request raises before any
     work, in one line: the one place that checks what ``tune`` and ``partita tune`` take."""
@@ -78,6 +79,8 @@ def check_request(kernel: Kernel, *, target: str, budget: float | str | None,
         raise ValueError("reassociate shares budget and evaluations among the orders of "
                          "the sum; a stop condition cannot be shared: give budget or "
                          "evaluations instead")
+    if cluster is not None and not plug.cluster_runs:
+        raise ValueError(f"cluster: the {plug.name} target is tuned on this machine only")
     plug.check(kernel)  # arrays too large for memory, no device: before any work
     return plug, budget_s
 
@@ -106,6 +109,8 @@ class Request:
     cold_cache: bool
     choice_order: str | Sequence[str]
     search_options: dict[str, Any]
+    cluster: Any = None
+    """A Dask scheduler's address or a ``distributed.Client`` to compile and time on."""
 
 
 @dataclass(frozen=True)
@@ -134,9 +139,13 @@ class Recorder:
     programs: dict[str, Program] = field(default_factory=dict)
     """The programs of the batch in flight, by source digest."""
     slowed_best: SlowedTiming | None = None
+    measured_on: dict[str, str] = field(default_factory=dict)
+    """Which host timed each program measured on a cluster, by source digest."""
 
     def record(self, e: Evaluation) -> None:
-        eid = self.rec.add_evaluation(self.run, e.to_json(), self.flags)
+        host = self.measured_on.pop(e.source_digest, "")
+        eid = self.rec.add_evaluation(
+            self.run, {**e.to_json(), "measured_on": host} if host else e.to_json(), self.flags)
         prog = self.programs.pop(e.source_digest, None)
         if (prog is not None and e.ok and e.slowed and e.median_s is not None
                 and (self.slowed_best is None or e.median_s < self.slowed_best.time_s)):
@@ -168,15 +177,30 @@ class Recorder:
 # -- the run ------------------------------------------------------------------------------------
 
 
+def open_runner(req: Request) -> Any:
+    """What builds, checks and times the programs of ``req``: the target's runner, or with a
+    cluster a :class:`ClusterEvaluator` (connected here: an unreachable cluster, or one
+    without a worker for this machine, fails before a run is recorded)."""
+    refs = {req.kernel.name: req.reference} if req.reference is not None else None
+    timing = TimingOptions(flush_cache=req.cold_cache)
+    if req.cluster is not None:
+        return ClusterEvaluator(req.cluster, key=host_machine()["key"], seed=req.seed,
+                                timing=timing, references=refs,
+                                compile_timeout_s=COMPILE_LIMIT_S)
+    return req.plug.evaluator(seed=req.seed, timing=timing, references=refs,
+                              compile_timeout_s=COMPILE_LIMIT_S)
+
+
 def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: Recorder,
                best: BestRow | None, params: dict[str, Any],
-               seen: set[str]) -> TuneResult:
-    """Search ``space`` with the target's runner until ``stop``, starting from the
-    implementations transferred from related kernels and the target's first batch."""
+               seen: set[str], runner: Any = None) -> TuneResult:
+    """Search ``space`` with ``runner`` (default: the target's, made here) until ``stop``,
+    starting from the implementations transferred from related kernels and the target's
+    first batch; the runner is closed at the end."""
     plug, state, options = req.plug, recorder.state, dict(req.search_options)
-    refs = {req.kernel.name: req.reference} if req.reference is not None else None
-    runner = plug.evaluator(seed=req.seed, timing=TimingOptions(flush_cache=req.cold_cache),
-                            references=refs, compile_timeout_s=COMPILE_LIMIT_S)
+    runner = runner if runner is not None else open_runner(req)
+    if isinstance(runner, ClusterEvaluator):
+        recorder.measured_on = runner.measured_on
     with runner:
         recorder.flags = plug.flags_text(runner)
         root = space.root()
@@ -185,8 +209,12 @@ def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: R
         def evaluate(progs: list[Program]) -> list[Measurement]:
             recorder.programs.update((p.digest, p) for p in progs)
             until = state.deadline if math.isfinite(state.deadline) else None
-            return plug.evaluate(runner, progs, timeout_s=batch_limit(state.best_time, root_bound),
-                                 abandon_s=batch_abandon(state.best_time), until=until)
+            limit, abandon = batch_limit(state.best_time, root_bound), batch_abandon(
+                state.best_time)
+            if isinstance(runner, ClusterEvaluator):
+                return runner.evaluate(progs, timeout_s=limit, abandon_s=abandon, until=until)
+            return plug.evaluate(runner, progs, timeout_s=limit, abandon_s=abandon,
+                                 until=until)
 
         kid, mid, stored = recorder.where
         initial = transferred(recorder.rec, space, req.kernel, params, kid, mid, stored,
@@ -230,15 +258,21 @@ def tune_recorded(req: Request, db: str | Path | None) -> Tuned:
         space = req.plug.space(kernel, req.choice_order)
         model = req.model or req.plug.model(kernel)
         stop = req.stop or budget_stop(req.budget_s, req.evaluations)
-        run = rec.start_run(kid, mid, stored, req.search, run_options(req, space, stop),
-                            req.seed)
+        runner = open_runner(req) if req.cluster is not None else None
+        try:
+            run = rec.start_run(kid, mid, stored, req.search, run_options(req, space, stop),
+                                req.seed)
+        except BaseException:
+            if runner is not None:
+                runner.close()
+            raise
         state = SearchState(best_time=best.time_s if best else math.inf)
         recorder = Recorder(rec, (kid, mid, stored), run, state, req.on_evaluation)
         result: TuneResult | None = None
         status = "interrupted"
         try:
             result = run_search(req, space, model, stop, recorder, best, params,
-                                rec.seen_decisions(kid, mid, stored))
+                                rec.seen_decisions(kid, mid, stored), runner)
             status = "finished"
         finally:
             rec.finish_run(run, result.stopped_by if result is not None else "interrupted",
@@ -278,7 +312,8 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
          on_evaluation: Callable[[Evaluation, SearchState], None] | None = None,
          transfer: bool = True, sketches: bool = True, reassociate: bool = False,
          cold_cache: bool = False, choice_order: str | Sequence[str] = "default",
-         gap: float | str | None = None, **search_options: Any) -> Tuned:
+         gap: float | str | None = None, cluster: Any = None,
+         **search_options: Any) -> Tuned:
     """Tune ``kernel`` on this machine and return its best implementation.
 
     Every evaluated implementation is checked against the kernel's numpy reference before it
@@ -322,10 +357,15 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
     factor of the optimality certificate (``result.space_lower_bound_s``: no implementation
     left in the space runs faster), or at the budget, whichever comes first; ``gap=1`` with
     ``search="bnb"`` runs until the best found is proven the best of the space.
+
+    ``cluster`` (a Dask scheduler's address or ``distributed.Client``): candidates are built
+    and timed on its workers for this machine (:mod:`partita.runtime.cluster`), each record
+    names the host that timed it, and one the cluster lost has status ``lost``.
     """
     plug, budget_s = check_request(
         kernel, target=target, budget=budget, evaluations=evaluations, seed=seed,
-        cold_cache=cold_cache, choice_order=choice_order, reassociate=reassociate, stop=stop)
+        cold_cache=cold_cache, choice_order=choice_order, reassociate=reassociate, stop=stop,
+        cluster=cluster)
     if gap is not None:
         if reassociate:
             raise ValueError("gap stops one search, and reassociate runs one per order of the "
@@ -338,8 +378,8 @@ def tune(kernel: Kernel, *, budget: float | str | None = 60.0,
             continue_=continue_, target=target, search=search, seed=seed, db=db,
             batch=batch, model=model, reference=reference, on_evaluation=on_evaluation,
             transfer=transfer, sketches=sketches, cold_cache=cold_cache,
-            choice_order=choice_order, **search_options)
+            choice_order=choice_order, cluster=cluster, **search_options)
     return tune_recorded(Request(
         kernel, plug, budget_s, evaluations, stop, search, seed, batch, continue_, model,
         reference, on_evaluation, transfer, sketches, cold_cache, choice_order,
-        search_options), db)
+        search_options, cluster), db)

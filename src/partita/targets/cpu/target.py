@@ -89,6 +89,7 @@ class CpuTarget(Target):
     name = "cpu"
     code_suffix = ".c"
     cold_cache = True
+    cluster_runs = True
     printers = MappingProxyType({"c": print_c})
     parallel_reductions = True
     """Whether loops that carry reductions may be parallel (see :func:`sequential_reductions`)."""
