@@ -362,10 +362,15 @@ def write_section(args: argparse.Namespace, rows: list[dict], text: str) -> None
                                               command=command, machine_desc=machine)
     replace_section(args.write, "tune", REPORT.format(
         budget=budget, seed=args.seed, table=text, rounds=ROUNDS,
-        provenance=provenance(command, first), rerun=rerun, accuracy=accuracy,
+        provenance=provenance(command, first, RERUN_HOW if kept else ""), rerun=rerun,
+        accuracy=accuracy,
         settle=BLAS_SETTLE_S, flush_mb=COLD.resolved_flush_bytes() / 1e6))
     write_results("tune", "Tuning", records, args.results, keep_other_cases=bool(kept))
     update_summary(args.write, args.results)
+
+
+RERUN_HOW = (", the rows rerun last (named below the table; every row's date, build and "
+             "machine are in the summary)")
 
 
 def kept_rows(path: str) -> tuple[dict[str, str], float]:
