@@ -379,7 +379,10 @@ def test_report_has_a_section_for_the_generic_kernel(generic: partita.GenericTun
 
 @pytest.mark.parametrize("command", [["show"], ["export", "--out", "x"], ["report", "--out",
                                                                           "x"]])
-def test_commands_name_what_is_not_recorded(db: Path, command: list[str]) -> None:
+def test_commands_name_what_is_not_recorded(generic: GenericTuned, db: Path,
+                                            command: list[str]) -> None:
+    """Records that exist but hold no generic matmul with a static k of 7 (``generic``
+    records its dynamic k): each command names what is missing."""
     result = CliRunner().invoke(main, [command[0], "matmul", "m=?", "n=?", "k=7",
                                        *command[1:], "--db", str(db)])
     assert result.exit_code == 2 and "no size-generic matmul" in result.output, result.output
