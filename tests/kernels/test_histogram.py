@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import random
 import shutil
-import zlib
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from tests.fuzzing import (
+    assert_random_implementations_verify,
+)
 from tests.model.test_bound import RATES
 
 import partita
@@ -27,7 +29,7 @@ from partita.model import Model
 from partita.runtime import Evaluator, TimingOptions
 from partita.runtime.call import KernelCall
 from partita.runtime.compile import Compiler
-from partita.search.sampling import random_implementation, sample_and_evaluate
+from partita.search.sampling import random_implementation
 from partita.space.candidate import Candidate
 
 CASES = [
@@ -49,12 +51,7 @@ def evaluator() -> Iterator[Evaluator]:
 def test_random_implementations_match_numpy(evaluator: Evaluator, fuzz_count: int,
                                             params: dict) -> None:
     k = kernel("histogram", **params)
-    root = partita.space(k).root()
-    report = sample_and_evaluate(root, fuzz_count,
-                                 random.Random(zlib.crc32(str(params).encode())),
-                                 lambda ps: evaluator.evaluate(ps, time_it=False))
-    assert report.sampled == fuzz_count
-    assert report.verified == fuzz_count, report.failed[:3]
+    assert_random_implementations_verify(evaluator, k, fuzz_count, params)
 
 
 def _counts(x: np.ndarray, bins: int) -> np.ndarray:

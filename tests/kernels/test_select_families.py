@@ -6,18 +6,20 @@ agree with the kernels' meaning."""
 from __future__ import annotations
 
 import random
-import zlib
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from tests.fuzzing import (
+    assert_random_implementations_verify,
+    assert_reference_is_the_sequential_meaning,
+)
 
 import partita
-from partita.codegen.program import signature
 from partita.ir.interpret import sequential_reference
 from partita.kernels import kernel
 from partita.runtime import Evaluator, TimingOptions
-from partita.runtime.data import find_reference, generate_inputs, reference_kind, run_reference
+from partita.runtime.data import reference_kind
 from partita.search.sampling import sample_and_evaluate
 
 CASES = [
@@ -51,23 +53,12 @@ def test_random_implementations_match_numpy(evaluator: Evaluator, name: str,
                                             params: dict) -> None:
     k = kernel(name, **params)
     assert reference_kind(k) == "numpy"
-    root = partita.space(k).root()
-    report = sample_and_evaluate(root, 20, random.Random(zlib.crc32(str(params).encode())),
-                                 lambda ps: evaluator.evaluate(ps, time_it=False))
-    assert report.sampled == 20
-    assert report.verified == 20, report.failed[:3]
+    assert_random_implementations_verify(evaluator, k, 20, params)
 
 
 @pytest.mark.parametrize("name,params", CASES, ids=IDS)
 def test_the_reference_is_the_sequential_meaning(name: str, params: dict) -> None:
-    k = kernel(name, **{**params, "dtype": "float64"})
-    args = signature(k)
-    values = generate_inputs(args, 0)
-    expected = run_reference(find_reference(k), args, values)
-    meaning = run_reference(sequential_reference(k), args, values)
-    assert set(expected) == set(meaning)
-    for out in expected:
-        np.testing.assert_allclose(meaning[out], expected[out], rtol=1e-12, atol=1e-12)
+    assert_reference_is_the_sequential_meaning(kernel(name, **{**params, "dtype": "float64"}))
 
 
 def test_softmax_rows_sum_to_one_without_overflow() -> None:

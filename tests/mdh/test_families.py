@@ -5,7 +5,6 @@ sequential meaning; bad parameters are refused by name."""
 from __future__ import annotations
 
 import random
-import zlib
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,6 +18,10 @@ from partita.kernels import kernel
 from partita.runtime import Evaluator, TimingOptions
 from partita.runtime.data import find_reference, generate_inputs, reference_kind, run_reference
 from partita.search.sampling import sample_and_evaluate
+from tests.fuzzing import (
+    assert_random_implementations_verify,
+    assert_reference_is_the_sequential_meaning,
+)
 
 CASES = [
     ("transpose", {"m": 7, "n": 12}),
@@ -51,25 +54,13 @@ def evaluator() -> Iterator[Evaluator]:
 def test_random_implementations_match_numpy(evaluator: Evaluator, fuzz_count: int,
                                             name: str, params: dict) -> None:
     k = kernel(name, **params)
-    root = partita.space(k).root()
-    report = sample_and_evaluate(root, fuzz_count,
-                                 random.Random(zlib.crc32(str(params).encode())),
-                                 lambda ps: evaluator.evaluate(ps, time_it=False))
-    assert report.sampled == fuzz_count
-    assert report.verified == fuzz_count, report.failed[:3]
+    assert_random_implementations_verify(evaluator, k, fuzz_count, params)
     assert reference_kind(k) == "numpy"
 
 
 @pytest.mark.parametrize("name,params", CASES, ids=IDS)
 def test_the_reference_is_the_sequential_meaning(name: str, params: dict) -> None:
-    k = kernel(name, **{**params, "dtype": "float64"})
-    args = signature(k)
-    values = generate_inputs(args, 0)
-    expected = run_reference(find_reference(k), args, values)
-    meaning = run_reference(sequential_reference(k), args, values)
-    assert set(expected) == set(meaning)
-    for out in expected:
-        np.testing.assert_allclose(meaning[out], expected[out], rtol=1e-12, atol=1e-12)
+    assert_reference_is_the_sequential_meaning(kernel(name, **{**params, "dtype": "float64"}))
 
 
 def test_a_stencil_keeps_the_border_it_is_given() -> None:
