@@ -85,7 +85,12 @@ def cuda_build(printed: list[Printed]) -> Iterator[Future[CudaBuilds] | None]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _start_nvcc_early(request: pytest.FixtureRequest) -> None:
-    """Request the nvcc run at the start of the session when the CUDA tests are selected."""
+    """Request the nvcc run at the start of the session when the CUDA tests are selected.
+    Under xdist every worker collects every test, so each would start its own run of
+    nvcc over all the stored kernels (25 s of the two cores): there the tests that need it
+    form one group (``--dist loadgroup``), and the worker that gets them builds on demand."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     items: list[Any] = list(request.session.items)  # pytest.Function items carry .module
     names = {item.module.__name__ for item in items if item.module}
     if any(n.endswith("test_cuda") for n in names):

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 
+# One worker builds the stored kernels with nvcc and runs these tests (see conftest.py).
+pytestmark = pytest.mark.xdist_group("nvcc")
+
 
 @needs_nvcc
 def test_every_printed_kernel_compiles(cuda_build: Future[CudaBuilds] | None,
