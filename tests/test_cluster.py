@@ -169,7 +169,9 @@ def test_a_killed_measuring_worker_is_replaced_and_the_tune_goes_on(tmp_path: Pa
 def test_a_task_whose_worker_dies_is_recorded_lost_and_taken_again_on_continue(
         tmp_path: Path) -> None:
     db = tmp_path / "records.sqlite"
-    k = partita.kernel("axpy", n=4096)
+    # Arrays of 16 MB: a measurement lasts long enough that the kill lands inside it (on 4096
+    # elements a task can finish between the scheduler's answer and the signal).
+    k = partita.kernel("axpy", n=1 << 22)
     with cluster(allowed_failures=0) as client:  # a task dies with its first worker
         on_evaluation, killed = killer(client)
         tuned = partita.tune(k, stop=Evaluations(8), db=db, cluster=client, batch=4,
