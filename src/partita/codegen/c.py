@@ -35,7 +35,7 @@ from partita.codegen.cfamily import CFamilyPrinter
 from partita.codegen.expr import CodegenError, c_literal, c_name, fold_product, fold_sum
 from partita.codegen.looptree import Node
 from partita.codegen.lower import Prefetch, Slot, SplitReduction, Storage
-from partita.codegen.program import Param, Program, prototype, signature
+from partita.codegen.program import Param, Program, packed_args, prototype, signature
 from partita.codegen.vector import (
     broadcast,
     needs_intrinsics,
@@ -260,14 +260,7 @@ class CPrinter(CFamilyPrinter):
         self.emit(indent, "}")
 
     def _print_packed(self, params: tuple[Param, ...]) -> None:
-        args = []
-        for i, p in enumerate(params):
-            if p.kind == "size":
-                args.append(f"*(const int64_t *)args[{i}]")
-            elif p.kind == "scalar":
-                args.append(f"*(const {DType.parse(p.dtype).c_type} *)args[{i}]")
-            else:
-                args.append(f"({DType.parse(p.dtype).c_type} *)args[{i}]")
+        args = packed_args(params)
         self.emit(0, f"void {self.entry}_packed(void **args)")
         self.emit(0, "{")
         self.emit(1, f"{self.entry}({', '.join(args)});")

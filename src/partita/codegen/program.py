@@ -16,6 +16,7 @@ object as long as their entries differ.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,3 +135,16 @@ def reduction_length(kernel: Kernel, sizes: dict[str, int] | None = None) -> int
                   for op in inst.values()]
         depth[inst.name] = own[inst.name] * max(inputs, default=1)
     return max(depth.values(), default=1)
+
+
+def packed_args(params: Sequence[Param]) -> list[str]:
+    """The arguments of an entry's ``_packed`` twin: ``args[i]`` points to parameter ``i``."""
+    out = []
+    for i, p in enumerate(params):
+        if p.kind == "size":
+            out.append(f"*(const int64_t *)args[{i}]")
+        elif p.kind == "scalar":
+            out.append(f"*(const {DType.parse(p.dtype).c_type} *)args[{i}]")
+        else:
+            out.append(f"({DType.parse(p.dtype).c_type} *)args[{i}]")
+    return out

@@ -35,7 +35,14 @@ from typing import Any
 import cffi
 import numpy as np
 
-from partita.codegen.program import Param, c_parameters, prototype, reduction_length, signature
+from partita.codegen.program import (
+    Param,
+    c_parameters,
+    packed_args,
+    prototype,
+    reduction_length,
+    signature,
+)
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType
 from partita.runtime.data import (
@@ -102,19 +109,6 @@ def dispatcher_source(kernel: Kernel, entry: str, versions: Sequence[str],
         lines += [f"void {entry}_packed(void **args)", "{",
                   f"    {entry}({', '.join(packed_args(params))});", "}"]
     return "\n".join(lines) + "\n"
-
-
-def packed_args(params: Sequence[Param]) -> list[str]:
-    """The arguments of an entry's ``_packed`` twin: ``args[i]`` points to parameter ``i``."""
-    out = []
-    for i, p in enumerate(params):
-        if p.kind == "size":
-            out.append(f"*(const int64_t *)args[{i}]")
-        elif p.kind == "scalar":
-            out.append(f"*(const {DType.parse(p.dtype).c_type} *)args[{i}]")
-        else:
-            out.append(f"({DType.parse(p.dtype).c_type} *)args[{i}]")
-    return out
 
 
 _LIBRARIES: dict[tuple[str, str], tuple[cffi.FFI, Any, Any]] = {}
