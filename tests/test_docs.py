@@ -31,6 +31,7 @@ def test_the_kernels_of_the_guide_tune_and_match_numpy(tmp_path: Path,
         exec(compile(more.replace("budget=20", "evaluations=3"), "docs/kernels.md", "exec"), {})
 
 
+@pytest.mark.slow
 def test_the_size_generic_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARTITA_DB", str(tmp_path / "records.sqlite"))
     (code,) = python_blocks(DOCS / "generic.md")

@@ -239,6 +239,7 @@ def test_a_longer_tune_matches_numpy_at_random_sizes(tmp_path: Path) -> None:
             np.testing.assert_allclose(g.call_version(i, a, b), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_size_given_stays_static(db: Path) -> None:
     g = partita.tune_generic("matmul", [(8, 16), (24, 8)], evaluations=2, db=db, k=12,
                              measure_s=0.002, tune_options={"model": Model(RATES), "batch": 2})
@@ -263,6 +264,7 @@ def evaluation_counts(db: Path, sizes: list[dict[str, int]]) -> list[int]:
         return out
 
 
+@pytest.mark.slow
 def test_a_new_training_size_refines_the_recorded_kernel(generic: partita.GenericTuned,
                                                          db: Path) -> None:
     """Over m and n (k = 8), trained first where the fixture tuned the static kernel, then

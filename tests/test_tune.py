@@ -283,6 +283,7 @@ def test_numpy_time_of_library_kernels_warm_and_cold() -> None:
     assert warm is not None and warm > 0 and cold is not None and cold > 0
 
 
+@pytest.mark.slow
 def test_cold_cache_times_are_taken_cold_and_recorded_apart(tuned: partita.Tuned, db: Path,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
@@ -321,6 +322,7 @@ def test_cold_cache_times_are_taken_cold_and_recorded_apart(tuned: partita.Tuned
     assert code != 0 and "cpu target only" in out and "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_show_points_to_cold_records_and_prints_dates(db: Path) -> None:
     k = partita.kernel("matmul", m=8, n=8, k=4)
     partita.tune(k, stop=Evaluations(2), db=db, model=Model(RATES), batch=2, cold_cache=True)

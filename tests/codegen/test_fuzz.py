@@ -78,8 +78,11 @@ def test_every_library_kernel_is_fuzzed() -> None:
     assert {name for name, _, _ in CASES} == {s.name for s in list_kernels()}
 
 
-SLOW_CASES = {"two_mm", "three_mm", "matmul_chain", "gemver", "bicg", "atax", "mvt"}
-"""Multi-nest kernels, several seconds each: the fast subset fuzzes the single-nest ones."""
+SLOW_CASES = {"two_mm", "three_mm", "matmul_chain", "gemver", "bicg", "atax", "mvt",
+              "conv2d", "contraction"}
+"""Multi-nest kernels, several seconds each, and the two whose spaces the fast subset fuzzes
+in their own families' tests (tests/kernels/test_select_families.py, the einsum contractions
+of tests/mdh/test_families.py): the fast subset fuzzes the other single-nest ones here."""
 REPEATED = {i for i, (n, _, _) in enumerate(CASES) if any(m == n for m, _, _ in CASES[:i])}
 """Cases of a kernel fuzzed already above: the fast subset keeps each kernel's first."""
 

@@ -6,7 +6,9 @@ compiling in a background nvcc run, which overlaps the OpenCL runs of the other 
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pickle
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,8 +49,22 @@ _REPLAYED: list[Printed] = []
 
 
 @pytest.fixture(scope="session")
-def printed() -> list[Printed]:
-    _REPLAYED.extend(replay_all())
+def printed(tmp_path_factory: pytest.TempPathFactory) -> list[Printed]:
+    """The stored implementations replayed and printed, once per session: under xdist the
+    first worker to ask replays them (20 s of CPU) and leaves them pickled in the session's
+    shared temporary folder, where the other workers read them."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _REPLAYED.extend(replay_all())
+        return _REPLAYED
+    shared = tmp_path_factory.getbasetemp().parent
+    cache = shared / "gpu-printed.pickle"
+    with open(shared / "gpu-printed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.exists():
+            _REPLAYED.extend(pickle.loads(cache.read_bytes()))
+        else:
+            _REPLAYED.extend(replay_all())
+            cache.write_bytes(pickle.dumps(_REPLAYED))
     return _REPLAYED
 
 

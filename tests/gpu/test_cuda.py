@@ -25,6 +25,7 @@ needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 pytestmark = pytest.mark.xdist_group("nvcc")
 
 
+@pytest.mark.slow  # nvcc over every stored kernel: 20 s of a core
 @needs_nvcc
 def test_every_printed_kernel_compiles(cuda_build: Future[CudaBuilds] | None,
                                        printed: list[Printed]) -> None:
@@ -38,6 +39,7 @@ def test_every_printed_kernel_compiles(cuda_build: Future[CudaBuilds] | None,
     assert build.ok, "\n".join(failures) or build.log[-4000:]
 
 
+@pytest.mark.slow  # nvcc over every stored kernel: 20 s of a core
 @needs_nvcc
 def test_kernels_compile_optimised(cuda_build: Future[CudaBuilds] | None) -> None:
     """One kernel per configuration through nvcc's full optimisation pipeline."""

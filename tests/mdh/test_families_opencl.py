@@ -37,7 +37,13 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenclRunner]:
             os.environ["POCL_CACHE_DIR"] = old
 
 
-@pytest.mark.parametrize("name,params", FUZZED)
+OPENCL_FUZZED = [pytest.param(*case.values, id=case.id, marks=pytest.mark.slow)
+                 if case.values[0] == "conv2d" else case for case in FUZZED]
+"""The families' cases; the convolution (several seconds of PoCL builds) runs in the whole
+suite only, the fast subset keeps its depthwise form."""
+
+
+@pytest.mark.parametrize("name,params", OPENCL_FUZZED)
 def test_random_gpu_implementations_match_numpy(runner: OpenclRunner, fuzz_count: int,
                                                 name: str, params: dict) -> None:
     k = kernel(name, **params)

@@ -123,7 +123,13 @@ def evaluator() -> Iterator[Evaluator]:
         yield ev
 
 
-@pytest.mark.parametrize("label,kernel,ref,count", CASES, ids=[c[0] for c in CASES])
+SLOW_LABELS = {"conv2d"}
+"""Several seconds each: the whole suite only (the fast subset fuzzes the library's conv2d)."""
+
+
+@pytest.mark.parametrize("label,kernel,ref,count", [
+    pytest.param(*case, id=case[0], marks=pytest.mark.slow if case[0] in SLOW_LABELS else ())
+    for case in CASES])
 def test_random_implementations_match_numpy(evaluator: Evaluator, label: str, kernel: Kernel,
                                             ref: Any, count: int) -> None:
     root = partita.space(kernel).root()

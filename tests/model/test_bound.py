@@ -57,8 +57,21 @@ def _slow_beyond_first_matmul(cases: list[tuple[str, dict]]) -> list[Any]:
             for n, p in cases]
 
 
-@pytest.mark.parametrize("rates", [RATES, ROLLED], ids=["peeled", "rolled"])
-@pytest.mark.parametrize("name,params", _slow_beyond_first_matmul(KERNELS))
+def _descent_cases() -> list[Any]:
+    """Every kernel with peeled and with rolled loops; the fast subset keeps axpy and the
+    small matmul both ways and the others peeled only (the rolled pricing is the same code)."""
+    cases = []
+    for case in _slow_beyond_first_matmul(KERNELS):
+        name, params = case.values
+        for rates, label in ((RATES, "peeled"), (ROLLED, "rolled")):
+            keep = label == "peeled" or name == "axpy" or params == {"m": 32, "n": 16, "k": 8}
+            marks = case.marks if keep else (pytest.mark.slow,)
+            cases.append(pytest.param(name, params, rates, marks=marks,
+                                      id=f"{name}-{len(cases) // 2}-{label}"))
+    return cases
+
+
+@pytest.mark.parametrize("name,params,rates", _descent_cases())
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=5, deadline=None)
 def test_bound_never_decreases_along_a_descent(name: str, params: dict, rates: Rates,
@@ -210,7 +223,8 @@ def _enclosing(node: Node, inst: str, path: tuple[Node, ...] = ()) -> tuple[Node
     return None
 
 
-@pytest.mark.parametrize("rates", [RATES, ROLLED], ids=["peeled", "rolled"])
+@pytest.mark.parametrize("rates", [RATES, pytest.param(ROLLED, marks=pytest.mark.slow)],
+                         ids=["peeled", "rolled"])
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=8, deadline=None)
 def test_repetition_matches_the_loop_tree(rates: Rates, seed: int) -> None:
@@ -368,7 +382,9 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
 
 
 @pytest.mark.parametrize("name,params", [("matmul", {"m": 64, "n": 48, "k": 40}),
-                                         ("matmul", {"m": 24, "n": 64, "k": 256}),
+                                         pytest.param("matmul",
+                                                      {"m": 24, "n": 64, "k": 256},
+                                                      marks=pytest.mark.slow),
                                          pytest.param("batched_matmul",
                                                       {"b": 2, "m": 8, "n": 32, "k": 64},
                                                       marks=pytest.mark.slow)])
@@ -522,7 +538,10 @@ GPU_KERNELS = [("axpy", {"n": 1 << 20}), ("matmul", {"m": 64, "n": 64, "k": 32})
                ("softmax", {"m": 8, "n": 32})]
 
 
-@pytest.mark.parametrize("name,params", _slow_beyond_first_matmul(GPU_KERNELS))
+@pytest.mark.parametrize("name,params", [
+    # softmax's three nests: several seconds, the whole suite only
+    pytest.param(*case.values, marks=pytest.mark.slow) if case.values[0] == "softmax" else case
+    for case in _slow_beyond_first_matmul(GPU_KERNELS)])
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=3, deadline=None)
 def test_gpu_bound_is_finite_and_never_decreases(name: str, params: dict, seed: int) -> None:
