@@ -8,10 +8,10 @@ bare C entry called from this process in a loop (cffi, pointers converted once),
 ``Tuned`` object called in a loop (``out=`` given: argument checks and pointers every call),
 and numpy's product. Each figure is the median of per-call times over the rounds.
 
-What the ``Tuned`` call costs beside the bare one is also taken apart: the same Python work
-with the C call left out, timed in a loop (warm caches) and right after each call of the
-kernel (caches the kernel has just streamed its arrays through), which is where it runs when
-the kernel is called in a loop. A last row sets the figures against what is aimed at
+What the ``Tuned`` call costs beside the bare one is also taken apart: the same call with an
+empty C function in the kernel's place, timed in a loop (warm caches) and right after each
+call of the kernel (caches the kernel has just streamed its arrays through), which is where it
+runs when the kernel is called in a loop. A last row sets the figures against what is aimed at
 (:data:`AIM_COST_S` over the bare call, :data:`AIM_RATIO` of the recorded time).
 """
 
@@ -20,18 +20,22 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cffi
 import numpy as np
 
 import partita
 from host import machine_description
-from partita.codegen.program import Program
+from partita.codegen.program import Program, prototype
+from partita.runtime.call import KernelCall
 from partita.runtime.evaluate import Evaluator
+from partita.runtime.native_call import native_call
 from partita.tuning import Tuned
 from results import RESULTS_DIR, Record, provenance, record, write_results
 from sections import replace_section
@@ -102,14 +106,35 @@ def paired(bare: Any, through: Any, min_s: float = 0.6) -> tuple[float, float, f
             statistics.median(y - x for x, y in zip(a, b, strict=True)))
 
 
+def idle_checks(call: KernelCall) -> Any:
+    """The checked call of ``call`` with a C entry that does nothing: the checks in C
+    (:mod:`partita.runtime.native_call`) bound to an empty function of the same prototype
+    where they serve the call, else the Python path with its C call replaced."""
+    params = tuple(a.param for a in call.args)
+    if call.native is None:
+        idle = copy.copy(call)
+        idle.fn = lambda *args: None
+        return idle._fast_path() or idle.general
+    folder = Path(tempfile.mkdtemp(prefix="partita-idle-"))
+    (folder / "idle.c").write_text(prototype("partita_idle", params) + " {}\n")
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(folder / "idle.so"),
+                    str(folder / "idle.c")], check=True)
+    ffi = cffi.FFI()
+    ffi.cdef(prototype("partita_idle", params).replace("restrict", "") + ";")
+    lib = ffi.dlopen(str(folder / "idle.so"))
+    _IDLE.append(lib)  # loaded for the life of the process
+    return native_call(params, int(ffi.cast("uintptr_t", lib.partita_idle)), call.general)
+
+
+_IDLE: list[Any] = []
+
+
 def python_work(call: Any, A: np.ndarray, B: np.ndarray, C: np.ndarray, bare: Any,
                 min_s: float = 0.3) -> tuple[float, float]:
-    """The Python work of a checked call (the call with its C function replaced by one that
-    does nothing): its median time called in a loop, and right after each bare call of the
+    """The work of a checked call besides its kernel (the call with an empty C function in
+    the kernel's place): its median time called in a loop, and right after each bare call of the
     kernel."""
-    idle = copy.copy(call)
-    idle.fn = lambda *args: None
-    checks = idle._fast_path() or idle.general
+    checks = idle_checks(call)
     warm = per_call(lambda: checks((A, B), C), min_s=min_s)
     after: list[int] = []
     start = time.perf_counter()
@@ -156,16 +181,17 @@ in {rounds} rounds, four ways side by side: in the tuner's worker (the harness t
 the time), the bare C entry called from Python in a loop, the `Tuned` object called in a loop
 (`fast(A, B, out=C)`: argument checks and pointers at every call), and numpy. Each figure is
 the median over the rounds of per-call medians; the bare and `Tuned` calls run in alternating
-batches, and their difference is the median of the differences batch by batch. The Python
-work of the `Tuned` call (its checks and pointers, the C call left out) is timed called in a
-loop, with warm caches, and right after each bare call of the kernel, as it runs when the
-kernel is called in a loop: from caches the kernel has just streamed its arrays through.
-Where the kernel takes milliseconds (1024^3), the difference of the paired calls varies from
-pair to pair by far more than the microseconds it measures; the Python work after the kernel
-is the finer figure there.
+batches, and their difference is the median of the differences batch by batch. The work of
+the `Tuned` call besides its kernel (the Python call, and the argument checks, done in C
+where Python's headers are installed) is timed with an empty C function in the kernel's
+place, called in a loop with warm caches, and right after each bare call of the kernel, as it
+runs when the kernel is called in a loop: from caches the kernel has just streamed its arrays
+through. Where the kernel takes milliseconds (1024^3), the difference of the paired calls
+varies from pair to pair by far more than the microseconds it measures; the work after the
+kernel is the finer figure there.
 
 | case | recorded by the tuner | worker, again | bare call | `Tuned` call \
-| `Tuned` - bare | its Python work: warm, after the kernel | `Tuned` / recorded | numpy |
+| `Tuned` - bare | its own work: warm, after the kernel | `Tuned` / recorded | numpy |
 |---|---|---|---|---|---|---|---|---|
 {rows}
 """

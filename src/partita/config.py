@@ -3,16 +3,19 @@
 Algorithms never read the environment themselves: they take these values as arguments or ask
 this module, so what a run depends on outside its arguments is listed here and nowhere else.
 
-=================  ==========================================================================
-``PARTITA_DB``     the tuning records database (:func:`records_file`)
-``PARTITA_CACHE``  partita's cache directory (:func:`cache_dir`)
-``XDG_CACHE_HOME`` the user's cache directory, where the records live by default
-                   (:func:`xdg_cache_home`)
-``PARTITA_NATIVE`` ``0`` keeps decision spaces on the Python engine (:func:`native_engine`)
-``CC``             the C compiler of the native constraint engine (:func:`c_compiler`)
-``CUDA_HOME``,     CUDA installations searched for nvcc (:func:`cuda_roots`)
+=======================  =======================================================================
+``PARTITA_DB``           the tuning records database (:func:`records_file`)
+``PARTITA_CACHE``        partita's cache directory (:func:`cache_dir`)
+``XDG_CACHE_HOME``       the user's cache directory, where the records live by default
+                         (:func:`xdg_cache_home`)
+``PARTITA_NATIVE``       ``0`` keeps decision spaces on the Python engine (:func:`native_engine`)
+``PARTITA_NATIVE_CALL``  ``0`` checks a tuned kernel's arguments in Python, not in C
+                         (:func:`native_call`)
+``CC``                   the C compiler of the native constraint engine and of the calls'
+                         checks (:func:`c_compiler`)
+``CUDA_HOME``,           CUDA installations searched for nvcc (:func:`cuda_roots`)
 ``CUDA_PATH``
-=================  ==========================================================================
+=======================  =======================================================================
 
 Child processes (the timing worker, the CPU micro-benchmarks) inherit the whole environment
 (:func:`child_environment`).
@@ -49,6 +52,12 @@ def cache_dir() -> Path | None:
 def native_engine() -> bool:
     """False where ``PARTITA_NATIVE=0``: every space then runs on the Python engine."""
     return os.environ.get("PARTITA_NATIVE", "1") != "0"
+
+
+def native_call() -> bool:
+    """False where ``PARTITA_NATIVE_CALL=0``: a tuned kernel's arguments are then checked by
+    its Python fast path rather than in C (:mod:`partita.runtime.native_call`)."""
+    return os.environ.get("PARTITA_NATIVE_CALL", "1") != "0"
 
 
 def c_compiler() -> str:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import random
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import partita
 from partita.codegen.c import print_c
+from partita.ir import KernelBuilder
 from partita.search.sampling import random_implementation
 from partita.tuning import Tuned
 
@@ -20,6 +25,22 @@ def _tuned(name: str, seed: int, **params) -> Tuned:
     return Tuned(k, program.source, program.entry, [], None, program.params)
 
 
+HEADERS = (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
+"""Python's headers are here: the common call is checked in C."""
+
+
+@pytest.fixture(params=["native", pytest.param("python", marks=pytest.mark.slow)])
+def call_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The test runs with the checks in C (where Python's headers are installed) and with
+    the Python fast path (the whole suite only): the two must serve and refuse the same
+    calls."""
+    if request.param == "native" and not HEADERS:
+        pytest.skip(f"no Python.h in {sysconfig.get_paths()['include']}")
+    monkeypatch.setenv("PARTITA_NATIVE_CALL", "1" if request.param == "native" else "0")
+    yield request.param
+
+
+@pytest.mark.usefixtures("call_path")
 @pytest.mark.parametrize("seed", range(6))
 def test_an_output_that_is_an_input_gives_the_right_values(seed: int) -> None:
     """The C is ``restrict``: ``fast(A, B, out=B)`` used to compute garbage (errors of 1e7)."""
@@ -48,6 +69,7 @@ def test_outputs_that_overlap_each_other_are_refused() -> None:
         fast(A, A.copy(), out={"A": A, "B": A})
 
 
+@pytest.mark.usefixtures("call_path")
 def test_bad_arguments_name_what_is_wrong() -> None:
     fast = _tuned("axpy", 2, n=8)
     x = np.ones(8, np.float32)
@@ -65,6 +87,7 @@ def test_bad_arguments_name_what_is_wrong() -> None:
     np.testing.assert_array_equal(x, 1)  # an inout without out= is not written
 
 
+@pytest.mark.usefixtures("call_path")
 def test_the_fast_path_agrees_with_the_general_one() -> None:
     fast = _tuned("matmul", 3, m=16, n=24, k=8)
     rng = np.random.default_rng(0)
@@ -93,6 +116,7 @@ def test_the_fast_path_agrees_with_the_general_one() -> None:
     np.testing.assert_array_equal(axpy(np.float32(2), x, x), 3)
 
 
+@pytest.mark.usefixtures("call_path")
 @pytest.mark.parametrize(("where", "overlap"), [
     ("A", 0), ("A", 1), ("A", 64), ("B", 0), ("B", 1), ("B", 192)])
 def test_the_fast_path_tells_an_overlap_from_a_neighbour_to_the_element(
@@ -125,3 +149,53 @@ def test_the_fast_path_tells_an_overlap_from_a_neighbour_to_the_element(
     assert fast(A, B, out=C) is C
     np.testing.assert_allclose(C, want, rtol=1e-4, atol=1e-4)
     assert len(taken) == (overlap > 0)
+
+
+def _scale() -> Tuned:
+    """``y = alpha * x``: a scalar and an ``out`` array, served by the common call."""
+    b = KernelBuilder("scale", "float64")
+    alpha = b.scalar("alpha")
+    x = b.array("x", None, [37])
+    y = b.array("y", None, [37], role="out")
+    i = b.dim("i", 37)
+    b.store(y, [i], b.mul(alpha, b.load(x, [i]), dims=[i]))
+    k = b.build()
+    program = print_c(random_implementation(partita.space(k).root(), random.Random(0)),
+                      "call_scale")
+    return Tuned(k, program.source, program.entry, [], None, program.params)
+
+
+def test_the_checks_in_c_take_what_the_python_path_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not HEADERS:
+        pytest.skip("no Python.h: the calls are checked in Python")
+    monkeypatch.setenv("PARTITA_NATIVE_CALL", "1")
+    scale = _scale()
+    call = scale._load()
+    assert call.native is not None and call.fast is call.native
+    x = np.linspace(-1, 1, 37)
+    for alpha in (2, 2.5, -(2**40), np.float64(0.5), np.float32(3)):  # numpy scalars: general
+        np.testing.assert_array_equal(scale(alpha, x), float(alpha) * x)
+    with pytest.raises(TypeError, match="'alpha' must be a number, got bool"):
+        scale(True, x)
+    with pytest.raises(OverflowError):
+        scale(10**400, x)  # an int no double holds: the general path says so
+    with pytest.raises(ValueError, match="'x' must have shape"):
+        scale(1.0, x[:36])
+    with pytest.raises(TypeError, match="'x' must be a numpy array, got list"):
+        scale(1.0, list(x))
+    y = np.empty(37)
+    z = x.copy()
+    z.shape = (37, 1)  # the same array, reshaped in place: refused by shape
+    with pytest.raises(ValueError, match="'x' must have shape"):
+        scale(1.0, z)
+    assert scale(2.0, x, out=y) is y
+    # references: nothing kept, nothing lost, over many calls of both kinds
+    before = sys.getrefcount(x), sys.getrefcount(y)
+    for _ in range(2000):
+        scale(3.0, x, out=y)
+        fresh = scale(3.0, x)
+    assert (sys.getrefcount(x), sys.getrefcount(y)) == before
+    assert sys.getrefcount(fresh) == 2  # the variable, and getrefcount's argument
+    np.testing.assert_array_equal(fresh, 3 * x)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        scale(1.0)
