@@ -48,12 +48,12 @@ class ProgressDisplay(SuiteObserver):
     of its budget or evaluations spent) and an overall bar of the jobs done. Jobs on a cluster
     report from their own threads; rich's Progress takes updates from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: Any = None) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(bar_width=24),
             TextColumn("{task.fields[status]}"), TextColumn("{task.fields[best]}"),
-            TimeElapsedColumn(), transient=True)
+            TimeElapsedColumn(), console=console, transient=True)
         self.tasks: dict[int, Any] = {}
         self.started_at: dict[int, float] = {}
         self.counts: dict[int, int] = {}
@@ -106,11 +106,12 @@ class ProgressDisplay(SuiteObserver):
 
 def print_summary(result: SuiteResult) -> None:
     """The summary table: each job's kernel and parameters, best time, numpy's time, how many
-    times faster, evaluations recorded, status."""
+    times faster than numpy (or slower), evaluations recorded, status."""
     header = ("job", "kernel", "params", "best", "numpy", "ratio", "evaluations", "status")
     rows = [header]
     for r in result.jobs:
-        ratio = "-" if r.speedup is None else f"{r.speedup:.2f}x faster"
+        ratio = "-" if r.speedup is None else f"{r.speedup:.3g}x faster" \
+            if r.speedup >= 1 else f"{1 / r.speedup:.3g}x slower"
         status = r.status if not r.reason else f"{r.status}: {r.reason}"
         rows.append((str(r.job.index), r.job.name, params_text(r.job.given), ms(r.best_time_s),
                      ms(r.reference_time_s), ratio, str(r.evaluations), status))
