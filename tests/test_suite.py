@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import socket
 import threading
 from pathlib import Path
@@ -257,3 +258,10 @@ def test_the_progress_display_shows_each_job_and_the_whole(tmp_path: Path) -> No
         completed, status, best = lines[name]
         assert completed == 1.0 and status == "tuned" and best.startswith("best ")
     assert "1. axpy n=128" in screen.getvalue()  # drawn on the terminal while it ran
+
+
+def test_the_readme_suite_is_valid(tmp_path: Path) -> None:
+    (text,) = re.findall(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    jobs = load_suite(write(tmp_path, text))
+    assert [(j.name, j.budget_s, j.evaluations) for j in jobs] == [
+        ("matmul", 30, None), ("axpy", 20, 100)]
