@@ -265,3 +265,56 @@ def test_the_readme_suite_is_valid(tmp_path: Path) -> None:
     jobs = load_suite(write(tmp_path, text))
     assert [(j.name, j.budget_s, j.evaluations) for j in jobs] == [
         ("matmul", 30, None), ("axpy", 20, 100)]
+
+
+class InterruptAt(SuiteObserver):
+    """Raises KeyboardInterrupt (as Ctrl-C would) after job ``index``'s ``count``-th
+    evaluation."""
+
+    def __init__(self, index: int, count: int) -> None:
+        self.index, self.count, self.seen = index, count, 0
+
+    def evaluated(self, job: Job, e: Evaluation, state: SearchState) -> None:
+        if job.index == self.index:
+            self.seen += 1
+            if self.seen == self.count:
+                raise KeyboardInterrupt
+
+
+def interrupted_then_resumed(db: Path, jobs: list[dict[str, Any]], client: Any = None
+                             ) -> list[JobResult]:
+    """Run ``jobs``, interrupted after the first job's second evaluation, then again; the
+    second run's results, each job's evaluations checked never to repeat a decision."""
+    with pytest.raises(KeyboardInterrupt):
+        tune_suite(jobs, db=db, cluster=client, observer=InterruptAt(1, 2), reference=False)
+    first = partita.kernel(jobs[0]["kernel"], **jobs[0]["params"])
+    assert len(recorded(db, first)) >= 2
+    result = tune_suite(jobs, db=db, cluster=client, reference=False)
+    for r, job in zip(result.jobs, jobs, strict=True):
+        evals = recorded(db, r.job.kernel)
+        assert r.best_time_s is not None and r.evaluations == len(evals) == job["evaluations"]
+        assert len({json.dumps(e.decisions) for e in evals}) == len(evals)
+    return result.jobs
+
+
+def test_an_interrupted_suite_resumes_where_it_stopped(tmp_path: Path) -> None:
+    jobs = [{"kernel": "axpy", "params": {"n": 512}, "evaluations": 4},
+            {"kernel": "axpy", "params": {"n": 1024}, "evaluations": 2}]
+    first, second = interrupted_then_resumed(tmp_path / "r.sqlite", jobs)
+    assert (first.status, second.status) == ("resumed", "tuned")  # the second never started
+
+
+def test_an_interrupted_suite_on_a_cluster_stops_every_job_and_resumes(tmp_path: Path) -> None:
+    pytest.importorskip("distributed", reason="distributed (Dask) is not installed")
+    jobs = [{"kernel": "axpy", "params": {"n": 512}, "evaluations": 5},
+            {"kernel": "matmul", "params": {"m": 8, "n": 8, "k": 8}, "evaluations": 5}]
+    with cluster() as client:
+        first, second = interrupted_then_resumed(tmp_path / "r.sqlite", jobs, client)
+    assert first.status == "resumed"
+    # The second job ran beside the first: stopped at its next evaluation, it resumes too
+    # (or, where it had finished all its evaluations first, it is recorded).
+    assert second.status in ("resumed", "recorded")
+    with Records(tmp_path / "r.sqlite") as rec:
+        k = second.job.kernel
+        statuses = [r.status for r in rec.runs(rec.kernel_id(k, kernel_params(k)))]
+    assert statuses in (["interrupted", "finished"], ["finished"])
