@@ -39,7 +39,6 @@ from partita.ir.kernel import Kernel
 from partita.ir.types import KernelError
 from partita.kernels import kernel as library_kernel
 from partita.kernels.files import file_kernel, is_file_kernel
-from partita.model import Model
 from partita.runtime.cluster import connect
 from partita.search.stop import parse_duration
 from partita.search.strategies import SearchState
@@ -307,7 +306,11 @@ class Runner:
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set on an interrupt: every job still tuning stops after its next evaluation."""
 
-    def run(self, job: Job, model: Model | None = None) -> JobResult:
+    models: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a job's model is made: on this machine's first tune its rates are measured,
+    which needs the machine alone (jobs on a cluster make theirs one at a time)."""
+
+    def run(self, job: Job) -> JobResult:
         """Tune ``job`` (or report it from the records), never raising for its failure."""
         s = standing(job, self.db)
         budget_s = job.budget_s - s.unfinished_s
@@ -321,6 +324,8 @@ class Runner:
             budget_s, evaluations = job.budget_s, job.evaluations
         self.observer.started(job)
         try:
+            with self.models:
+                model = target_model(job.kernel, job.target)
             tuned = tune(job.kernel, budget=budget_s, evaluations=evaluations,
                          target=job.target, search=job.search, seed=job.seed, db=self.db,
                          continue_=resumed, cluster=self.client, model=model,
@@ -358,17 +363,13 @@ def run_local(jobs: Sequence[Job], runner: Runner) -> list[JobResult]:
 
 def run_on_cluster(jobs: Sequence[Job], runner: Runner, parallel: int | None) -> list[JobResult]:
     """The jobs several at once on ``runner.client``: by default as many as the cluster has
-    workers (at least two), so that while one job's programs are timed, others' compile. The
-    models are made here first, one after another: on this machine's first tune its rates
-    are measured, which needs it alone."""
+    workers (at least two), so that while one job's programs are timed, others' compile."""
     if parallel is None:
         workers = runner.client.scheduler_info(n_workers=-1)["workers"]
         parallel = max(2, len(workers))
-    models = [target_model(job.kernel, job.target) for job in jobs]
     with ThreadPoolExecutor(max_workers=min(parallel, len(jobs)),
                             thread_name_prefix="partita-suite") as pool:
-        futures = [pool.submit(runner.run, job, model)
-                   for job, model in zip(jobs, models, strict=True)]
+        futures = [pool.submit(runner.run, job) for job in jobs]
         try:
             return [f.result() for f in futures]
         except BaseException:
