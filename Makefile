@@ -66,6 +66,7 @@ bench: $(STAMP)
 	  --write BENCHMARKS.md
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/generic_bench.py --budget 600 \
 	  --alone-budget 120 --write BENCHMARKS.md
+	$(PY) bench/cluster_bench.py --write BENCHMARKS.md
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench

@@ -13,8 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ import partita
 from partita.cli import main
 from partita.codegen.program import Program
 from partita.db import Records
-from partita.runtime.cluster import ClusterEvaluator, local_cluster, measure_resource
+from partita.runtime.cluster import ClusterEvaluator, measure_resource
 from partita.runtime.harness import TimingOptions
 from partita.search.sampling import random_implementation
 from partita.search.stop import Evaluations
@@ -34,39 +32,9 @@ from partita.search.strategies import SearchState
 from partita.search.tuner import Evaluation
 from partita.targets import get as get_target
 from partita.tuning.tuned import host_machine, kernel_params
+from tests.clusters import KEY, cluster, measuring_worker, recorded
 
 distributed = pytest.importorskip("distributed", reason="distributed (Dask) is not installed")
-
-KEY = host_machine()["key"]
-
-
-@contextmanager
-def cluster(allowed_failures: int | None = None) -> Iterator[Any]:
-    """A client of a fresh LocalCluster (a measuring and a compiling worker process), or a
-    skip saying why one could not start."""
-    import dask
-    options = {} if allowed_failures is None else {
-        "distributed.scheduler.allowed-failures": allowed_failures}
-    try:
-        with dask.config.set(options):
-            cl = local_cluster(KEY, 2)
-    except Exception as e:  # no sockets, no processes: nothing of partita's to test
-        pytest.skip(f"a Dask LocalCluster could not start here: {type(e).__name__}: {e}")
-    with cl, distributed.Client(cl) as client:
-        yield client
-
-
-def measuring_worker(client: Any) -> tuple[str, int]:
-    """(address, process id) of the worker that declares this machine's measure resource."""
-    for address, info in client.scheduler_info(n_workers=-1)["workers"].items():
-        if measure_resource(KEY) in (info.get("resources") or {}):
-            return address, client.run(os.getpid, workers=[address])[address]
-    raise AssertionError("the cluster has no measuring worker")
-
-
-def recorded(db: Path, k: partita.Kernel) -> list[Any]:
-    with Records(db) as rec:
-        return rec.evaluations(rec.kernel_id(k, kernel_params(k)))
 
 
 def test_a_tune_on_a_cluster_is_verified_and_names_the_measuring_host(tmp_path: Path) -> None:

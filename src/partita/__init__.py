@@ -1,7 +1,16 @@
 """partita: fast code for data-parallel kernels, found by searching spaces of partially
 specified implementations."""
 
-from partita.api import GenericTuned, Tuned, kernel, load, space, tune, tune_generic
+from partita.api import (
+    GenericTuned,
+    Tuned,
+    kernel,
+    load,
+    space,
+    tune,
+    tune_generic,
+    tune_suite,
+)
 from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Kernel
 from partita.ir.types import DType, KernelError
@@ -12,4 +21,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Candidate", "DType", "DeadEnd", "Decision", "GenericTuned", "Kernel", "KernelBuilder",
     "KernelError", "Space", "Tuned", "kernel", "load", "space", "tune", "tune_generic",
+    "tune_suite",
 ]

@@ -9,7 +9,7 @@ from partita.kernels import kernel
 from partita.space.candidate import Space
 from partita.targets import get as get_target
 from partita.targets.cpu.machine import CpuCapabilities
-from partita.tuning import GenericTuned, Tuned, load, tune, tune_generic
+from partita.tuning import GenericTuned, Tuned, load, tune, tune_generic, tune_suite
 
 
 def space(k: Kernel, target: str = "cpu", cpu: CpuCapabilities | None = None,
@@ -24,4 +24,5 @@ def space(k: Kernel, target: str = "cpu", cpu: CpuCapabilities | None = None,
     return get_target(target).space(k, choice_order, cpu)
 
 
-__all__ = ["GenericTuned", "Tuned", "kernel", "load", "space", "tune", "tune_generic"]
+__all__ = ["GenericTuned", "Tuned", "kernel", "load", "space", "tune", "tune_generic",
+           "tune_suite"]

@@ -16,6 +16,7 @@ from partita.api import space as make_space
 from partita.cli_cluster import cluster_cmd, worker_cmd
 from partita.cli_generic import export_generic, generic_fixed, report_generic, show_generic
 from partita.cli_output import generic_json, print_tuned, tune_summary
+from partita.cli_suite import tune_suite_cmd
 from partita.codegen.c import CodegenError
 from partita.codegen.looptree import loop_tree, render
 from partita.codegen.program import signature
@@ -713,6 +714,7 @@ def _print_space(r: dict[str, Any], example: Candidate | None) -> None:
 
 main.add_command(cluster_cmd)
 main.add_command(worker_cmd)
+main.add_command(tune_suite_cmd)
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,8 @@ kernel's target (:mod:`partita.targets`) for everything that depends on the hard
 :mod:`~partita.tuning.generic` size-generic kernels: versions tuned at training sizes behind a
 dispatcher whose thresholds :mod:`~partita.tuning.thresholds` tunes
 (:mod:`~partita.tuning.generic_tune`), kept in the records
-(:mod:`~partita.tuning.generic_store`).
+(:mod:`~partita.tuning.generic_store`);
+:mod:`~partita.tuning.suite` a list of kernels tuned in one go, locally or on a cluster.
 """
 
 from partita.tuning.baseline import kernel_rates, numpy_time
@@ -25,6 +26,7 @@ from partita.tuning.limits import (
     call_limit,
 )
 from partita.tuning.pipeline import check_request, target_model, tune
+from partita.tuning.suite import SuiteError, SuiteResult, tune_suite
 from partita.tuning.transfer import adapt
 from partita.tuning.tuned import (
     StaleRecord,
@@ -37,9 +39,10 @@ from partita.tuning.tuned import (
 )
 
 __all__ = [
-    "ABANDON_FACTOR", "FIRST_CALL_BOUNDS", "GenericTuned", "StaleRecord", "Tuned", "adapt",
+    "ABANDON_FACTOR", "FIRST_CALL_BOUNDS", "GenericTuned", "StaleRecord", "SuiteError",
+    "SuiteResult", "Tuned", "adapt",
     "batch_abandon",
     "batch_limit", "budget_stop", "call_limit", "check_request", "host_machine",
     "kernel_params", "kernel_rates", "load", "load_generic", "numpy_time", "rebuild_program",
-    "records_target", "target_model", "tune", "tune_generic",
+    "records_target", "target_model", "tune", "tune_generic", "tune_suite",
 ]
