@@ -121,6 +121,7 @@ class Interrupt(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_an_interrupted_job_resumes_with_what_is_left_of_it(tmp_path: Path) -> None:
     db, k = tmp_path / "records.sqlite", partita.kernel("axpy", n=256)
 
@@ -147,6 +148,7 @@ def test_an_interrupted_job_resumes_with_what_is_left_of_it(tmp_path: Path) -> N
                       reference=False).jobs[0].status == "recorded"
 
 
+@pytest.mark.slow
 def test_a_failing_job_is_reported_in_its_row_and_the_others_go_on(tmp_path: Path) -> None:
     # A millisecond is over before the first program is built: nothing is verified.
     suite = write(tmp_path, TINY.replace('budget = "60s"\nevaluations = 3\n', 'budget = "0.001"\n',
@@ -216,6 +218,7 @@ class Recorder(SuiteObserver):
             self.finished_jobs.append(result.job.index)
 
 
+@pytest.mark.slow
 def test_a_suite_on_a_cluster_runs_its_jobs_at_once_and_verifies_them(tmp_path: Path) -> None:
     pytest.importorskip("distributed", reason="distributed (Dask) is not installed")
     db = tmp_path / "records.sqlite"
@@ -304,6 +307,7 @@ def test_an_interrupted_suite_resumes_where_it_stopped(tmp_path: Path) -> None:
     assert (first.status, second.status) == ("resumed", "tuned")  # the second never started
 
 
+@pytest.mark.slow
 def test_an_interrupted_suite_on_a_cluster_stops_every_job_and_resumes(tmp_path: Path) -> None:
     pytest.importorskip("distributed", reason="distributed (Dask) is not installed")
     jobs = [{"kernel": "axpy", "params": {"n": 512}, "evaluations": 5},
