@@ -33,7 +33,7 @@ from partita.search.stop import parse_stop
 from partita.space.candidate import Candidate, DeadEnd
 from partita.space.decl import SpaceError
 from partita.space.estimate import METHODS, heavy_tailed, space_stats
-from partita.targets import REGISTRY, TARGETS, TargetUnavailable
+from partita.targets import REGISTRY, TARGETS, TargetUnavailable, UnsupportedKernel
 from partita.targets import get as get_target
 from partita.targets.base import printers_text
 from partita.targets.cpu.measure import describe, is_cached
@@ -258,7 +258,7 @@ def sample_cmd(kernel: str, params: tuple[str, ...], count: int, seed: int, targ
         with get_target(target).sampling(root.kernel, seed=seed, timeout_s=timeout_s) as how:
             report = sample_and_evaluate(root, count, random.Random(seed), how.evaluate,
                                          printer=how.printer)
-    except (TooLarge, TargetUnavailable) as exc:
+    except (TooLarge, TargetUnavailable, UnsupportedKernel) as exc:
         _fail(str(exc))
     result = report.to_json(flops)
     result["reference"] = reference_kind(root.kernel)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from tests.fuzzing import (
     assert_random_implementations_verify,
 )
@@ -18,6 +19,7 @@ from tests.model.test_bound import RATES
 
 import partita
 from partita import KernelBuilder
+from partita.cli import main
 from partita.codegen.c import print_c
 from partita.codegen.expr import CodegenError
 from partita.codegen.gpu import print_opencl
@@ -31,6 +33,7 @@ from partita.runtime.call import KernelCall
 from partita.runtime.compile import Compiler
 from partita.search.sampling import random_implementation
 from partita.space.candidate import Candidate
+from partita.targets import UnsupportedKernel
 
 CASES = [
     pytest.param({"n": 1, "bins": 1}, id="n1-bins1"),
@@ -131,6 +134,15 @@ def test_the_gpu_printer_refuses_an_array_cleared_and_updated_by_two_nests() -> 
     root = partita.space(k, "gpu").root()
     with pytest.raises(CodegenError, match="hist is written in one nest"):
         print_opencl(random_implementation(root, random.Random(0)), "hist")
+    # and tuning or sampling it there says so once, before any work, naming the kernel
+    with pytest.raises(UnsupportedKernel, match="gpu target cannot run histogram: array hist"):
+        partita.tune(k, target="gpu", evaluations=1)
+    result = CliRunner().invoke(main, ["sample", "histogram", "n=100", "bins=8",
+                                       "--target", "gpu"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert result.output.strip().splitlines() == [
+        "error: the gpu target cannot run histogram: array hist is written in one nest and "
+        "accessed in another: GPU kernels cannot order them across threads"]
 
 
 def test_a_gather_is_never_a_vector() -> None:

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from partita.codegen.expr import CodegenError, fold_product
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Slot, Storage
-from partita.ir.kernel import Array
+from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Instruction, Reduce, Value
 from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind
@@ -222,18 +222,9 @@ class GpuPlan(LoweredPlan):
                 return
 
     def _check_arrays(self) -> None:
-        """An array one nest stores and another loads would carry values between threads
-        (and blocks) with no synchronisation: refuse it. Within one nest (axpy's ``y``) a
-        load and a store of an element share their iteration, hence their thread."""
-        for a in self.k.arrays:
-            if a.is_temporary:
-                continue
-            insts = [i for i in self.k.instructions
-                     if i.access is not None and i.access.array == a.name]
-            stores = [i for i in insts if i.op == "store"]
-            if any(s.dims != i.dims for s in stores for i in insts if i is not s):
-                raise CodegenError(f"array {a.name} is written in one nest and accessed in "
-                                   "another: GPU kernels cannot order them across threads")
+        reason = cross_nest_array(self.k)
+        if reason is not None:
+            raise CodegenError(reason)
 
     def kind(self, d: str) -> str:
         return str(self.cand.domain("dim_kind", d)[0])
@@ -516,3 +507,21 @@ class GpuPlan(LoweredPlan):
                 index = self.index_of[d]
                 moving[index] = moving.get(index, 0) + coeff
         return base % lanes == 0 and all(c % lanes == 0 for c in moving.values())
+
+
+def cross_nest_array(kernel: Kernel) -> str | None:
+    """Why no GPU implementation of ``kernel`` can be printed, or None: an array one nest
+    stores and another accesses would carry values between threads (and blocks) with no
+    synchronisation, in every implementation (a histogram's bins, cleared then counted).
+    Within one nest (axpy's ``y``) a load and a store of an element share their iteration,
+    hence their thread."""
+    for a in kernel.arrays:
+        if a.is_temporary:
+            continue
+        insts = [i for i in kernel.instructions
+                 if i.access is not None and i.access.array == a.name]
+        stores = [i for i in insts if i.op == "store"]
+        if any(s.dims != i.dims for s in stores for i in insts if i is not s):
+            return (f"array {a.name} is written in one nest and accessed in another: GPU "
+                    "kernels cannot order them across threads")
+    return None

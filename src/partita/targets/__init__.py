@@ -20,7 +20,14 @@ from partita.space.decl import SpaceDef, SpaceError
 from partita.targets.cpu.machine import AVX2_REFERENCE, AVX512_REFERENCE, CpuCapabilities
 
 if TYPE_CHECKING:
-    from partita.targets.base import FirstBatch, Runner, Sampling, Target, TargetUnavailable
+    from partita.targets.base import (
+        FirstBatch,
+        Runner,
+        Sampling,
+        Target,
+        TargetUnavailable,
+        UnsupportedKernel,
+    )
     from partita.targets.cpu.target import kernel_itemsize
 
     REGISTRY: dict[str, Target]
@@ -29,7 +36,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "FirstBatch": "partita.targets.base", "Runner": "partita.targets.base",
     "Sampling": "partita.targets.base", "Target": "partita.targets.base",
-    "TargetUnavailable": "partita.targets.base",
+    "TargetUnavailable": "partita.targets.base", "UnsupportedKernel": "partita.targets.base",
     "kernel_itemsize": "partita.targets.cpu.target",
 }
 
@@ -76,6 +83,6 @@ def space_def(target: str, kernel: Kernel, cpu: CpuCapabilities | None = None) -
 
 __all__ = [
     "AVX2_REFERENCE", "AVX512_REFERENCE", "REGISTRY", "TARGETS", "FirstBatch", "Runner",
-    "Sampling", "Target", "TargetUnavailable", "UnknownTarget", "get", "kernel_itemsize",
-    "space_def",
+    "Sampling", "Target", "TargetUnavailable", "UnknownTarget", "UnsupportedKernel", "get",
+    "kernel_itemsize", "space_def",
 ]

@@ -39,6 +39,11 @@ class TargetUnavailable(RuntimeError):
     """What a target needs to run code is missing here; the message says what, in one line."""
 
 
+class UnsupportedKernel(ValueError):
+    """No implementation of the kernel can be printed for this target: the message names the
+    kernel and why, in one line, before any work (rather than every candidate failing)."""
+
+
 class Runner(Protocol):
     """What the pipeline needs of a target's runner (the CPU's
     :class:`~partita.runtime.Evaluator`, the GPU's
