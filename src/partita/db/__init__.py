@@ -1,12 +1,14 @@
 """Tuning records kept in an embedded database, so measurements survive the process that
 took them: searches resume, prune with known times and reuse the fastest implementation."""
 
+from partita.db.dialect import migrate
 from partita.db.records import (
     ENV_VAR,
     Records,
     RecordsError,
     default_path,
-    migrate,
+    location,
+    records_exist,
 )
 from partita.db.rows import (
     BestRow,
@@ -25,5 +27,5 @@ __all__ = [
     "ENV_VAR", "MIGRATIONS", "SCHEMA_VERSION", "BestRow", "EvaluationRow", "GenericRow",
     "GenericTrainingRow", "GenericVersionRow", "KernelRow",
     "Migration", "Records", "RecordsError", "RelatedBest", "Row", "RunRow", "decisions_hash",
-    "default_path", "migrate",
+    "default_path", "location", "migrate", "records_exist",
 ]
