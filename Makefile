@@ -9,13 +9,15 @@ STAMP := $(VENV)/.installed
 install: $(STAMP)
 
 # System packages, installed when missing: a C compiler with OpenMP (generated code is C), make
-# (exported libraries), and PoCL, an OpenCL implementation on the CPU that runs the GPU code.
+# (exported libraries), PoCL, an OpenCL implementation on the CPU that runs the GPU code, and
+# PostgreSQL, whose server the tests of shared records start (initdb, pg_ctl).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system:
 	@missing=""; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc libgomp1"; \
 	command -v make >/dev/null 2>&1 || missing="$$missing make"; \
 	[ -e /etc/OpenCL/vendors/pocl.icd ] || missing="$$missing pocl-opencl-icd ocl-icd-opencl-dev"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \

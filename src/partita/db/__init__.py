@@ -1,15 +1,10 @@
-"""Tuning records kept in an embedded database, so measurements survive the process that
-took them: searches resume, prune with known times and reuse the fastest implementation."""
+"""Tuning records kept in an embedded database (or a shared PostgreSQL server), so
+measurements survive the process that took them: searches resume, prune with known times and
+reuse the fastest implementation."""
 
 from partita.db.dialect import migrate
-from partita.db.records import (
-    ENV_VAR,
-    Records,
-    RecordsError,
-    default_path,
-    location,
-    records_exist,
-)
+from partita.db.locations import default_path, location, records_exist
+from partita.db.records import ENV_VAR, Records, RecordsError
 from partita.db.rows import (
     BestRow,
     EvaluationRow,

@@ -15,6 +15,13 @@ a connection is never carried across ``fork``.
 
 A database that cannot be read is reported with its path and left untouched: the records in
 it may be recoverable, and nothing is ever deleted to make room for a fresh file.
+
+Given a ``postgresql://`` URL, the records live in a PostgreSQL server instead, shared by
+tuners on several machines; the queries are the same (:mod:`partita.db.postgres` translates
+them, :mod:`partita.db.dialect` holds what differs). Writes there are short read-committed
+transactions whose uniqueness the server enforces (``ON CONFLICT``); one that loses a race
+(serialization failure, deadlock) is retried, and one that loses the server reconnects and is
+retried, for up to ``retry_s``.
 """
 
 from __future__ import annotations
@@ -35,10 +42,11 @@ from typing import Any, Protocol, TypeVar
 
 import psycopg
 
-from partita.config import RECORDS_VARIABLE, records_file, records_location, xdg_cache_home
+from partita.config import RECORDS_VARIABLE
 from partita.db import postgres
 from partita.db.dialect import POSTGRES, SQLITE, RecordsError, migrate
-from partita.db.postgres import display_url, is_url
+from partita.db.locations import location
+from partita.db.postgres import display_url
 from partita.db.rows import (
     EVALUATION_COLUMNS,
     BestRow,
@@ -83,33 +91,6 @@ class KernelLike(Protocol):
     def structural_hash(self) -> str: ...
 
     def to_json(self) -> Any: ...
-
-
-def default_path() -> Path:
-    """``$PARTITA_DB``, else ``$XDG_CACHE_HOME/partita/records.sqlite``, else
-    ``~/.cache/partita/records.sqlite``: one file per user, shared by all their runs, so that
-    what one run measured is known to the next."""
-    named = records_file()
-    if named is not None:
-        return named
-    root = xdg_cache_home() or Path.home() / ".cache"
-    return root / "partita" / "records.sqlite"
-
-
-def location(db: str | os.PathLike[str] | None = None) -> Path | str:
-    """Where the records named by ``db`` (a ``--db`` value) live: a PostgreSQL URL as given,
-    else a file path; with no ``db``, ``$PARTITA_DB`` (either), else :func:`default_path`."""
-    if db is None:
-        named = records_location()
-        return named if is_url(named) else default_path()
-    return str(db).strip() if is_url(db) else Path(db).expanduser()
-
-
-def records_exist(db: str | os.PathLike[str] | None = None) -> bool:
-    """Whether there are records to read at ``db``: a file must exist (reading never creates
-    one); a server is asked when the records are opened."""
-    where = location(db)
-    return isinstance(where, str) or where.exists()
 
 
 TABLE_KEYS = {
