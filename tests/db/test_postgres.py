@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import sqlite3
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 
 import partita
 from partita.cli import main
-from partita.db import SCHEMA_VERSION, Records, RecordsError
+from partita.db import SCHEMA_VERSION, Records, RecordsError, location, records_exist
 from partita.db.copy import TABLES
 from partita.db.postgres import display_url, translate
 from partita.model import Model, Rates
@@ -88,6 +89,35 @@ def test_schema_and_version_on_the_server(pg_url: str) -> None:
     assert meta == {"user_version": SCHEMA_VERSION, "application_id": 0x50525444}
     with Records(pg_url) as rec:  # opening again upgrades nothing
         assert rec.schema_version == SCHEMA_VERSION
+
+
+def test_the_environment_may_name_a_server(pg_url: str, monkeypatch: pytest.MonkeyPatch
+                                         ) -> None:
+    monkeypatch.setenv("PARTITA_DB", f"  {pg_url} ")
+    assert location() == pg_url and records_exist()
+    with Records() as rec:
+        assert rec.backend == "postgresql" and rec.path == pg_url
+        kid, mid = core.setup(rec)
+        rec.finish_run(rec.start_run(kid, mid, core.TARGET, "mcts"), "done")
+    with Records(pg_url) as rec:
+        assert [r.status for r in rec.runs(kid)] == ["finished"]
+
+
+def test_a_statement_waiting_on_a_lock_is_retried(pg_url: str) -> None:
+    with Records(pg_url, timeout_s=0.2) as rec:
+        kid, mid = core.setup(rec)
+        run_id = rec.start_run(kid, mid, core.TARGET, "mcts")
+        with psycopg.connect(pg_url) as holder:  # holds the run's row past lock_timeout
+            holder.execute("SELECT * FROM runs WHERE id = %s FOR UPDATE", (run_id,))
+            release = threading.Timer(1.0, holder.rollback)
+            release.start()
+            started = time.monotonic()
+            try:
+                rec.add_evaluation(run_id, core.evaluation(0))  # updates the run's heartbeat
+            finally:
+                release.join()
+            assert time.monotonic() - started >= 0.9
+        assert len(rec.evaluations(kid)) == 1
 
 
 def test_database_of_another_program_is_refused(pg_url: str) -> None:

@@ -89,8 +89,10 @@ def connect(url: str) -> PgConnection:
 
 def retryable(exc: BaseException) -> bool:
     """Whether a transaction that failed with ``exc`` may succeed when run again: it lost a
-    race with another writer (serialization failure, deadlock) or the connection was lost."""
-    if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)):
+    race with another writer (serialization failure, deadlock), waited past ``lock_timeout``
+    on another's lock (as SQLite's writers retry a busy file), or the connection was lost."""
+    if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected,
+                        pg_errors.LockNotAvailable)):
         return True
     return connection_lost(exc)
 
