@@ -62,15 +62,15 @@ from partita.db.schema import decisions_hash
 from partita.db.values import by_name, decisions_text, dumps, pid_alive, to_float
 
 ENV_VAR = RECORDS_VARIABLE
-"""Environment variable naming the records file, for when no path is given."""
+"""Environment variable naming the records file (or server URL), for when none is given."""
 
 BUSY_TIMEOUT_S = 10.0
 """How long one statement waits for another process's write lock before giving up."""
 
 RETRY_S = 120.0
-"""How long a write keeps retrying, from the start, while the database stays locked; long
-enough to outlast another process's checkpoint or migration, short enough to report a stuck
-writer instead of hanging a tuning run."""
+"""How long a write keeps retrying, from the start, while the database stays locked (or a
+server stays away); long enough to outlast another process's checkpoint or migration, or a
+server's restart, short enough to report a stuck writer instead of hanging a tuning run."""
 
 STALE_AFTER_S = 6 * 3600.0
 """A run with no new record for this long is presumed ended even when its process cannot be
