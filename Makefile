@@ -10,7 +10,8 @@ install: $(STAMP)
 
 # System packages, installed when missing: a C compiler with OpenMP (generated code is C), make
 # (exported libraries), PoCL, an OpenCL implementation on the CPU that runs the GPU code, and
-# Python's headers (a tuned kernel's call checks its arguments in a small C extension).
+# Python's headers (a tuned kernel's call checks its arguments in a small C extension) and
+# PostgreSQL, whose server the tests of shared records start (initdb, pg_ctl).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system:
 	@missing=""; \
@@ -19,6 +20,7 @@ system:
 	[ -e /etc/OpenCL/vendors/pocl.icd ] || missing="$$missing pocl-opencl-icd ocl-icd-opencl-dev"; \
 	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 	  || missing="$$missing python3-dev"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \

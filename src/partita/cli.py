@@ -14,13 +14,14 @@ import click
 from partita.api import kernel as library_kernel
 from partita.api import space as make_space
 from partita.cli_cluster import cluster_cmd, worker_cmd
+from partita.cli_db import db_cmd
 from partita.cli_generic import export_generic, generic_fixed, report_generic, show_generic
 from partita.cli_output import generic_json, print_tuned, tune_summary
 from partita.cli_suite import tune_suite_cmd
 from partita.codegen.c import CodegenError
 from partita.codegen.looptree import loop_tree, render
 from partita.codegen.program import signature
-from partita.db import Records, RecordsError, default_path
+from partita.db import Records, RecordsError, location, records_exist
 from partita.ir.kernel import Kernel
 from partita.ir.types import KernelError
 from partita.kernels import get_spec, list_kernels
@@ -445,8 +446,8 @@ def _when(stamp: Any) -> str:
         return str(stamp)
 
 
-def _records_path(db: str | None) -> Path:
-    return Path(db).expanduser() if db is not None else default_path()
+def _records_path(db: str | None) -> Path | str:
+    return location(db)
 
 
 def _records_of(kernel: str, params: tuple[str, ...], db: str | None
@@ -455,7 +456,7 @@ def _records_of(kernel: str, params: tuple[str, ...], db: str | None
     which only read: a database that does not exist is an error, never created."""
     k = _kernel_or_fail(kernel, params)
     path = _records_path(db)
-    if not path.exists():
+    if not records_exist(db):
         _fail(f"no tuning records at {path}: run `partita tune` first, or give --db")
     try:
         rec = Records(db)
@@ -606,7 +607,7 @@ def prune_cmd(kernel: str, params: tuple[str, ...], depth: int, cut: float | Non
               as_json: bool) -> None:
     """How much the lower bound prunes at a given depth of the search tree (Beaugnon's
     thesis, table 6.3)."""
-    if _records_path(db).exists():
+    if records_exist(db):
         k, rec, kid, mid, _ = _records_of(kernel, params, db)
         with rec:
             best = rec.best(kid, mid, target)
@@ -715,6 +716,7 @@ def _print_space(r: dict[str, Any], example: Candidate | None) -> None:
 main.add_command(cluster_cmd)
 main.add_command(worker_cmd)
 main.add_command(tune_suite_cmd)
+main.add_command(db_cmd)
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from partita.cli_output import generic_json
-from partita.db import GenericRow, Records, RecordsError, default_path
+from partita.db import GenericRow, Records, RecordsError, location, records_exist
 from partita.ir.kernel import Kernel
 from partita.ir.types import KernelError
 from partita.kernels import get_spec
@@ -36,9 +36,9 @@ def generic_fixed(kernel: str, given: dict[str, str]) -> dict[str, Any]:
     return fixed | {key: value for key, value in given.items() if value != "?"}
 
 
-def _records(db: str | None) -> Path:
-    path = Path(db).expanduser() if db is not None else default_path()
-    if not path.exists():
+def _records(db: str | None) -> Path | str:
+    path = location(db)
+    if not records_exist(db):
         fail(f"no tuning records at {path}: run `partita tune` first, or give --db")
     return path
 

@@ -4,7 +4,8 @@ Algorithms never read the environment themselves: they take these values as argu
 this module, so what a run depends on outside its arguments is listed here and nowhere else.
 
 =======================  =======================================================================
-``PARTITA_DB``           the tuning records database (:func:`records_file`)
+``PARTITA_DB``           the tuning records database, a file or a PostgreSQL URL
+                         (:func:`records_file`, :func:`records_location`)
 ``PARTITA_CACHE``        partita's cache directory (:func:`cache_dir`)
 ``XDG_CACHE_HOME``       the user's cache directory, where the records live by default
                          (:func:`xdg_cache_home`)
@@ -34,6 +35,11 @@ def records_file() -> Path | None:
     """``$PARTITA_DB`` (``~`` expanded), or None where it is unset or blank."""
     value = os.environ.get(RECORDS_VARIABLE, "").strip()
     return Path(value).expanduser() if value else None
+
+
+def records_location() -> str:
+    """``$PARTITA_DB`` as written (blank where unset): a file path or a PostgreSQL URL."""
+    return os.environ.get(RECORDS_VARIABLE, "").strip()
 
 
 def xdg_cache_home() -> Path | None:

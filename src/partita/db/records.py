@@ -15,11 +15,18 @@ a connection is never carried across ``fork``.
 
 A database that cannot be read is reported with its path and left untouched: the records in
 it may be recoverable, and nothing is ever deleted to make room for a fresh file.
+
+Given a ``postgresql://`` URL, the records live in a PostgreSQL server instead, shared by
+tuners on several machines; the queries are the same (:mod:`partita.db.postgres` translates
+them, :mod:`partita.db.dialect` holds what differs). Writes there are short read-committed
+transactions whose uniqueness the server enforces (``ON CONFLICT``); one that loses a race
+(serialization failure, deadlock) is retried, and one that loses the server reconnects and is
+retried, for up to ``retry_s``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
 import os
 import random
@@ -33,7 +40,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from partita.config import RECORDS_VARIABLE, records_file, xdg_cache_home
+import psycopg
+
+from partita.config import RECORDS_VARIABLE
+from partita.db import postgres
+from partita.db.dialect import POSTGRES, SQLITE, RecordsError, migrate
+from partita.db.locations import location
+from partita.db.postgres import display_url
 from partita.db.rows import (
     EVALUATION_COLUMNS,
     BestRow,
@@ -45,18 +58,19 @@ from partita.db.rows import (
     RelatedBest,
     RunRow,
 )
-from partita.db.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration, decisions_hash
+from partita.db.schema import decisions_hash
+from partita.db.values import by_name, decisions_text, dumps, pid_alive, to_float
 
 ENV_VAR = RECORDS_VARIABLE
-"""Environment variable naming the records file, for when no path is given."""
+"""Environment variable naming the records file (or server URL), for when none is given."""
 
 BUSY_TIMEOUT_S = 10.0
 """How long one statement waits for another process's write lock before giving up."""
 
 RETRY_S = 120.0
-"""How long a write keeps retrying, from the start, while the database stays locked; long
-enough to outlast another process's checkpoint or migration, short enough to report a stuck
-writer instead of hanging a tuning run."""
+"""How long a write keeps retrying, from the start, while the database stays locked (or a
+server stays away); long enough to outlast another process's checkpoint or migration, or a
+server's restart, short enough to report a stuck writer instead of hanging a tuning run."""
 
 STALE_AFTER_S = 6 * 3600.0
 """A run with no new record for this long is presumed ended even when its process cannot be
@@ -65,14 +79,6 @@ checked (it ran on another host). Far longer than any one evaluation takes."""
 RUN_STATUSES = ("running", "finished", "interrupted")
 
 T = TypeVar("T")
-
-
-class RecordsError(Exception):
-    """The records database cannot be opened, read or written; the message names its path."""
-
-    def __init__(self, path: Path, message: str) -> None:
-        self.path = path
-        super().__init__(f"tuning records {path}: {message}")
 
 
 class KernelLike(Protocol):
@@ -87,68 +93,12 @@ class KernelLike(Protocol):
     def to_json(self) -> Any: ...
 
 
-def default_path() -> Path:
-    """``$PARTITA_DB``, else ``$XDG_CACHE_HOME/partita/records.sqlite``, else
-    ``~/.cache/partita/records.sqlite``: one file per user, shared by all their runs, so that
-    what one run measured is known to the next."""
-    named = records_file()
-    if named is not None:
-        return named
-    root = xdg_cache_home() or Path.home() / ".cache"
-    return root / "partita" / "records.sqlite"
-
-
-# ---------------------------------------------------------------------- schema upgrades
-
-
-def migrate(conn: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSION,
-            migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
-    """Bring the database at ``conn`` to schema version ``target``; return its version.
-
-    All pending steps run in one immediate transaction, so an upgrade is all or nothing and
-    concurrent openers upgrade once. ``conn`` must be in autocommit mode
-    (``isolation_level=None``). ``target`` below the newest version exists to build old
-    databases (upgrade tests); a database already past it is left alone.
-    """
-    if [m.version for m in migrations] != list(range(1, len(migrations) + 1)):
-        raise ValueError("migrations must be numbered 1, 2, ... in order")
-    newest = migrations[-1].version
-    if not 0 <= target <= newest:
-        raise ValueError(f"no schema version {target} (versions 0 to {newest})")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        app = conn.execute("PRAGMA application_id").fetchone()[0]
-        if version > newest:
-            raise RecordsError(path, f"has schema version {version}, newer than the versions "
-                                     f"this partita reads (up to {newest}); upgrade partita, or "
-                                     f"set {ENV_VAR} to use another file")
-        if version == 0:
-            tables = conn.execute("SELECT count(*) FROM sqlite_master "
-                                  "WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
-            if tables:
-                raise RecordsError(path, "is a SQLite database of another program (it has tables "
-                                         "but no partita schema version)")
-        elif app != APPLICATION_ID:
-            raise RecordsError(path, f"is a SQLite database of another program (application id "
-                                     f"{app:#x}, not {APPLICATION_ID:#x})")
-        start = version
-        for step in migrations:
-            if version < step.version <= target:
-                step.apply(conn)
-                version = step.version
-        if version != start:
-            conn.execute(f"PRAGMA user_version = {int(version)}")
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return version
-
-
-# ---------------------------------------------------------------------- helpers
+TABLE_KEYS = {
+    "kernels": "id", "machines": "id", "runs": "id", "evaluations": "id",
+    "best": "kernel_id, machine_id, target", "generic_kernels": "id",
+    "generic_versions": "generic_id, idx", "generic_training": "generic_id, idx",
+}
+"""Every table of the schema, with the key its rows are listed in."""
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -158,54 +108,6 @@ def _is_busy(exc: sqlite3.Error) -> bool:
         return True
     text = str(exc).lower()
     return "database is locked" in text or "database table is locked" in text
-
-
-def _pid_alive(pid: int) -> bool | None:
-    """Whether process ``pid`` on this host exists; ``None`` where that cannot be asked."""
-    if os.name != "posix":
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists but belongs to someone else, or the check is not allowed
-        return True
-    return True
-
-
-def _dumps(value: Any, what: str, *, sort_keys: bool = False) -> str:
-    try:
-        return json.dumps(value, sort_keys=sort_keys)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} is not JSON-serializable: {exc}") from None
-
-
-def _decisions_text(decisions: Any) -> str:
-    """The decisions as stored: exactly ``Candidate.decisions_json()``, so that a resuming
-    search can compare its candidates' texts with :meth:`Records.seen_decisions` as strings.
-    A string is taken as that text already (and must be JSON)."""
-    if isinstance(decisions, str):
-        try:
-            json.loads(decisions)
-        except ValueError as exc:
-            raise ValueError(f"decisions text is not JSON: {exc}") from None
-        return decisions
-    return _dumps(decisions, "decisions")
-
-
-def _float(value: Any, what: str) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a number, got {value!r}") from None
-
-
-def _row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
-    """An SQL row by column name: what the typed rows of :mod:`partita.db.rows` are built
-    from."""
-    return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
 
 
 # ---------------------------------------------------------------------- the records
@@ -225,11 +127,15 @@ class Records:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  timeout_s: float = BUSY_TIMEOUT_S, retry_s: float = RETRY_S) -> None:
-        self._path = Path(path).expanduser() if path is not None else default_path()
+        where = location(path)
+        self._url = where if isinstance(where, str) else ""
+        self._path: Path | str = display_url(where) if isinstance(where, str) else where
+        self._dialect = POSTGRES if self._url else SQLITE
         self._timeout_s = timeout_s
         self._retry_s = retry_s
         self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None
+        self._inherited: list[Any] = []
         self._pid = os.getpid()
         self._closed = False
         self._open_runs: set[int] = set()
@@ -243,14 +149,25 @@ class Records:
     # -- connection ------------------------------------------------------------------------
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | str:
+        """The records file, or the server's URL without its password."""
         return self._path
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._dialect.name
 
     def __repr__(self) -> str:
         return f"Records({str(self._path)!r})"
 
-    def _connect(self) -> sqlite3.Connection:
-        path = self._path
+    def _connect(self) -> Any:
+        if self._url:
+            try:
+                return self._connect_server()
+            except psycopg.Error as exc:
+                raise self._error(exc, "cannot open it") from exc
+        path = Path(self._path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -272,6 +189,17 @@ class Records:
             raise
         return conn
 
+    def _connect_server(self) -> postgres.PgConnection:
+        conn = postgres.connect(self._url)
+        try:
+            # A statement stuck behind another transaction's lock gives up, as SQLite's do.
+            conn.execute(f"SET lock_timeout = {int(self._timeout_s * 1000)}")
+            self.schema_version = migrate(conn, self._path, dialect=POSTGRES)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
         # The first statement that reads the file: a file that is not SQLite fails here.
@@ -281,18 +209,24 @@ class Records:
         conn.execute("PRAGMA foreign_keys = ON")
         self.schema_version = migrate(conn, self._path)
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> Any:
         if self._closed:
             raise RecordsError(self._path, "the records are closed")
         if os.getpid() != self._pid:
-            # A forked child: the parent's connection must not be used (nor closed) here.
+            # A forked child: the parent's connection must not be used (nor closed) here. A
+            # server connection is kept referenced, never finalized: finalizing it would end
+            # the parent's session on the socket they share.
             self._pid = os.getpid()
             self._open_runs = set()
+            self._inherited.append(self._conn)
             self._conn = self._connect()
-        assert self._conn is not None
+        if self._conn is None:  # lost with the server: reconnect (errors are retried)
+            self._conn = self._connect_server()
         return self._conn
 
-    def _error(self, exc: sqlite3.Error, doing: str) -> RecordsError:
+    def _error(self, exc: Exception, doing: str) -> RecordsError:
+        if self._url:
+            return RecordsError(self._path, f"{doing}: {postgres.one_line(exc)}")
         text = str(exc)
         if "not a database" in text or "malformed" in text or "corrupt" in text:
             return RecordsError(self._path, f"is not a readable records database ({text}); it "
@@ -300,25 +234,38 @@ class Records:
                                              f"to another file")
         return RecordsError(self._path, f"{doing}: {text}")
 
+    def _retryable(self, exc: Exception) -> bool:
+        if isinstance(exc, sqlite3.OperationalError):
+            return _is_busy(exc)
+        if isinstance(exc, psycopg.Error) and postgres.retryable(exc):
+            if postgres.connection_lost(exc) and self._conn is not None:
+                # The server went away: drop the connection; the next attempt opens another.
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.close()
+                self._conn = None
+            return True
+        return False
+
     def _retry(self, fn: Callable[[], T]) -> T:
         deadline = time.monotonic() + self._retry_s
         delay = 0.005
         while True:
             try:
                 return fn()
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() >= deadline:
+            except (sqlite3.OperationalError, psycopg.Error) as exc:
+                if not self._retryable(exc) or time.monotonic() >= deadline:
                     raise
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.25)
 
-    def _write(self, doing: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one immediate transaction, retried whole while the file is locked."""
+    def _write(self, doing: str, fn: Callable[[Any], T]) -> T:
+        """Run ``fn`` in one write transaction, retried whole while the database is locked,
+        a transaction lost a race, or the server is away."""
         with self._lock:
-            conn = self._connection()
 
             def attempt() -> T:
-                conn.execute("BEGIN IMMEDIATE")
+                conn = self._connection()
+                self._dialect.begin_write(conn)
                 try:
                     out = fn(conn)
                     conn.execute("COMMIT")
@@ -330,21 +277,37 @@ class Records:
 
             try:
                 return self._retry(attempt)
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, psycopg.Error) as exc:
                 raise self._error(exc, doing) from exc
 
     def _read(self, doing: str, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         with self._lock:
-            conn = self._connection()
 
             def attempt() -> list[dict[str, Any]]:
-                cur = conn.execute(sql, tuple(args))
-                return [_row(cur, r) for r in cur.fetchall()]
+                cur = self._connection().execute(sql, tuple(args))
+                return [by_name(cur, r) for r in cur.fetchall()]
 
             try:
                 return self._retry(attempt)
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, psycopg.Error) as exc:
                 raise self._error(exc, doing) from exc
+
+    def write(self, doing: str, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(connection)`` in one write transaction of these records (retried whole,
+        as every write is): ``connection.execute`` takes SQLite's ``?`` SQL whatever the
+        database. For copying records (:mod:`partita.db.copy`)."""
+        return self._write(doing, fn)
+
+    def insert_id(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        """Within :meth:`write`: run an INSERT into a table with an ``id``; the new id."""
+        return self._dialect.insert_id(conn, sql, tuple(args))
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """Every row of the schema's table ``table``, by column name, in key order."""
+        if table not in TABLE_KEYS:
+            raise ValueError(f"no records table {table!r}")
+        return self._read(f"reading table {table}",
+                          f"SELECT * FROM {table} ORDER BY {TABLE_KEYS[table]}")
 
     def close(self, reason: str = "") -> None:
         """Record the runs started here and still open as interrupted, then close."""
@@ -385,10 +348,10 @@ class Records:
         if found:
             kid = int(found[0]["id"])
         else:
-            params_json = _dumps(dict(params), "kernel parameters", sort_keys=True)
-            definition = _dumps(kernel.to_json(), "kernel definition", sort_keys=True)
+            params_json = dumps(dict(params), "kernel parameters", sort_keys=True)
+            definition = dumps(kernel.to_json(), "kernel definition", sort_keys=True)
 
-            def insert(conn: sqlite3.Connection) -> int:
+            def insert(conn: Any) -> int:
                 conn.execute("INSERT INTO kernels(structural_hash, name, params, definition, "
                              "created_at) VALUES (?, ?, ?, ?, ?) "
                              "ON CONFLICT(structural_hash) DO NOTHING",
@@ -426,14 +389,14 @@ class Records:
             mid = int(found[0]["id"])
         else:
             flags = fingerprint.get("flags", ())
-            flags_json = _dumps(sorted(str(f) for f in flags) if not isinstance(flags, str)
+            flags_json = dumps(sorted(str(f) for f in flags) if not isinstance(flags, str)
                                 else flags.split(), "machine flags")
             cores = fingerprint.get("cores")
             row = (key, str(fingerprint.get("model", "")), flags_json,
                    None if cores is None else int(cores), str(fingerprint.get("compiler", "")),
-                   _dumps(dict(fingerprint), "machine fingerprint", sort_keys=True), time.time())
+                   dumps(dict(fingerprint), "machine fingerprint", sort_keys=True), time.time())
 
-            def insert(conn: sqlite3.Connection) -> int:
+            def insert(conn: Any) -> int:
                 conn.execute("INSERT INTO machines(key, model, flags, cores, compiler, "
                              "description, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
                              "ON CONFLICT(key) DO NOTHING", row)
@@ -451,21 +414,30 @@ class Records:
                   options: Mapping[str, Any] | None = None, seed: int | None = None) -> int:
         """Record the start of a tuning run; runs whose process has died are first recorded as
         interrupted, so the listing never shows a run as going on when nothing runs it."""
-        options_json = _dumps(dict(options or {}), "run options", sort_keys=True)
+        options_json = dumps(dict(options or {}), "run options", sort_keys=True)
 
-        def insert(conn: sqlite3.Connection) -> int:
+        stamp = time.time()  # the same on every try: how a retry knows its own row
+        tries = 0
+
+        def insert(conn: Any) -> int:
+            nonlocal tries
+            tries += 1
+            now = stamp if self._url else time.time()
             for table, rid in (("kernels", kernel_id), ("machines", machine_id)):
                 if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (rid,)).fetchone() is None:
                     raise RecordsError(self._path, f"there is no {table[:-1]} {rid}")
-            now = time.time()
+            if tries > 1 and self._url:
+                # A server lost at the commit may have committed it: do not start it twice.
+                done = conn.execute("SELECT id FROM runs WHERE host = ? AND pid = ? AND "
+                                    "started_at = ?", (self._host, os.getpid(), now)).fetchone()
+                if done is not None:
+                    return int(done[0])
             self._sweep(conn, now, STALE_AFTER_S)
-            cur = conn.execute(
-                "INSERT INTO runs(kernel_id, machine_id, target, strategy, options, seed, host, "
-                "pid, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            return self._dialect.insert_id(
+                conn, "INSERT INTO runs(kernel_id, machine_id, target, strategy, options, seed, "
+                "host, pid, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (kernel_id, machine_id, target, strategy, options_json, seed, self._host,
                  os.getpid(), now, now))
-            assert cur.lastrowid is not None
-            return cur.lastrowid
 
         run_id = self._write("starting a run", insert)
         with self._lock:
@@ -479,11 +451,11 @@ class Records:
         optimality certificate (with how it rose, batch by batch)."""
         if status not in ("finished", "interrupted"):
             raise ValueError(f"a run ends 'finished' or 'interrupted', not {status!r}")
-        history = _dumps([[_float(t, "elapsed time"), _float(b, "lower bound")]
+        history = dumps([[to_float(t, "elapsed time"), to_float(b, "lower bound")]
                           for t, b in lower_bound_history], "lower bound history")
-        certificate = _float(space_lower_bound_s, "space lower bound")
+        certificate = to_float(space_lower_bound_s, "space lower bound")
 
-        def update(conn: sqlite3.Connection) -> None:
+        def update(conn: Any) -> None:
             cur = conn.execute("UPDATE runs SET status = ?, stopped_by = ?, ended_at = ?, "
                                "space_lower_bound_s = ?, lower_bound_history = ? "
                                "WHERE id = ?", (status, stopped_by, time.time(), certificate,
@@ -505,7 +477,7 @@ class Records:
         return self._write("marking interrupted runs",
                            lambda conn: self._sweep(conn, time.time(), stale_after_s))
 
-    def _sweep(self, conn: sqlite3.Connection, now: float,
+    def _sweep(self, conn: Any, now: float,
                stale_after_s: float | None) -> list[int]:
         rows = conn.execute("SELECT id, host, pid, heartbeat_at FROM runs "
                             "WHERE status = 'running'").fetchall()
@@ -515,7 +487,7 @@ class Records:
                 continue
             why = ""
             if (host == self._host and pid is not None and pid != os.getpid()
-                    and _pid_alive(pid) is False):
+                    and pid_alive(pid) is False):
                 why = f"process {pid} on {host} ended without finishing the run"
             if not why and stale_after_s is not None and now - heartbeat > stale_after_s:
                 why = f"nothing recorded for {now - heartbeat:.0f} s; presumed ended"
@@ -552,31 +524,44 @@ class Records:
         for key in ("decisions", "status"):
             if key not in evaluation:
                 raise ValueError(f"an evaluation needs {key!r}")
-        text = _decisions_text(evaluation["decisions"])
+        text = decisions_text(evaluation["decisions"])
         digest = decisions_hash(text)
         index = evaluation.get("index")
         values = (
-            text, digest, _float(evaluation.get("bound_s"), "bound_s"),
+            text, digest, to_float(evaluation.get("bound_s"), "bound_s"),
             str(evaluation["status"]), str(evaluation.get("reason") or ""),
-            _float(evaluation.get("median_s"), "median_s"),
-            _float(evaluation.get("min_s"), "min_s"),
-            _float(evaluation.get("spread"), "spread"), int(evaluation.get("reps") or 0),
-            _float(evaluation.get("elapsed_s"), "elapsed_s") or 0.0,
+            to_float(evaluation.get("median_s"), "median_s"),
+            to_float(evaluation.get("min_s"), "min_s"),
+            to_float(evaluation.get("spread"), "spread"), int(evaluation.get("reps") or 0),
+            to_float(evaluation.get("elapsed_s"), "elapsed_s") or 0.0,
             str(evaluation.get("source_digest") or ""), flags,
-            _float(evaluation.get("slowdown"), "slowdown"),
+            to_float(evaluation.get("slowdown"), "slowdown"),
             str(evaluation.get("measured_on") or ""))
 
-        def insert(conn: sqlite3.Connection) -> int:
+        stamp = time.time()  # the same on every try: how a retry knows its own row
+        tries = 0
+
+        def insert(conn: Any) -> int:
+            nonlocal tries
+            tries += 1
+            now = stamp if self._url else time.time()
             run = conn.execute("SELECT kernel_id, machine_id FROM runs WHERE id = ?",
                                (run_id,)).fetchone()
             if run is None:
                 raise RecordsError(self._path, f"there is no run {run_id}")
+            if tries > 1 and self._url:
+                # A server lost at the commit may have committed it: never record it twice.
+                done = conn.execute("SELECT id FROM evaluations WHERE run_id = ? AND "
+                                    "decisions_hash = ? AND created_at = ?",
+                                    (run_id, digest, now)).fetchone()
+                if done is not None:
+                    return int(done[0])
             idx = index
             if idx is None:
                 idx = conn.execute("SELECT count(*) FROM evaluations WHERE run_id = ?",
                                    (run_id,)).fetchone()[0]
-            now = time.time()
-            cur = conn.execute(
+            eid = self._dialect.insert_id(
+                conn,
                 "INSERT INTO evaluations(run_id, kernel_id, machine_id, idx, decisions, "
                 "decisions_hash, bound_s, status, reason, median_s, min_s, spread, reps, "
                 "elapsed_s, source_digest, flags, slowdown, measured_on, created_at) "
@@ -588,8 +573,7 @@ class Records:
                              "ended_at = NULL, stopped_by = '' WHERE id = ?", (now, run_id))
             else:
                 conn.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (now, run_id))
-            assert cur.lastrowid is not None
-            return cur.lastrowid
+            return eid
 
         return self._write("recording an evaluation", insert)
 
@@ -626,7 +610,7 @@ class Records:
                         decisions: Any) -> EvaluationRow | None:
         """The latest evaluation of exactly ``decisions`` (a list or its JSON text) for a
         kernel on a machine and target, or None: a measurement to reuse instead of taking."""
-        text = _decisions_text(decisions)
+        text = decisions_text(decisions)
         rows = self._read(
             "looking up an evaluation",
             f"SELECT {', '.join('e.' + c for c in EVALUATION_COLUMNS)} "
@@ -650,9 +634,9 @@ class Records:
         time_s = float(time_s)
         if not math.isfinite(time_s) or time_s < 0:
             raise ValueError(f"a best time must be finite and non-negative, got {time_s!r}")
-        text = _decisions_text(decisions)
+        text = decisions_text(decisions)
 
-        def upsert(conn: sqlite3.Connection) -> bool:
+        def upsert(conn: Any) -> bool:
             if evaluation_id is not None:
                 ev = conn.execute("SELECT kernel_id, machine_id FROM evaluations WHERE id = ?",
                                   (evaluation_id,)).fetchone()
@@ -705,19 +689,19 @@ class Records:
         machine and target, replacing what was recorded: ``record`` has the fields of
         :class:`GenericRow` (``versions`` and ``training`` as lists of dicts with the fields
         of their rows). One transaction: a reader sees the old kernel or the new, whole."""
-        head = [_dumps(record[k], k) for k in ("dynamic", "fixed", "thresholds",
+        head = [dumps(record[k], k) for k in ("dynamic", "fixed", "thresholds",
                                               "threshold_runs", "warnings", "failures")]
-        versions = [(i, str(v["entry"]), _decisions_text(v["decisions"]),
-                     _dumps(v.get("won_at", []), "won_at"), _dumps(v.get("dropped", []), "dropped"),
-                     _dumps(v.get("completed", []), "completed"), str(v.get("source_digest", "")))
+        versions = [(i, str(v["entry"]), decisions_text(v["decisions"]),
+                     dumps(v.get("won_at", []), "won_at"), dumps(v.get("dropped", []), "dropped"),
+                     dumps(v.get("completed", []), "completed"), str(v.get("source_digest", "")))
                     for i, v in enumerate(record["versions"])]
-        training = [(i, _dumps(t["sizes"], "sizes"), _decisions_text(t["static_decisions"]),
-                     _float(t.get("static_time_s"), "static_time_s"),
-                     _dumps(t["version_times"], "version_times"), int(t["chosen"]),
-                     _float(t.get("dispatcher_time_s"), "dispatcher_time_s"))
+        training = [(i, dumps(t["sizes"], "sizes"), decisions_text(t["static_decisions"]),
+                     to_float(t.get("static_time_s"), "static_time_s"),
+                     dumps(t["version_times"], "version_times"), int(t["chosen"]),
+                     to_float(t.get("dispatcher_time_s"), "dispatcher_time_s"))
                     for i, t in enumerate(record["training"])]
 
-        def upsert(conn: sqlite3.Connection) -> int:
+        def upsert(conn: Any) -> int:
             conn.execute(
                 "INSERT INTO generic_kernels(kernel_id, machine_id, target, dynamic, fixed, "
                 "thresholds, threshold_runs, warnings, failures, entry, chain, versions_key, "

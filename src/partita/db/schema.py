@@ -2,10 +2,14 @@
 
 Tuning results are expensive to obtain (each one compiles and times a program), so a database
 written by an older version must be upgraded in place rather than thrown away. The schema's
-version lives in ``PRAGMA user_version``; step ``n`` of :data:`MIGRATIONS` turns a version
-``n - 1`` database into version ``n``. All pending steps run in one ``BEGIN IMMEDIATE``
-transaction, so a failed upgrade leaves the file exactly as it was and two processes opening
-the same old file do not both upgrade it.
+version lives in ``PRAGMA user_version`` (in PostgreSQL, in a ``partita_meta`` table); step
+``n`` of :data:`MIGRATIONS` turns a version ``n - 1`` database into version ``n``. All pending
+steps run in one write transaction (:func:`partita.db.dialect.migrate`), so a failed upgrade
+leaves the database exactly as it was and two processes opening the same old one do not both
+upgrade it.
+
+The steps are written in SQLite's SQL and run unchanged on both databases: the PostgreSQL
+connection translates placeholders and column types (:mod:`partita.db.postgres`).
 
 Steps are append-only: once released, a step is never edited (databases already past it would
 not see the change); a new behaviour is a new step.
@@ -14,9 +18,9 @@ not see the change); a new behaviour is a new step.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 APPLICATION_ID = 0x50525444
 """``PRAGMA application_id`` of a records database ("PRTD"): tells our files from other
@@ -29,7 +33,9 @@ class Migration:
 
     version: int
     summary: str
-    apply: Callable[[sqlite3.Connection], None]
+    apply: Callable[[Any], None]
+    """Runs the step's statements on a sqlite3 connection or a
+    :class:`partita.db.postgres.PgConnection` (both take ``?`` SQL)."""
 
 
 def decisions_hash(decisions_json: str) -> str:
@@ -116,12 +122,12 @@ _V1 = (
 )
 
 
-def _v1(conn: sqlite3.Connection) -> None:
+def _v1(conn: Any) -> None:
     for statement in _V1:
         conn.execute(statement)
 
 
-def _v2(conn: sqlite3.Connection) -> None:
+def _v2(conn: Any) -> None:
     # Resuming asks "was this implementation already measured here?" for every proposal;
     # scanning and comparing whole decisions texts made that cost grow with the history.
     conn.execute("ALTER TABLE evaluations ADD COLUMN decisions_hash TEXT NOT NULL DEFAULT ''")
@@ -132,13 +138,13 @@ def _v2(conn: sqlite3.Connection) -> None:
                  "ON evaluations(kernel_id, machine_id, decisions_hash)")
 
 
-def _v3(conn: sqlite3.Connection) -> None:
+def _v3(conn: Any) -> None:
     # How slowed the machine was around each timing (a core shared unseen with another process
     # or guest): a time taken on a slowed machine is high, and analyses should know which.
     conn.execute("ALTER TABLE evaluations ADD COLUMN slowdown REAL")
 
 
-def _v4(conn: sqlite3.Connection) -> None:
+def _v4(conn: Any) -> None:
     # The optimality certificate of a run (the least bound over what its search left) and how
     # it rose batch by batch, so that a report can show the gap over time.
     conn.execute("ALTER TABLE runs ADD COLUMN space_lower_bound_s REAL")
@@ -189,7 +195,7 @@ _V5 = (
 )
 
 
-def _v5(conn: sqlite3.Connection) -> None:
+def _v5(conn: Any) -> None:
     # Size-generic kernels: their versions, thresholds and training runs, so that a tune with
     # more training sizes refines the recorded kernel instead of tuning it again, and so that
     # show, export and report can list it.
@@ -197,7 +203,7 @@ def _v5(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def _v6(conn: sqlite3.Connection) -> None:
+def _v6(conn: Any) -> None:
     # A tune on a cluster has its candidates timed by a measuring worker, not by the process
     # that records them: each evaluation names the host that timed it ('' where the tuning
     # process's own host did, the run's host).
