@@ -242,6 +242,7 @@ def test_a_suite_on_a_cluster_runs_its_jobs_at_once_and_verifies_them(tmp_path: 
     check_matmul(partita.load(kernels[1], db=db))
 
 
+@pytest.mark.slow
 def test_the_progress_display_shows_each_job_and_the_whole(tmp_path: Path) -> None:
     from rich.console import Console
 

@@ -63,6 +63,7 @@ def test_errors_are_charged_to_their_kernel() -> None:
     assert set(build.failed) == {"bad_kernel"}, build.log
 
 
+@pytest.mark.slow  # replays the stored implementations, then nvcc
 @needs_nvcc
 def test_large_shared_memory_is_dynamic(printed: list[Printed],
                                         monkeypatch: pytest.MonkeyPatch) -> None:

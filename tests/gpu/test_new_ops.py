@@ -67,8 +67,9 @@ def _programs(case: str) -> list[tuple[GpuProgram, GpuProgram]]:
     return out
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow if c == "conv2d-pad"
-                                               else ()) for c in sorted(CASES)])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow
+                                               if c in ("conv2d-pad", "softmax") else ())
+                                  for c in sorted(CASES)])
 def test_random_gpu_implementations_match_numpy(runner: OpenclRunner, case: str) -> None:
     programs = []
     for cuda, opencl in _programs(case):

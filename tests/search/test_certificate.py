@@ -205,6 +205,7 @@ def test_gap_is_a_stop_condition_of_the_command_line() -> None:
             parse_stop(bad)
 
 
+@pytest.mark.slow
 def test_tune_reports_the_certificate_and_stops_on_the_gap(tmp_path: Any) -> None:
     """A real tune (compiled, checked, timed) through the command line: the JSON names the
     certificate, and it is at most every time measured (no bound violation on this run)."""

@@ -88,6 +88,7 @@ def test_json_rejects_other_layouts(nominal):
         CpuDescription.from_json({**data, "levels": [{"name": "L1"}]})
 
 
+@pytest.mark.slow  # measures this machine (about 5 s)
 def test_measured_round_trip(measured):
     data = json.loads(measured.dumps())
     assert CpuDescription.from_json(data) == measured
@@ -238,6 +239,7 @@ def test_nominal_is_marked_and_sane(nominal):
 # ---------------------------------------------------------------------- measured
 
 
+@pytest.mark.slow  # measures this machine (about 5 s)
 def test_measured_numbers_are_sane(measured):
     d = measured
     assert d.source == "measured" and d.quick
@@ -276,6 +278,7 @@ def test_measured_numbers_are_sane(measured):
     assert "fresh memory" in d.summary()
 
 
+@pytest.mark.slow  # measures this machine (about 5 s)
 def test_triad_probe_times_the_description_benchmark(measured):
     """The probe runs the description's DRAM triad again (same working set, same statistic):
     a rate of the same order as the measured description's, not a fixed number."""
