@@ -4,7 +4,7 @@ The tuner times every candidate on buffers that start on a 64-byte boundary (a c
 and a whole AVX-512 vector). numpy's large arrays start 16 bytes past one: glibc hands out
 large allocations from ``mmap`` behind a 16-byte header. A kernel called on such arrays can run
 slower than the time recorded for it. Measured with one tuned 16x1000x2048 sgemm (an 8 MB
-``B``): 300-307 us with ``B`` 64-byte aligned, on 4 KiB pages or huge ones; 301-306 us on
+``B``): 300-317 us with ``B`` 64-byte aligned, on 4 KiB pages or huge ones; 301-306 us on
 numpy's placement backed by transparent huge pages; 353-381 us on numpy's placement on 4 KiB
 pages. :func:`empty` gives the placement the tuner timed, so a tuned kernel called on it runs
 at its recorded time; it also aligns arrays of 2 MiB and more to 2 MiB, so that huge pages,
