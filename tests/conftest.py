@@ -16,6 +16,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fuzz", type=int, default=FUZZ_DEFAULT, metavar="N",
                      help="random implementations per case in the kernel families' fuzz "
                           f"tests (default {FUZZ_DEFAULT})")
+    parser.addoption("--soak", type=float, default=0.0, metavar="SECONDS",
+                     help="how long the four tuners of the shared-records test write to one "
+                          "PostgreSQL database (default: six evaluations each)")
 
 
 @pytest.fixture(scope="session")

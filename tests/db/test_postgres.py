@@ -23,7 +23,8 @@ from partita.db import SCHEMA_VERSION, Records, RecordsError, location, records_
 from partita.db.copy import TABLES
 from partita.db.postgres import display_url, translate
 from partita.model import Model, Rates
-from partita.search.stop import Evaluations
+from partita.runtime.harness import TimingOptions
+from partita.search.stop import Evaluations, WallTime
 from tests.db import test_records as core
 from tests.db.conftest import PgServer, wait_for
 
@@ -199,10 +200,13 @@ def test_tune_then_show_on_the_server(pg_url: str) -> None:
     assert again.time == tuned.time and again.decisions == tuned.decisions
 
 
-def _tune_and_report(url: str, seed: int, pause_s: float, out: Any) -> None:
-    """A tune in its own process; sends the (decisions text, status, median) it measured."""
+def _tune_and_report(url: str, seed: int, pause_s: float, out: Any,
+                     soak_s: float = 0.0) -> None:
+    """A tune in its own process (six evaluations, or ``soak_s`` seconds of them); sends the
+    (decisions text, status, median) it measured."""
     k = partita.kernel("axpy", n=1024)
-    tuned = partita.tune(k, stop=Evaluations(6), db=url, model=Model(RATES), batch=2,
+    stop = WallTime(soak_s) if soak_s > 0 else Evaluations(6)
+    tuned = partita.tune(k, stop=stop, budget=None, db=url, model=Model(RATES), batch=2,
                          seed=seed, continue_=True,
                          on_evaluation=lambda e, s: time.sleep(pause_s))
     assert tuned.result is not None
@@ -211,14 +215,17 @@ def _tune_and_report(url: str, seed: int, pause_s: float, out: Any) -> None:
 
 
 @pytest.mark.slow
-def test_four_tuners_at_once_lose_and_duplicate_nothing(pg_url: str) -> None:
+def test_four_tuners_at_once_lose_and_duplicate_nothing(pg_url: str,
+                                                        request: pytest.FixtureRequest) -> None:
+    """Four processes tune into one database at once (for ``--soak SECONDS`` where given)."""
+    soak = float(request.config.getoption("--soak"))
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_tune_and_report, args=(pg_url, seed, 0.0, out))
+    procs = [ctx.Process(target=_tune_and_report, args=(pg_url, seed, 0.0, out, soak))
              for seed in range(4)]
     for p in procs:
         p.start()
-    reported = [out.get(timeout=120) for _ in procs]
+    reported = [out.get(timeout=120 + 2 * soak) for _ in procs]
     for p in procs:
         p.join(60)
     assert [p.exitcode for p in procs] == [0] * 4
@@ -232,8 +239,14 @@ def test_four_tuners_at_once_lose_and_duplicate_nothing(pg_url: str) -> None:
     assert query(pg_url, "SELECT count(*) FROM kernels") == [(1,)]
     assert query(pg_url, "SELECT count(*) FROM machines") == [(1,)]
     assert query(pg_url, "SELECT count(*) FROM runs WHERE status = 'finished'") == [(4,)]
+    # the best is the fastest verified time that was not taken on a slowed machine (a
+    # loaded one, as four tuners on two cores make it: the speed probe flags those)
+    limit = TimingOptions().slow_limit
+    quiet = [m for m, slowdown in query(
+        pg_url, "SELECT median_s, slowdown FROM evaluations WHERE status = 'ok'")
+        if slowdown is None or slowdown <= limit]
     best = query(pg_url, "SELECT time_s FROM best")
-    assert best == [(min(m for _, s, m in recorded if s == "ok"),)]
+    assert best == [(min(quiet),)] if quiet else len(best) == 1
 
 
 @pytest.mark.slow
