@@ -14,7 +14,7 @@ import pytest
 
 import partita
 from partita.db import Records
-from partita.runtime.cluster import local_cluster, measure_resource
+from partita.runtime.cluster import local_cluster, measure_resource, worker_spec
 from partita.tuning.tuned import host_machine, kernel_params
 
 KEY = host_machine()["key"]
@@ -35,6 +35,38 @@ def cluster(allowed_failures: int | None = None) -> Iterator[Any]:
         pytest.skip(f"a Dask LocalCluster could not start here: {type(e).__name__}: {e}")
     with cl, distributed.Client(cl) as client:
         yield client
+
+
+def worker(*, measure: bool = True, compile_slots: int = 1, host_name: str | None = None
+           ) -> dict[str, Any]:
+    """The spec of a worker process of this machine, measuring or not, whose host is named
+    ``host_name`` (``PARTITA_HOST``; None: the system's name)."""
+    env = {"PARTITA_HOST": host_name} if host_name else None
+    return worker_spec(KEY, measure=measure, compile_slots=compile_slots, host="127.0.0.1",
+                       env=env)
+
+
+@contextmanager
+def cluster_of(workers: dict[str, dict[str, Any]]) -> Iterator[Any]:
+    """A client of a fresh cluster of the ``workers`` specs by name (:func:`worker`), every
+    one started, or a skip saying why it could not start."""
+    import distributed
+    try:
+        cl = distributed.SpecCluster(
+            workers=workers, silence_logs=False,
+            scheduler={"cls": distributed.Scheduler, "options": {
+                "host": "127.0.0.1", "dashboard": False, "dashboard_address": ":0"}})
+    except Exception as e:  # no sockets, no processes: nothing of partita's to test
+        pytest.skip(f"a Dask cluster could not start here: {type(e).__name__}: {e}")
+    with cl, distributed.Client(cl) as client:
+        client.wait_for_workers(len(workers), timeout=120)
+        yield client
+
+
+def addresses(client: Any) -> dict[str, str]:
+    """The address of each worker of ``client``'s cluster, by its spec's name."""
+    return {str(info["name"]): address for address, info in
+            client.scheduler_info(n_workers=-1)["workers"].items()}
 
 
 def measuring_worker(client: Any) -> tuple[str, int]:

@@ -42,3 +42,13 @@ def test_engine_compiler_and_cuda_variables(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("CUDA_PATH", raising=False)
     assert config.cuda_roots() == ["/opt/cuda", ""]
     assert config.child_environment(OMP_DYNAMIC="false")["OMP_DYNAMIC"] == "false"
+
+
+def test_the_host_name_of_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    monkeypatch.delenv("PARTITA_HOST", raising=False)
+    assert config.host_name() == socket.gethostname()
+    monkeypatch.setenv("PARTITA_HOST", " alpha ")
+    assert config.host_name() == "alpha"
+    monkeypatch.setenv("PARTITA_HOST", "")
+    assert config.host_name() == socket.gethostname()

@@ -16,12 +16,13 @@ from partita.api import space as make_space
 from partita.cli_cluster import cluster_cmd, worker_cmd
 from partita.cli_db import db_cmd
 from partita.cli_generic import export_generic, generic_fixed, report_generic, show_generic
-from partita.cli_output import generic_json, print_tuned, tune_summary
+from partita.cli_output import generic_json, host_line, print_tuned, tune_summary
 from partita.cli_suite import tune_suite_cmd
 from partita.codegen.c import CodegenError
 from partita.codegen.looptree import loop_tree, render
 from partita.codegen.program import signature
 from partita.db import Records, RecordsError, location, records_exist
+from partita.db.hosts import evaluation_host, host_summaries
 from partita.ir.kernel import Kernel
 from partita.ir.types import KernelError
 from partita.kernels import get_spec, list_kernels
@@ -487,17 +488,23 @@ def show_cmd(kernel: str, params: tuple[str, ...], target: str, cold_cache: bool
         # Cold-cache times are recorded apart: say so where only they hold a best.
         cold = None if cold_cache or best else rec.best(kid, mid, records_target(target, True))
         runs = rec.runs(kid, mid)
+        hosts = host_summaries(rec, kid, mid)
+        best_host = evaluation_host(rec, best.evaluation_id) if best else ""
     if as_json:
         click.echo(json.dumps({"best": best.as_json() if best else None,
-                               "runs": [r.as_json() for r in runs]}, default=str))
+                               "runs": [r.as_json() for r in runs],
+                               "best_host": best_host or None, "hosts": hosts}, default=str))
         return
     click.echo(f"{kernel} ({k.structural_hash}) in {rec.path}")
     if best is None:
         hint = " (a best timed from cold caches is recorded: add --cold-cache)" if cold else ""
         click.echo(f"  no implementation recorded: run `partita tune` first{hint}")
     else:
+        on = f", timed on {best_host}" if best_host else ""
         click.echo(f"  best {best.time_s * 1e3:.4g} ms (evaluation {best.evaluation_id}"
-                   f", entry {best.entry})")
+                   f", entry {best.entry}{on})")
+    for h in hosts:
+        click.echo(host_line(h))
     for r in runs:
         b = r.best_s
         click.echo(f"  run {r.id}: {r.strategy} seed {r.seed}, {r.status}, "

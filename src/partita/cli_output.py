@@ -124,3 +124,15 @@ def generic_json(kernel: str, generic: GenericTuned) -> dict[str, Any]:
                       "dispatcher_time_s": t.dispatcher_time} for t in generic.training],
         "warnings": generic.warnings, "failures": generic.failures,
     }
+
+
+def host_line(h: dict[str, Any]) -> str:
+    """One line of ``partita show`` for a host that timed evaluations (``host_summaries``):
+    its name, how many, and its machine's peak and triad bandwidth where it sent them."""
+    line = f"  host {h['host']}: {h['evaluations']} evaluations"
+    if h.get("peak_gflops") is not None:
+        line += (f", peak {h['peak_gflops']:.1f} GFLOP/s fp32, triad "
+                 f"{h.get('triad_gbs') or 0:.1f} GB/s ({h.get('source') or 'unknown'})")
+    if h.get("notes"):
+        line += f"; {'; '.join(str(n) for n in h['notes'])}"
+    return line

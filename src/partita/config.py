@@ -16,6 +16,8 @@ this module, so what a run depends on outside its arguments is listed here and n
                          checks (:func:`c_compiler`)
 ``CUDA_HOME``,           CUDA installations searched for nvcc (:func:`cuda_roots`)
 ``CUDA_PATH``
+``PARTITA_HOST``         the name a cluster worker gives its host in the records
+                         (:func:`host_name`, default the system's host name)
 =======================  =======================================================================
 
 Child processes (the timing worker, the CPU micro-benchmarks) inherit the whole environment
@@ -25,6 +27,7 @@ Child processes (the timing worker, the CPU micro-benchmarks) inherit the whole 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 RECORDS_VARIABLE = "PARTITA_DB"
@@ -74,6 +77,17 @@ def c_compiler() -> str:
 def cuda_roots() -> list[str]:
     """``$CUDA_HOME`` and ``$CUDA_PATH`` (empty strings where unset), in that order."""
     return [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
+
+
+HOST_VARIABLE = "PARTITA_HOST"
+"""The variable that names this host in the records of a tune on a cluster."""
+
+
+def host_name() -> str:
+    """``$PARTITA_HOST``, else the system's host name: the name under which a measuring
+    worker's timings and machine description are recorded (two workers on one machine may
+    be given two names, as a test of several hosts does)."""
+    return os.environ.get(HOST_VARIABLE, "").strip() or socket.gethostname()
 
 
 def child_environment(**overrides: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ import partita
 from partita.cli import main
 from partita.db import SCHEMA_VERSION, Records, RecordsError, location, records_exist
 from partita.db.copy import TABLES
+from partita.db.hosts import record_host
 from partita.db.postgres import display_url, translate
 from partita.model import Model, Rates
 from partita.runtime.harness import TimingOptions
@@ -278,7 +279,8 @@ def test_a_tune_survives_a_server_restart(pg_server: PgServer, pg_url: str) -> N
 
 
 def fill(db: Path) -> None:
-    """Records of every table: two kernels, runs, evaluations, best rows, a generic kernel."""
+    """Records of every table: two kernels, runs, evaluations, best rows, a generic kernel, a
+    host."""
     with Records(db) as rec:
         for n in (1024, 2048):
             kid, mid = core.setup(rec, n)
@@ -289,6 +291,7 @@ def fill(db: Path) -> None:
             rec.finish_run(run_id, "done", space_lower_bound_s=1e-4,
                            lower_bound_history=[(0.5, 1e-5), (1.0, 1e-4)])
         rec.save_generic(kid, mid, core.TARGET, core.generic_record(2))
+        record_host(rec, mid, "alpha", {"triad_gbs": 20.5, "peak_gflops": 200.0})
 
 
 def content(db: Path | str) -> dict[str, Any]:
@@ -317,6 +320,7 @@ def content(db: Path | str) -> dict[str, Any]:
                               for r in rec.rows("generic_kernels")),
             **{t: sorted((generic[r["generic_id"]], strip(r, "generic_id")) for r in rec.rows(t))
                for t in ("generic_versions", "generic_training")},
+            "hosts": sorted(strip(r, "machine_id") for r in rec.rows("hosts")),
         }
 
 
@@ -332,7 +336,8 @@ def test_copy_round_trip_through_the_server(pg_url: str, tmp_path: Path) -> None
     first, back = tmp_path / "first.sqlite", tmp_path / "back.sqlite"
     fill(first)
     expected = {"kernels": 2, "machines": 1, "runs": 2, "evaluations": 8, "best": 2,
-                "generic_kernels": 1, "generic_versions": 2, "generic_training": 2}
+                "generic_kernels": 1, "generic_versions": 2, "generic_training": 2,
+                "hosts": 1}
     assert copy(first, pg_url) == expected
     assert copy(first, pg_url) == dict.fromkeys(TABLES, 0)  # twice: nothing added
     assert copy(pg_url, back) == expected

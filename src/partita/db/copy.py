@@ -2,8 +2,9 @@
 server, or back), so that measurements taken alone can be shared, and shared ones kept.
 
 Ids are the destination's: every row's references are remapped through the rows copied
-before it (kernels and machines, then runs, evaluations, best implementations and size-generic
-kernels). A row the destination already holds is skipped, found by what identifies it there:
+before it (kernels and machines, then runs, evaluations, best implementations, size-generic
+kernels and the hosts that timed evaluations). A row the destination already holds is
+skipped, found by what identifies it there:
 
 =================  ===========================================================================
 kernels            the structural hash
@@ -12,6 +13,7 @@ runs               kernel, machine, target, strategy, host, process and start ti
 evaluations        run, index, decisions and the time it was recorded
 best               kernel, machine and target: the faster of the two is kept
 generic kernels    kernel, machine and target (with their versions and training runs)
+hosts              machine and host name
 =================  ===========================================================================
 
 so that copying twice adds nothing the second time. Each table is copied in one transaction
@@ -30,6 +32,7 @@ TABLES = tuple(TABLE_KEYS)
 
 RUN_KEY = ("kernel_id", "machine_id", "target", "strategy", "host", "pid", "started_at")
 EVALUATION_KEY = ("run_id", "idx", "decisions_hash", "created_at")
+HOST_KEY = ("machine_id", "name")
 
 
 def _insert_sql(table: str, columns: Sequence[str]) -> str:
@@ -170,4 +173,5 @@ def copy_records(src: Records, dst: Records) -> dict[str, int]:
                                                 "machine_id": "machines"})
     job.best()
     job.generic()
+    job.by_key("hosts", HOST_KEY, {"machine_id": "machines"})
     return job.counts

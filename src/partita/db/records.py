@@ -97,6 +97,7 @@ TABLE_KEYS = {
     "kernels": "id", "machines": "id", "runs": "id", "evaluations": "id",
     "best": "kernel_id, machine_id, target", "generic_kernels": "id",
     "generic_versions": "generic_id, idx", "generic_training": "generic_id, idx",
+    "hosts": "id",
 }
 """Every table of the schema, with the key its rows are listed in."""
 
@@ -297,6 +298,11 @@ class Records:
         as every write is): ``connection.execute`` takes SQLite's ``?`` SQL whatever the
         database. For copying records (:mod:`partita.db.copy`)."""
         return self._write(doing, fn)
+
+    def query(self, doing: str, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Rows of the read-only ``sql`` (SQLite's ``?`` SQL whatever the database), by
+        column name; ``doing`` says what for in an error. For :mod:`partita.db.hosts`."""
+        return self._read(doing, sql, args)
 
     def insert_id(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
         """Within :meth:`write`: run an INSERT into a table with an ``id``; the new id."""

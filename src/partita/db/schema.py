@@ -210,6 +210,22 @@ def _v6(conn: Any) -> None:
     conn.execute("ALTER TABLE evaluations ADD COLUMN measured_on TEXT NOT NULL DEFAULT ''")
 
 
+def _v7(conn: Any) -> None:
+    # A measuring worker sends the description of its machine (peak rates, triad bandwidth,
+    # caches) with its results: hosts of one machine kind can still differ (clock, memory
+    # channels, a noisy neighbour), and a time is read against the host that took it. One row
+    # per host name and machine, its description the latest received.
+    conn.execute("""CREATE TABLE hosts (
+        id INTEGER PRIMARY KEY,
+        machine_id INTEGER NOT NULL REFERENCES machines(id),
+        name TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '{}',
+        first_seen REAL NOT NULL,
+        last_seen REAL NOT NULL,
+        UNIQUE (machine_id, name)
+    )""")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "kernels, machines, runs, evaluations and best implementations", _v1),
     Migration(2, "evaluations.decisions_hash, backfilled and indexed for resume look-ups", _v2),
@@ -219,6 +235,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "generic_kernels, generic_versions and generic_training: size-generic "
                  "kernels, their versions, thresholds and training runs", _v5),
     Migration(6, "evaluations.measured_on, the host that timed each candidate", _v6),
+    Migration(7, "hosts: each measuring host of a machine and its machine description", _v7),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

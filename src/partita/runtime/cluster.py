@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from partita.codegen.program import Program
+from partita.config import host_name
 from partita.runtime.compile import CompileError, Compiler, SharedObject, split_batches
 from partita.runtime.data import Reference
 from partita.runtime.evaluate import Evaluator, Measurement, timing_limit
@@ -82,7 +82,7 @@ def compile_chunk(programs: list[Program], timeout_s: float) -> BuiltChunk:
     try:
         results = Compiler(timeout_s=timeout_s).build_all(programs)
     except Exception as e:  # e.g. the worker's cache directory is not writable
-        message = f"compilation failed on {socket.gethostname()}: {type(e).__name__}: {e}"
+        message = f"compilation failed on {host_name()}: {type(e).__name__}: {e}"
         return BuiltChunk({}, [("error", message, "", "")] * len(programs))
     for built in results:
         if isinstance(built, CompileError):
@@ -126,6 +126,27 @@ def worker_evaluator(seed: int, timing: TimingOptions) -> Evaluator:
         return ev
 
 
+Describer = Callable[[], dict[str, Any]]
+"""A module-level function that describes the machine it runs on (sent by reference)."""
+
+_DESCRIPTIONS: dict[str, dict[str, Any]] = {}
+_DESCRIPTIONS_LOCK = threading.Lock()
+
+
+def worker_description(describe: Describer) -> dict[str, Any]:
+    """This worker process's machine description by ``describe``: taken once per process
+    (measuring a machine takes seconds, a program's timing far less), then reused."""
+    name = f"{describe.__module__}.{describe.__qualname__}"
+    with _DESCRIPTIONS_LOCK:
+        if name not in _DESCRIPTIONS:
+            try:
+                _DESCRIPTIONS[name] = describe()
+            except Exception as e:  # send what is known: that it could not be described
+                _DESCRIPTIONS[name] = {"notes": [
+                    f"describing the machine failed: {type(e).__name__}: {e}"]}
+        return _DESCRIPTIONS[name]
+
+
 def unpack(chunk: BuiltChunk, index: int, directory: Path, entry: str
            ) -> SharedObject | CompileError:
     """Program ``index`` of ``chunk`` as the evaluator takes it: its shared object written
@@ -145,12 +166,15 @@ def unpack(chunk: BuiltChunk, index: int, directory: Path, entry: str
 def measure_program(chunk: BuiltChunk, index: int, program: Program, *, seed: int,
                     timing: TimingOptions, references: Mapping[str, Reference] | None,
                     timeout_s: float, abandon_s: float | None,
-                    not_after: float | None) -> dict[str, Any] | None:
+                    not_after: float | None, describe: Describer | None = None
+                    ) -> dict[str, Any] | None:
     """Check and time program ``index`` of ``chunk`` on this (measuring) worker; None where
-    it would start after ``not_after`` (a ``time.time()`` deadline)."""
+    it would start after ``not_after`` (a ``time.time()`` deadline). The result names the
+    host (:func:`partita.config.host_name`) and worker, and carries the host's machine
+    description by ``describe`` (taken once per worker process)."""
     if not_after is not None and time.time() >= not_after:
         return None
-    host, worker = socket.gethostname(), _worker_address()
+    host, worker = host_name(), _worker_address()
     try:
         ev = worker_evaluator(seed, timing)
         ev.references.update(references or {})
@@ -158,7 +182,8 @@ def measure_program(chunk: BuiltChunk, index: int, program: Program, *, seed: in
         m = ev.evaluate_built(program, built, timeout_s, True, abandon_s)
     except Exception as e:  # the evaluator's worker could not start, the disk is full...
         m = Measurement("lost", f"failed on worker {worker} ({host}): {type(e).__name__}: {e}")
-    return {"measurement": m, "host": host, "worker": worker}
+    description = worker_description(describe) if describe is not None else {}
+    return {"measurement": m, "host": host, "worker": worker, "description": description}
 
 
 def _worker_address() -> str:
@@ -204,13 +229,16 @@ class ClusterEvaluator:
 
     Like :class:`~partita.runtime.evaluate.Evaluator` it has :meth:`prepare` (compile ahead)
     and :meth:`evaluate`; :attr:`measured_on` says, by program digest, which host timed each
-    program measured. ``cluster`` is a scheduler address or a ``distributed.Client``.
+    program measured, and :attr:`descriptions` the machine description each measuring host
+    sent (by ``describe``, run on the workers). ``cluster`` is a scheduler address or a
+    ``distributed.Client``.
     """
 
     def __init__(self, cluster: Any, *, key: str, seed: int, timing: TimingOptions,
                  references: Mapping[str, Reference] | None, compile_timeout_s: float,
                  setup_timeout_s: float = 300.0, batch_size: int = 16,
-                 program_limit_s: float | None = None) -> None:
+                 program_limit_s: float | None = None,
+                 describe: Describer | None = None) -> None:
         self.key, self.seed, self.timing = key, seed, timing
         self.references = dict(references or {})
         self.compile_timeout_s = compile_timeout_s
@@ -219,7 +247,12 @@ class ClusterEvaluator:
         self.program_limit_s = program_limit_s
         self.compiler = Compiler(timeout_s=compile_timeout_s)
         """The flags and compiler the workers build with (the records keep them)."""
+        self.describe = describe
         self.measured_on: dict[str, str] = {}
+        self.descriptions: dict[str, dict[str, Any]] = {}
+        """The latest machine description each measuring host sent, by host name."""
+        self.measuring_hosts: set[str] = set()
+        """The host names of the measuring workers found at the start."""
         self.client, self._owned = connect(cluster)
         self._pending: dict[tuple[str, str], tuple[Any, int]] = {}
         try:
@@ -231,8 +264,8 @@ class ClusterEvaluator:
     def check_workers(self) -> None:
         """Raise where no worker of the cluster can build or time for this machine: the
         tasks would wait for one forever."""
-        workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
-        declared = [set(w.get("resources") or {}) for w in workers]
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        declared = [set(w.get("resources") or {}) for w in workers.values()]
         for resource, flag in ((measure_resource(self.key), " --measure"),
                                (compile_resource(self.key), "")):
             if not any(resource in d for d in declared):
@@ -240,6 +273,12 @@ class ClusterEvaluator:
                     f"no worker of the cluster declares the resource {resource} (this "
                     f"machine's): start one here with `partita worker "
                     f"{self.client.scheduler.address}{flag}`")
+        measuring = [a for a, w in workers.items()
+                     if measure_resource(self.key) in (w.get("resources") or {})]
+        with contextlib.suppress(Exception):  # a worker gone meanwhile: its host is unknown
+            self.measuring_hosts = {str(h) for h in self.client.run(
+                host_name, workers=measuring, on_error="ignore").values()
+                if isinstance(h, str)}
 
     def __enter__(self) -> ClusterEvaluator:
         return self
@@ -295,7 +334,8 @@ class ClusterEvaluator:
             futures.append(self.client.submit(
                 measure_program, chunk, index, p, seed=self.seed, timing=self.timing,
                 references=self.references, timeout_s=limit, abandon_s=abandon,
-                not_after=not_after, pure=False, resources={measure_resource(self.key): 1}))
+                not_after=not_after, describe=self.describe, pure=False,
+                resources={measure_resource(self.key): 1}))
         for p in programs:  # the measure tasks hold their compile tasks from here on
             self._pending.pop((p.entry, p.source), None)
         deadline = time.monotonic() + len(programs) * self.limit_s(limit)
@@ -308,7 +348,9 @@ class ClusterEvaluator:
                 results.append(outcome)
                 continue
             results.append(outcome["measurement"])
-            self.measured_on[p.digest] = str(outcome["host"])
+            self.measured_on[p.digest] = host = str(outcome["host"])
+            if outcome.get("description") or host not in self.descriptions:
+                self.descriptions[host] = dict(outcome.get("description") or {})
         return results
 
     def collect(self, futures: list[Any], deadline: float) -> list[Any]:
@@ -360,13 +402,15 @@ class ClusterEvaluator:
 # -- starting workers ---------------------------------------------------------------------------
 
 
-def worker_spec(key: str, *, measure: bool, compile_slots: int, host: str) -> dict[str, Any]:
+def worker_spec(key: str, *, measure: bool, compile_slots: int, host: str,
+                env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A ``SpecCluster`` worker: a nanny (it restarts the worker process if it dies) with one
-    thread and partita's resources. No memory limit of Dask's: the evaluator's worker
-    process has its own."""
+    thread and partita's resources, its process given the environment variables ``env``
+    (e.g. ``PARTITA_HOST``). No memory limit of Dask's: the evaluator's worker process has
+    its own."""
     from distributed import Nanny
     return {"cls": Nanny, "options": {
-        "nthreads": 1, "host": host, "memory_limit": 0,
+        "nthreads": 1, "host": host, "memory_limit": 0, "env": dict(env or {}),
         "resources": worker_resources(key, measure=measure, compile_slots=compile_slots)}}
 
 

@@ -140,6 +140,12 @@ class Target(ABC):
         ``references`` is None) on inputs drawn from ``seed`` and times them with ``timing``;
         a build that takes longer than ``compile_timeout_s`` fails."""
 
+    def host_describer(self) -> Callable[[], dict[str, Any]] | None:
+        """A module-level function (sent by reference to a cluster's measuring workers) that
+        returns a JSON summary of the machine it runs on, as its records keep it; None on
+        targets that do not run on a cluster."""
+        return None
+
     @abstractmethod
     def flags_text(self, runner: Any) -> str:
         """The build command's flags of ``runner``'s programs, as the records keep them."""

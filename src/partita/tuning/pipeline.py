@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from partita.codegen.program import Program
+from partita.config import host_name
 from partita.db import BestRow, Records
+from partita.db.hosts import evaluation_host, record_host
 from partita.ir.kernel import Kernel
 from partita.model import Model
 from partita.runtime.cluster import ClusterEvaluator
@@ -115,13 +117,15 @@ class Request:
 
 @dataclass(frozen=True)
 class SlowedTiming:
-    """The fastest verified timing of a run that was taken on a slowed machine: its
-    evaluation id, time, decisions (JSON text) and program."""
+    """A run's fastest verified timing that was not offered as its best (taken on a slowed
+    machine, or on a cluster by another host than the best's): its evaluation id, time,
+    decisions (JSON text) and program."""
 
     eid: int
     time_s: float
     decisions: str
     prog: Program
+    slowed: bool = True
 
 
 @dataclass
@@ -138,39 +142,98 @@ class Recorder:
     flags: str = ""
     programs: dict[str, Program] = field(default_factory=dict)
     """The programs of the batch in flight, by source digest."""
-    slowed_best: SlowedTiming | None = None
+    stand_ins: dict[str, SlowedTiming] = field(default_factory=dict)
+    """By host ('' locally), the fastest verified timing not offered as the best, in the
+    order the hosts first timed one."""
     measured_on: dict[str, str] = field(default_factory=dict)
     """Which host timed each program measured on a cluster, by source digest."""
+    on_cluster: bool = False
+    """Whether the programs are timed on a cluster's measuring hosts."""
+    descriptions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """On a cluster, the machine description each measuring host sent, by host name."""
+    best_host: str = ""
+    """On a cluster, the host among whose timings the tune's best is taken ('' until the
+    first verified timing chooses it)."""
+    host_best_s: float = math.inf
+    """The best host's fastest verified time in this tune."""
+    described: set[str] = field(default_factory=set)
+    """The hosts whose description this tune has recorded."""
 
     def record(self, e: Evaluation) -> None:
         host = self.measured_on.pop(e.source_digest, "")
         eid = self.rec.add_evaluation(
             self.run, {**e.to_json(), "measured_on": host} if host else e.to_json(), self.flags)
+        if self.on_cluster and host and host not in self.described:
+            record_host(self.rec, self.where[1], host, self.descriptions.get(host, {}))
+            self.described.add(host)
         prog = self.programs.pop(e.source_digest, None)
-        if (prog is not None and e.ok and e.slowed and e.median_s is not None
-                and (self.slowed_best is None or e.median_s < self.slowed_best.time_s)):
-            self.slowed_best = SlowedTiming(eid, e.median_s, json.dumps(e.decisions), prog)
-        # The search has already taken a new best time into its state: only a new best's
-        # source goes to the records (never a slowed timing's).
-        if (prog is not None and e.ok and not e.slowed and e.median_s is not None
-                and e.median_s <= self.state.best_time):
-            self.rec.offer_best(*self.where, eid, e.median_s, json.dumps(e.decisions),
-                                prog.source, prog.entry, self.flags)
+        if prog is not None and e.ok and e.median_s is not None:
+            # The search has already taken a new best time into its state: only a new best's
+            # source goes to the records (never a slowed timing's, nor another host's).
+            if not e.slowed and self.offers_best(host, e.median_s):
+                self.rec.offer_best(*self.where, eid, e.median_s, json.dumps(e.decisions),
+                                    prog.source, prog.entry, self.flags)
+            elif e.slowed or host != self.best_host:
+                kept = self.stand_ins.get(host)
+                if kept is None or e.median_s < kept.time_s:
+                    self.stand_ins[host] = SlowedTiming(eid, e.median_s,
+                                                        json.dumps(e.decisions), prog, e.slowed)
         if self.on_evaluation is not None:
             self.on_evaluation(e, self.state)
 
+    def offers_best(self, host: str, time_s: float) -> bool:
+        """Whether a verified time taken on ``host`` ('' here) is offered as the best: the
+        search's new best time locally; on a cluster, the best host's new best time, so that
+        timings of different hosts never compete for one best (the search still prunes with
+        the fastest of all: hosts of one machine kind time alike, within their noise)."""
+        if not self.on_cluster:
+            return time_s <= self.state.best_time
+        if not self.best_host and host:
+            self.best_host = host
+        if host != self.best_host or time_s >= self.host_best_s:
+            return False
+        self.host_best_s = time_s
+        return True
+
+    def choose_host(self, measuring: set[str], descriptions: dict[str, dict[str, Any]],
+                    best: BestRow | None, name: str) -> None:
+        """On a cluster (``measuring``: its measuring hosts; ``descriptions``: what each
+        sent, filled as results come): the best is taken among the timings of this host
+        where it measures, else of the host that timed the recorded best where it still
+        measures, else of the host of the first verified timing. A recorded best of another
+        host is said."""
+        self.on_cluster, self.descriptions = True, descriptions
+        here = host_name()
+        recorded = evaluation_host(self.rec, best.evaluation_id) if best is not None else ""
+        for candidate in (here, recorded):
+            if candidate and candidate in measuring:
+                self.best_host = candidate
+                break
+        if recorded and recorded != self.best_host:
+            chosen = self.best_host or "the first host to verify one"
+            warnings.warn(f"{name}: the recorded best was timed on {recorded}; this tune "
+                          f"takes its best among the timings of {chosen}, which replaces "
+                          f"the recorded one only where faster", stacklevel=5)
+
     def slowed_stand_in(self, name: str) -> BestRow | None:
-        """Where every verified time of a tune was taken on a slowed machine, the fastest
-        stands in as the best, with a warning, until a quiet run times one."""
-        slowed = self.slowed_best
-        if slowed is None:
+        """Where no timing was offered as the best, the fastest of one host stands in, with a
+        warning, until a later run times one: every verified time of a tune taken on a
+        slowed machine, or on a cluster, none by the best's host (the best host's stands in
+        where it has one, else the first host's to time one)."""
+        if not self.stand_ins:
             return None
-        self.rec.offer_best(*self.where, slowed.eid, slowed.time_s, slowed.decisions,
-                            slowed.prog.source, slowed.prog.entry, self.flags)
-        warnings.warn(f"{name}: every implementation was timed while the machine ran slowed "
-                      "(another process or guest sharing a core), even after retiming; the "
-                      "best time recorded is too high: tune again with --continue on a quiet "
-                      "machine", stacklevel=4)
+        host = self.best_host if self.best_host in self.stand_ins else next(iter(self.stand_ins))
+        kept = self.stand_ins[host]
+        self.rec.offer_best(*self.where, kept.eid, kept.time_s, kept.decisions,
+                            kept.prog.source, kept.prog.entry, self.flags)
+        if kept.slowed:
+            warnings.warn(f"{name}: every implementation was timed while the machine ran "
+                          "slowed (another process or guest sharing a core), even after "
+                          "retiming; the best time recorded is too high: tune again with "
+                          "--continue on a quiet machine", stacklevel=4)
+        else:
+            warnings.warn(f"{name}: {self.best_host} verified no timing; the best is taken "
+                          f"among the timings of {host}", stacklevel=4)
         return self.rec.best(*self.where)
 
 
@@ -186,7 +249,8 @@ def open_runner(req: Request) -> Any:
     if req.cluster is not None:
         return ClusterEvaluator(req.cluster, key=host_machine()["key"], seed=req.seed,
                                 timing=timing, references=refs,
-                                compile_timeout_s=COMPILE_LIMIT_S)
+                                compile_timeout_s=COMPILE_LIMIT_S,
+                                describe=req.plug.host_describer())
     return req.plug.evaluator(seed=req.seed, timing=timing, references=refs,
                               compile_timeout_s=COMPILE_LIMIT_S)
 
@@ -201,6 +265,8 @@ def run_search(req: Request, space: Space, model: Model, stop: Stop, recorder: R
     runner = runner if runner is not None else open_runner(req)
     if isinstance(runner, ClusterEvaluator):
         recorder.measured_on = runner.measured_on
+        recorder.choose_host(runner.measuring_hosts, runner.descriptions, best,
+                             req.kernel.name)
     with runner:
         recorder.flags = plug.flags_text(runner)
         root = space.root()

@@ -371,6 +371,17 @@ class CpuDescription:
                          + " ".join(self.disturbed))
         return "\n".join(lines)
 
+    def host_summary(self) -> dict[str, Any]:
+        """What the records keep of a measuring host's machine (:mod:`partita.db.hosts`): its
+        peak rates, triad bandwidth and caches, and whether they were measured."""
+        return {
+            "key": self.key, "model": self.model, "cores": self.cores, "source": self.source,
+            "frequency_ghz": self.frequency_ghz, "peak_gflops": self.peak_gflops_fp32,
+            "peak_gflops_fp64": self.peak_gflops_fp64, "triad_gbs": self.stream_triad_gbs,
+            "caches": [{"name": lv.name, "capacity_bytes": lv.capacity_bytes,
+                        "bandwidth_gbs": lv.bandwidth_gbs} for lv in self.levels],
+        }
+
     # ------------------------------------------------------------------ JSON
 
     def to_json(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from partita.config import child_environment
 from partita.paths import cache_root
@@ -578,3 +579,20 @@ def describe(measure_if_missing: bool = True, force: bool = False, *,
         return CpuDescription.nominal(cpu, compiler)
     _write(path, desc)
     return desc
+
+
+def host_description() -> dict[str, Any]:
+    """This machine's description as a cluster's measuring worker sends it with its results
+    (:meth:`CpuDescription.host_summary`): the cached one, measured first where none is
+    cached. Where measuring fails, the estimate, with ``notes`` saying why; where even that
+    fails, only ``notes``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            summary = describe().host_summary()
+        except Exception as e:  # no CPU capabilities readable: say so, send what is known
+            summary = {"notes": [f"describing this machine failed: {type(e).__name__}: {e}"]}
+    notes = [str(w.message) for w in caught]
+    if notes:
+        summary["notes"] = [*summary.get("notes", []), *notes]
+    return summary

@@ -8,7 +8,7 @@ which MCTS keeps completing for part of its proposals.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
@@ -29,7 +29,7 @@ from partita.space.decl import SpaceDef
 from partita.targets.base import BatchLimit, FirstBatch, Sampling, Target
 from partita.targets.cpu.description import machine_key
 from partita.targets.cpu.machine import CpuCapabilities, host
-from partita.targets.cpu.measure import describe
+from partita.targets.cpu.measure import describe, host_description
 from partita.targets.cpu.space import cpu_space
 
 SKETCH_COMPLETIONS = 2
@@ -113,6 +113,9 @@ class CpuTarget(Target):
                   compile_timeout_s: float) -> Evaluator:
         return Evaluator(seed=seed, timing=timing, compiler=Compiler(timeout_s=compile_timeout_s),
                          references=references)
+
+    def host_describer(self) -> Callable[[], dict[str, Any]]:
+        return host_description
 
     def flags_text(self, runner: Any) -> str:
         return str(runner.compiler.flags_text)
