@@ -2,8 +2,8 @@
 transpose), each tuned with a fixed budget and then timed side by side with the library a user
 would call instead: PyTorch's CPU convolution (oneDNN) where it is installed (the ``bench``
 extra), ``np.einsum(..., optimize=True)`` for the contraction, ``scipy.ndimage.correlate``
-(and numpy's slicing) for the stencils, numpy for the transpose, and the STREAM triad for the
-memory-bound rows (bytes moved over time).
+(and numpy's slicing) for the stencils, numpy for the transpose, ``np.cumsum`` for the prefix
+sums, and the STREAM triad for the memory-bound rows (bytes moved over time).
 
 Run with ``make bench`` (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python
 bench/families_bench.py --budget 120 --write BENCHMARKS.md``). As in the tuning benchmark,
@@ -15,6 +15,7 @@ timed region, threads created before it, warm-up first), alternating with the re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
@@ -74,6 +75,11 @@ CASES = [
     Case("jacobi2d 4096^2, one sweep", "jacobi2d", {"n": 4096}, "triad", (">=", 0.9)),
     Case("jacobi3d 256^3, one sweep", "jacobi3d", {"n": 256}, "triad", (">=", 0.85)),
     Case("transpose 4096^2", "transpose", {"m": 4096, "n": 4096}, "numpy"),
+    Case("prefix_sum 2^26, one recurrence (chunks=1)", "prefix_sum", {"n": 1 << 26}, "triad",
+         notes="x[i + 1] += x[i] in place: one chain of dependent adds, on one core"),
+    Case("prefix_sum 2^26, chunks tuned (scan decomposition)", "prefix_sum", {"n": 1 << 26},
+         "triad", notes="the chunk count tuned as a variant of the order of the sum",
+         extra={"reassociate": True}),
 ]
 
 
@@ -162,7 +168,13 @@ def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> di
     spec = get_spec(case.kernel)
     params = spec.resolve(case.params)
     k = partita.kernel(case.kernel, **case.params)
-    tuned = partita.tune(k, stop=WallTime(budget), db=db, seed=seed)
+    if case.extra.get("reassociate"):
+        # the variants share the budget (a stop condition cannot be shared among them)
+        tuned = partita.tune(k, budget=budget, db=db, seed=seed, reassociate=True)
+        case = dataclasses.replace(case, label=f"{case.label}: chunks="
+                                   f"{(tuned.variant or {}).get('chunks', 1)}")
+    else:
+        tuned = partita.tune(k, stop=WallTime(budget), db=db, seed=seed)
     times = retime(case, tuned, probe, seed)
     t = times["partita"]
     res = tuned.result
@@ -259,7 +271,13 @@ which the kernel keeps) and numpy's slicing for the stencils, and numpy for the 
 stencils are memory-bound: their row compares the bytes they must move (the grid read, the
 interior written) over their time with the STREAM triad timed in the same rounds. The
 convolutions are not padded: the ResNet-50 3x3 layer is given its padded 58x58 image, which
-is the same arithmetic without the border tests of a padded view (`pad=1`).
+is the same arithmetic without the border tests of a padded view (`pad=1`). The prefix sums
+(the library's `prefix_sum`, the running sum of 2^26 + 1 floats in place) are memory-bound
+too once the recurrence is split: their rows count the array read and written once (what
+`np.cumsum`, the reference, moves) against the triad, whether the kernel runs as one chain of
+dependent adds (`chunks=1`) or as the scan decomposition whose chunk count the tuner picks
+(`reassociate=True`; the per-chunk sums and the offsets are then two passes over the array,
+each parallel over the chunks).
 """
 
 

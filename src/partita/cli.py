@@ -314,9 +314,10 @@ _AGAINST = {"numpy": "the numpy reference", "given": "the given reference",
                    "structure of contractions, CPU) and keep completing them for part of "
                    "the search.")
 @click.option("--reassociate", is_flag=True,
-              help="Tune the order of the kernel's sum too (dot, gemv): every split into "
-                   "partial sums is a variant, and the budget is shared among them "
-                   "(successive halving, cut by the bound). Results differ by rounding.")
+              help="Tune the order of the kernel's sum too (dot, gemv, prefix_sum): every "
+                   "split into partial sums or chunks is a variant, and the budget is shared "
+                   "among them (successive halving, cut by the bound). Results differ by "
+                   "rounding.")
 @cold_option
 @choice_order_option
 @click.option("--train", help="Training sizes of a size-generic kernel (sizes given as ?), "

@@ -1,8 +1,9 @@
 """Tuning the order of a sum: the variants of a kernel that add the same terms in other orders.
 
-A floating-point sum split into partial sums (dot's and gemv's ``partials``, dot's ``chunks``)
-computes the same value up to rounding, as numpy's own pairwise and vectorised sums do, and
-which split runs fastest depends on the machine. With ``reassociate`` the tuner takes the
+A floating-point sum split into partial sums (dot's and gemv's ``partials``, dot's ``chunks``,
+the chunks of prefix_sum's scan decomposition) computes the same value up to rounding, as
+numpy's own pairwise and vectorised sums do, and which split runs fastest depends on the
+machine. With ``reassociate`` the tuner takes the
 split as one more decision, above the decision space: each variant is a kernel of its own
 (its own space, bound and records), and the budget goes to the variants by successive
 halving, cut by the bound:

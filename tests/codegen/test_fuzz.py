@@ -47,6 +47,8 @@ CASES = [
     ("matmul_chain", {"m": 8, "n": 4, "k": 4, "l": 8}, 6),
     ("matmul_chain", {"m": 3, "n": 5, "k": 2, "l": 7}, 4),
     ("prefix_sum", {"n": 19}, 8),
+    ("prefix_sum", {"n": 21, "chunks": 3}, 8),
+    ("prefix_sum", {"n": 45, "chunks": 9, "dtype": "float64"}, 8),
     ("seidel_2d", {"n": 5, "steps": 2}, 8),
     ("jacobi_2d", {"n": 7, "steps": 1}, 6),
     ("two_mm", {"ni": 5, "nj": 3, "nk": 7, "nl": 9}, 6),

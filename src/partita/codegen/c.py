@@ -7,7 +7,9 @@ heap buffers, software prefetches, and OpenMP.
 
 ``PARALLEL`` loops form one ``omp for collapse(n) schedule(static)`` nest inside a single
 parallel region around their top-level nest; the other top-level nests run before or after
-it on one thread. Heap buffers the plan puts per thread are allocated inside the region.
+it on one thread (a kernel that lets each of its nests be a region of its own, such as the
+chunked prefix sum, has one such region per nest with parallel loops). Heap buffers the
+plan puts per thread are allocated inside the region.
 
 A parallel loop that splits a reduction (see :mod:`partita.targets.cpu.space`) gives each
 thread a private copy of the accumulator, declared in the region under the accumulator's own
@@ -82,14 +84,16 @@ class CPrinter(CFamilyPrinter):
     def _print_function(self, params: tuple[Param, ...]) -> None:
         self.emit(0, prototype(self.entry, params))
         self.emit(0, "{")
-        nest = self.plan.parallel_nest
+        nests = self.plan.parallel_nests
         shared = self.plan.shared_heap
         for st in shared:
             self._emit_heap(1, st)
         self.declare(self.tree, 1)
         for child in self.tree.children:
-            if child is nest:
-                self._print_parallel(nest, self.plan.per_thread_heap)
+            if any(child is nest for nest in nests):
+                self._print_parallel(child, [
+                    st for st in self.plan.per_thread_heap
+                    if self.plan.within(self.plan.lca(st.accessors), child)])
             else:
                 self.print_node(child, {}, 1)
         for st in shared:
@@ -114,14 +118,15 @@ class CPrinter(CFamilyPrinter):
             depth = 2
         for st in per_thread:
             self._emit_heap(depth, st)
-        split = self.plan.split_reductions
+        split = self.plan.split_in(top)
+        private = self.plan.private_arrays_of(loops)
         for red in split:
             self._open_private(red, depth)
-        for array in self.plan.private_arrays:
+        for array in private:
             self._open_private_array(array, depth)
         if loops:
             collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
-            nowait = " nowait" if split or self.plan.private_arrays else ""
+            nowait = " nowait" if split or private else ""
             self.emit(depth, f"#pragma omp for{collapse} schedule(static){nowait}")
             for p in loops:
                 var = c_name(p.dims[0])
@@ -139,8 +144,8 @@ class CPrinter(CFamilyPrinter):
         self.emit(depth, "}")
         if split:
             self._print_combine(split, depth)
-        if self.plan.private_arrays:
-            self._join_private_arrays(depth)
+        if private:
+            self._join_private_arrays(depth, private)
         for st in per_thread:
             self.emit(depth, f"free({st.name});")
         if loops:
@@ -189,16 +194,16 @@ class CPrinter(CFamilyPrinter):
         self.emit(indent, f"{c} *const shared_{array} = {array};")
         self.emit(indent, f"{c} *const {array} = calloc({count}, sizeof({c}));")
 
-    def _join_private_arrays(self, indent: int) -> None:
+    def _join_private_arrays(self, indent: int, arrays: list[str]) -> None:
         """Each thread adds its private copies into the arrays, one thread at a time."""
         self.emit(indent, "#pragma omp critical")
         self.emit(indent, "{")
-        for array in self.plan.private_arrays:
+        for array in arrays:
             count = self._array_elements(array)
             self.emit(indent + 1, f"for ({self.idx_t} e_ = 0; e_ < {count}; ++e_) "
                                   f"shared_{array}[e_] += {array}[e_];")
         self.emit(indent, "}")
-        for array in self.plan.private_arrays:
+        for array in arrays:
             self.emit(indent, f"free({array});")
 
     def _print_combine(self, split: list[SplitReduction], indent: int) -> None:

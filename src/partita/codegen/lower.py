@@ -224,7 +224,10 @@ class LoweredPlan:
         self.prefetches: dict[int, list[Prefetch]] = {}
         """Prefetches printed at the top of a loop's body, by ``id`` of the loop node."""
         self.parallel_nest: Node | None = None
-        """The top-level nest whose parallel loops form the OpenMP region, if any."""
+        """The first top-level nest whose parallel loops form an OpenMP region, if any."""
+        self.parallel_nests: list[Node] = []
+        """Every such nest, each its own region (several only where the kernel lets its
+        nests be regions of their own: :func:`~partita.targets.cpu.space.separate_regions`)."""
         self.shared_heap: list[Storage] = []
         """Heap buffers allocated once per call, before the loops."""
         self.per_thread_heap: list[Storage] = []
@@ -263,28 +266,40 @@ class LoweredPlan:
         heap = [st for st in self.all_storage() if st.temp is not None
                 and st.space == CommonPlace.GLOBAL]
         big = self._big_locals()
-        nest = next((c for c in self.tree.children if c.kind == CpuKind.PARALLEL), None)
-        loops = self.parallel_loops(nest) if nest is not None else []
+        nests = [c for c in self.tree.children if c.kind == CpuKind.PARALLEL]
+        loops = {id(n): self.parallel_loops(n) for n in nests}
 
         def private(st: Storage) -> bool:
-            if nest is None or not self.within(self.lca(st.accessors), nest):
-                return False
-            return st.space != CommonPlace.GLOBAL or not all(
-                any(sl.producer_dim in p.dims for sl in st.slots) for p in loops)
+            return any(self.within(self.lca(st.accessors), n) and (
+                st.space != CommonPlace.GLOBAL or not all(
+                    any(sl.producer_dim in p.dims for sl in st.slots) for p in loops[id(n)]))
+                for n in nests)
 
-        self.parallel_nest = nest
+        self.parallel_nests = nests
+        self.parallel_nest = nests[0] if nests else None
         self.per_thread_heap = [st for st in [*heap, *big] if private(st)]
         self.shared_heap = [st for st in [*heap, *big] if not private(st)]
-        split = {inst for p in loops for d in p.dims for inst in reduced_along(self.k, d)}
+        every = [p for n in nests for p in loops[id(n)]]
+        split = {inst for p in every for d in p.dims for inst in reduced_along(self.k, d)}
         for inst in sorted(split):
             op = combine_op(self.k.inst(inst))
             if op is None:  # the space allows no such parallel loop (splits_reduction)
                 raise CodegenError(f"{inst}: a parallel loop splits a reduction that has no "
                                    "combine operation")
             self.split_reductions.append(SplitReduction(inst, self.storage[inst], op))
-        self.private_arrays = sorted({a for p in loops for d in p.dims
-                                      if privatizes_scatter(self.k, d)
-                                      for a in scatter_updates(self.k, self.k.dim(d).logical)})
+        self.private_arrays = self.private_arrays_of(every)
+
+    def private_arrays_of(self, loops: list[Node]) -> list[str]:
+        """The arrays that parallel ``loops`` update in private copies, sorted."""
+        return sorted({a for p in loops for d in p.dims if privatizes_scatter(self.k, d)
+                       for a in scatter_updates(self.k, self.k.dim(d).logical)})
+
+    def split_in(self, top: Node) -> list[SplitReduction]:
+        """The split reductions of the parallel nest ``top`` (kernels whose nests are
+        regions of their own have one per region)."""
+        dims = {d for p in self.parallel_loops(top) for d in p.dims}
+        return [red for red in self.split_reductions
+                if any(red.inst in reduced_along(self.k, d) for d in dims)]
 
     # -- structure -------------------------------------------------------------------------
 

@@ -9,30 +9,94 @@ the updates depend on one another, and run in float64.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from partita.ir.builder import KernelBuilder
 from partita.ir.kernel import Array, Kernel, LogicalDim
 from partita.ir.operands import Affine, Instruction
+from partita.ir.types import KernelError
 from partita.kernels.registry import KernelSpec, ParamSpec, register
 
 ROWS = (1, 2, 4, 8)
 COLS = (1, 2, 4, 8, 16)
 STEPS = (1, 2, 4)
+CHUNK_TILES = (1, 2, 4)
+VECTOR_COLS = (1, 4, 8, 16)
 
 
-def prefix_sum(n: int, dtype: str = "float32") -> Kernel:
+def prefix_sum(n: int, chunks: int = 1, dtype: str = "float32") -> Kernel:
     """``x[i + 1] += x[i]`` for ``i`` in ``[0, n)``: the running sum of ``x``'s ``n + 1``
-    elements, in place (a first-order recurrence)."""
+    elements, in place (a first-order recurrence).
+
+    With ``chunks = C > 1`` the same sums are computed by the classic scan decomposition
+    (Blelloch, "Prefix sums and their applications", §1.4), in place in three nests. The
+    ``n`` elements after ``x[0]`` are cut into C contiguous chunks of ``L = n / C``, chunk
+    ``c`` holding ``x[c * L + 1 .. c * L + L]``; C must divide ``n`` and leave at least two
+    elements per chunk (no remainder chunk):
+
+    (a) each chunk's running sum, ``x[c * L + j + 2] += x[c * L + j + 1]``: a recurrence along
+        ``j`` inside a chunk, none across chunks, so ``c`` may run in parallel; the chunk's
+        total ends up in its last element ``x[c * L + L]``;
+    (b) the running sum of ``x[0]`` and the C totals, ``x[(k + 1) * L] += x[k * L]``: a short
+        sequential recurrence of stride L, after which the last element of every chunk is
+        final and ``x[c * L]`` is chunk ``c``'s offset (``x[0]`` plus the totals before it:
+        the exclusive scan of the totals, kept in the array itself, so no temporary);
+    (c) each chunk's offset added to its other elements, ``x[c * L + 1 + j] += x[c * L]`` for
+        ``j < L - 1``: independent across chunks and elements (parallel, vectorisable).
+
+    The result is the same running sum up to the order of the additions (``2 n - C`` adds,
+    the array read and written twice, against ``n`` adds in one pass).
+    """
     b = KernelBuilder("prefix_sum", dtype)
     size = b.size("n", n)
     x = b.array("x", None, [n + 1], role="inout")
+    chunks = prefix_chunks(chunks, n)
+    if chunks > 1:
+        _chunked_scan(b, x, n // chunks, chunks)
+        # Nests (a) and (c) each stream the whole array: each may be a parallel region.
+        return b.build(parallel_regions="per_nest")
     i = b.dim("i", size, tiles=[COLS], divisible=False)
     prev = b.load(x, [i], name="ld_prev")
     here = b.load(x, [Affine.of(i) + 1], name="ld_here")
     total = b.add(prev, here, dims=[i], name="sum")
     b.store(x, [Affine.of(i) + 1], total, name="st_x")
     return b.build()
+
+
+def prefix_chunks(chunks: int, n: int) -> int:
+    """``chunks`` checked: 1, or a divisor of ``n`` leaving at least two elements per chunk."""
+    if (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1
+            or (chunks > 1 and (n % chunks or n // chunks < 2))):
+        raise KernelError(f"kernel 'prefix_sum': chunks must be 1 or a divisor of n = {n} "
+                          f"that leaves at least 2 elements per chunk (no remainder chunk), "
+                          f"got {chunks!r}")
+    return chunks
+
+
+def _chunked_scan(b: KernelBuilder, x: Array, length: int, chunks: int) -> None:
+    """The three nests of :func:`prefix_sum` with ``chunks`` chunks of ``length`` elements.
+    Each nest has its own dimensions, mapped to no other nest's: (b) reads what (a) wrote
+    and (c) what (b) wrote, so no two of them may share a loop."""
+    c = b.dim("c", chunks, tiles=[CHUNK_TILES], divisible=False)
+    j = b.dim("j", length - 1, tiles=[COLS], divisible=False)
+    at = Affine.of(c) * length + j
+    prev = b.load(x, [at + 1], name="ld_prev")
+    here = b.load(x, [at + 2], name="ld_here")
+    b.store(x, [at + 2], b.add(prev, here, dims=[c, j], name="sum"), name="st_x")
+    k = b.dim("k", chunks)
+    before = b.load(x, [Affine.of(k) * length], name="ld_total_prev")
+    total = b.load(x, [Affine.of(k) * length + length], name="ld_total")
+    b.store(x, [Affine.of(k) * length + length],
+            b.add(before, total, dims=[k], name="offsets"), name="st_total")
+    c_add = b.dim("c_add", chunks, tiles=[CHUNK_TILES], divisible=False)
+    j_add = b.dim("j_add", length - 1, tiles=[COLS, VECTOR_COLS], divisible=False)
+    offset = b.load(x, [Affine.of(c_add) * length], name="ld_offset")
+    at_add = Affine.of(c_add) * length + j_add + 1
+    elem = b.load(x, [at_add], name="ld_elem")
+    b.store(x, [at_add], b.add(elem, offset, dims=[c_add, j_add], name="shift"),
+            name="st_elem")
 
 
 def _neighbourhood(b: KernelBuilder, A: Array, dims: list[LogicalDim],
@@ -119,13 +183,37 @@ DTYPE32 = ParamSpec("dtype", "dtype", "float32", "element type")
 DTYPE64 = ParamSpec("dtype", "dtype", "float64", "element type")
 STEPS_PARAM = ParamSpec("steps", SIZE, 2, "time steps (sweeps)")
 
+REASSOCIATED_CHUNKS = (1, 4, 16)
+"""Chunks per core tried when the tuner may reassociate a prefix sum: one chunk per core
+(parallel nests (a) and (c) of :func:`prefix_sum`), and more, which let nest (a) interleave
+the running sums of several chunks (independent add chains) or vectorise across them."""
+
+
+def _prefix_sum_reassociations(params: dict[str, Any], cores: int) -> list[dict[str, Any]]:
+    """The running sum in order, then :data:`REASSOCIATED_CHUNKS` chunks per core, each
+    chunk at least 64 elements long (shorter, the sequential scan of the totals and the
+    second pass cost more than they save)."""
+    n = params["n"]
+    out = [{"chunks": 1}]
+    for c in sorted({per * cores for per in REASSOCIATED_CHUNKS}):
+        if c > 1 and n % c == 0 and n // c >= 64:
+            out.append({"chunks": c})
+    return out
+
+
 register(KernelSpec(
     "prefix_sum", "x[i + 1] += x[i]: the running sum of x in place (a recurrence)",
-    (ParamSpec("n", SIZE, 1 << 16, "additions (x has n + 1 elements)"), DTYPE32),
+    (ParamSpec("n", SIZE, 1 << 16, "additions (x has n + 1 elements)"),
+     ParamSpec("chunks", "factor", 1, "contiguous chunks scanned apart, then offset "
+                                      "(for threads); 1 = one recurrence"), DTYPE32),
     prefix_sum, _prefix_sum_ref,
+    # The work and traffic of the running sum itself (n adds, x read and written once),
+    # whatever the chunks: a chunked scan does 2 n - C adds and passes over x twice, and its
+    # rates count only the useful part, as dot's do with partial sums.
     flops=lambda n, **_: n,
-    bytes=lambda n, dtype: 2 * (n + 1) * np.dtype(dtype).itemsize,
+    bytes=lambda n, dtype, **_: 2 * (n + 1) * np.dtype(dtype).itemsize,
     outputs=("x",),
+    reassociations=_prefix_sum_reassociations,
 ))
 
 register(KernelSpec(

@@ -145,6 +145,55 @@ def _around_private_scatter(k: Kernel, d: str) -> frozenset[str]:
     return frozenset(out | dims)
 
 
+REGIONS_PER_NEST = ("parallel_regions", "per_nest")
+"""Kernel meta (``KernelBuilder.build(parallel_regions="per_nest")``) by which a kernel lets
+each of its nests be a parallel region of its own (see :func:`separate_regions`)."""
+
+
+def nests(k: Kernel) -> dict[str, int]:
+    """The nest of every statement: instructions connected by a value or by dimensions of one
+    fusion class (which may share a loop), and the dimensions they iterate."""
+    group = {i.name: n for n, i in enumerate(k.instructions)}
+
+    def join(a: str, b: str) -> None:
+        old, new = group[a], group[b]
+        for name, g in group.items():
+            if g == old:
+                group[name] = new
+
+    for a in k.instructions:
+        for b in k.instructions:
+            if group[a.name] != group[b.name] and (
+                    _consumes(k, b.name, a.name)
+                    or {k.logical_class[d] for d in a.dims}
+                    & {k.logical_class[d] for d in b.dims}):
+                join(a.name, b.name)
+    out = dict(group)
+    for inst in k.instructions:
+        for d in k.iteration_dims(inst.name):
+            out[d] = group[inst.name]
+    return out
+
+
+def separate_regions(k: Kernel, d: str, st: str) -> bool:
+    """Statements ``d`` and ``st`` are in separate nests of a kernel that lets each nest be a
+    parallel region of its own (:data:`REGIONS_PER_NEST`): a parallel loop over ``d`` need
+    not enclose ``st``, and may sit beside a parallel loop over ``st``. Such nests share no
+    loop (their dimensions are of separate classes and no value flows between them), and
+    the dependences through memory order them; each region starts and joins the threads
+    once per call (a few microseconds), which a kernel whose every nest streams a long
+    array amortises (the chunked prefix sum's per-chunk scans and offsets)."""
+    if REGIONS_PER_NEST not in k.meta:
+        return False
+    of = _NESTS.get(k.structural_hash)
+    if of is None:
+        of = _NESTS[k.structural_hash] = nests(k)
+    return of.get(d) != of.get(st)
+
+
+_NESTS: dict[str, dict[str, int]] = {}
+
+
 def _outside_parallel(k: Kernel, d: str) -> frozenset[str]:
     """Statements that may run outside a parallel loop ``d`` (see the three above)."""
     key = (k.structural_hash, d)
@@ -314,7 +363,8 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
                   "becomes one OpenMP parallel region; what runs before or after that nest "
                   "runs on one thread (such as the final sum of partial sums).")
     S.require("parallel loops enclose all but what adds up their results", [x, s],
-              Static(lambda k, d, st: st in _outside_parallel(k, d), ("x", "s")),
+              Static(lambda k, d, st: st in _outside_parallel(k, d)
+                     or separate_regions(k, d, st), ("x", "s")),
               Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
               Is("order", ("x", "s"), values(Order.OUT, Order.MERGED)),
               Is("dim_kind", ("s",), values(DimKind.PARALLEL)),
@@ -350,10 +400,12 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
                   "would write the value that a consumer outside the loop reads to one shared "
                   "place, at every iteration: a race, and a cache line passed between cores.")
     S.require("parallel loops nest together", [x, y],
+              Static(lambda k, a, b: separate_regions(k, a, b), ("x", "y")),
               Is("dim_kind", ("x",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
               Is("dim_kind", ("y",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
               Is("order", ("x", "y"), values(Order.IN, Order.OUT, Order.MERGED)),
-              doc="Parallel loops form one collapsed nest.")
+              doc="Parallel loops form one collapsed nest (one per nest where the kernel "
+                  "lets its nests be regions of their own: separate_regions).")
     S.require("a parallel loop inside another holds all it holds", [x, y, s],
               Is("dim_kind", ("y",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
               Is("order", ("y", "x"), NOT_IN),
