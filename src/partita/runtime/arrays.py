@@ -26,7 +26,8 @@ HUGE_PAGE = 2 << 20
 
 def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> np.ndarray:
     """A new, uninitialised C-contiguous array of ``shape`` and ``dtype`` whose data start on a
-    64-byte boundary (a 2 MiB one from 2 MiB up), as the tuner's timings place arrays."""
+    64-byte boundary (a 2 MiB one from 2 MiB up), as the tuner's timings place arrays (an
+    array of no elements has no data to place)."""
     dims = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
     if any(not isinstance(n, int | np.integer) or n < 0 for n in dims):
         raise ValueError(f"shape must be non-negative integers, got {shape!r}")
