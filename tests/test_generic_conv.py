@@ -1,4 +1,7 @@
-"""A size-generic conv2d: one kernel for every layer shape, its output extents derived."""
+"""A size-generic conv2d: one kernel for every layer shape, its output extents derived.
+
+The tuned kernel's tests (static tunes, versions, thresholds: about a minute on two cores)
+are slow; the dynamic conv's first implementation is checked in the fast subset."""
 
 from __future__ import annotations
 
@@ -13,9 +16,14 @@ from click.testing import CliRunner
 
 import partita
 from partita.cli import main
+from partita.codegen.program import Program, signature
 from partita.kernels.families import conv2d_output_sizes
 from partita.kernels.registry import get_spec
 from partita.model import Model, Rates
+from partita.targets import get as get_target
+from partita.tuning.dispatch import dispatcher_source
+from partita.tuning.generic import GenericTuned, Version, compile_versions, replay_version
+from partita.tuning.generic_tune import generic_kernel
 
 RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
               stores_per_cycle=1, fma_latency_cycles=4,
@@ -31,6 +39,31 @@ the filter (padded to its reach)."""
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("records") / "records.sqlite"
+
+
+@pytest.fixture(scope="module")
+def single() -> partita.GenericTuned:
+    """No tune: one version, the dynamic space's first implementation (plain loops, every
+    temporary in memory), behind a dispatcher of one branch."""
+    _, fixed, dyn = generic_kernel("conv2d", "cpu", dict(FIXED))
+    plug = get_target("cpu")
+    leaf, _, _ = replay_version(plug.space(dyn), [], 0)
+    entry = "conv2d_generic_v1"
+    version = Version(entry, plug.print_program(leaf, entry).source,
+                      [d.to_json() for d in leaf.decisions], [])
+    source = dispatcher_source(dyn, "conv2d_generic", [entry], [])
+    library = compile_versions(dyn, [version],
+                               Program(dyn, "conv2d_generic", source, signature(dyn)))
+    return GenericTuned("conv2d", dyn, fixed, ["n", "h", "w", "c", "k"], [version], [],
+                        "conv2d_generic", source, library)
+
+
+@pytest.mark.parametrize("shape", UNTRAINED)
+def test_the_dynamic_conv_matches_numpy_at_any_shape(single: partita.GenericTuned,
+                                                     shape: tuple[int, ...]) -> None:
+    image, filters, expected = operands(*shape)
+    np.testing.assert_allclose(single(image, filters), expected, rtol=1e-4, atol=1e-4)
+    assert single.sizes_of((image, filters))["n_p"] == shape[1]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +84,7 @@ def operands(n: int, h: int, w: int, c: int, k: int, seed: int = 0
     return image, filters, expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [tuple(s.values()) for s in TRAIN] + UNTRAINED)
 def test_every_version_and_the_dispatcher_match_numpy(generic: partita.GenericTuned,
                                                       shape: tuple[int, ...]) -> None:
@@ -65,6 +99,7 @@ def test_every_version_and_the_dispatcher_match_numpy(generic: partita.GenericTu
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_the_work_is_the_convolutions_iteration_count(generic: partita.GenericTuned) -> None:
     """The dispatcher compares n * p * q * k * r * s * c: half the conv's flops, the image's
     rows and columns entering through the output's."""
@@ -80,7 +115,8 @@ def test_the_work_is_the_convolutions_iteration_count(generic: partita.GenericTu
         assert all(t is not None and t > 0 for t in run.version_times)
 
 
-def test_inconsistent_shapes_are_named(generic: partita.GenericTuned) -> None:
+def test_inconsistent_shapes_are_named(single: partita.GenericTuned) -> None:
+    generic = single
     image, filters, _ = operands(1, 6, 6, 4, 8)
     with pytest.raises(ValueError, match=r"^argument 'F' dimension 3 is 3, but size n_c is 4 "
                                          r"from argument 'I' dimension 3$"):
@@ -103,6 +139,7 @@ def test_static_parameters_are_refused_as_dynamic() -> None:
                                 "dilation": 1}) == {"n_p": 4, "n_q": 5}
 
 
+@pytest.mark.slow
 def test_the_exported_library_builds_and_convolves(generic: partita.GenericTuned, db: Path,
                                                    tmp_path: Path) -> None:
     out = tmp_path / "lib"
@@ -133,6 +170,7 @@ def test_the_exported_library_builds_and_convolves(generic: partita.GenericTuned
     assert "n=1 h=6 w=6 c=4 k=8" in (tmp_path / "rep" / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_the_command_line_tunes_it_end_to_end(generic: partita.GenericTuned,
                                               db: Path) -> None:
     """The training sizes are recorded: the command reads them back, and a new one joins."""
