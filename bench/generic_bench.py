@@ -1,4 +1,6 @@
-"""A size-generic matmul against per-size tunes and numpy: the matmul is tuned once over
+"""Size-generic kernels against per-size tunes and the usual libraries.
+
+A size-generic matmul against per-size tunes and numpy: the matmul is tuned once over
 dynamic sizes (``partita.tune_generic``) on at most 12 training sizes, then timed at 30 other
 sizes spanning 32 to 4096 per dimension (square, odd, tall, skinny), each set beside numpy
 and beside a tune of that size alone (``partita.tune`` for ``--alone-budget`` seconds, on
@@ -13,6 +15,9 @@ are timed in this process, side by side: partita's two entries called through cf
 generic one is the dispatcher, sizes as arguments), numpy's ``matmul`` into a preallocated
 output, alternating over :data:`ROUNDS` rounds; each figure is the median over the rounds of
 the median per call (warm-up first).
+
+A size-generic conv2d over CNN layer shapes follows, against PyTorch's CPU conv2d and per-shape
+tunes (``generic_conv.py``); ``--kernel matmul`` or ``--kernel conv2d`` runs one section.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+import generic_conv as conv
 import partita
 from host import machine_description
 from partita.codegen.program import Program, signature
@@ -237,11 +243,61 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write", help="rewrite the generic section of this file")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--kernel", choices=("matmul", "conv2d", "both"), default="both",
+                        help="which sections to run")
     args = parser.parse_args()
-    train, sizes, rounds = TRAIN, SIZES, ROUNDS
+    rounds = 2 if args.quick else ROUNDS
     if args.quick:
-        train, sizes, rounds = QUICK_TRAIN, QUICK_SIZES, 2
         args.budget, args.alone_budget = min(args.budget, 9.0), min(args.alone_budget, 3.0)
+    if args.kernel != "conv2d":
+        matmul_section(args, rounds)
+    if args.kernel != "matmul":
+        conv_section(args, rounds)
+
+
+def conv_section(args: argparse.Namespace, rounds: int) -> None:
+    """The size-generic conv2d over CNN layer shapes (see ``generic_conv.py``)."""
+    train, layers = (conv.QUICK_TRAIN, conv.QUICK_LAYERS) if args.quick else \
+        (conv.TRAIN, conv.LAYERS)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = conv.run(train, layers, args.budget, args.alone_budget, args.seed, rounds,
+                          Path(tmp), side_by_side)
+    text = conv.table(result["rows"])
+    print(text + "\n" + conv.summary(result))
+    if args.write:
+        machine = machine_description()
+        command = COMMAND.format(budget=args.budget, alone=args.alone_budget)
+        records = conv_records(result, command, machine)
+        replace_section(args.write, "generic-conv2d", conv.REPORT.format(
+            summary=textwrap.fill(conv.summary(result), width=96), table=text,
+            train=len(train), train_list=", ".join("x".join(map(str, t)) for t in train),
+            budget=args.budget, alone=args.alone_budget))
+        write_results("generic-conv2d", "Size-generic conv2d", records, args.results)
+        update_summary(args.write, args.results)
+
+
+def conv_records(result: dict[str, Any], command: str, machine: dict[str, Any]
+                 ) -> list[Record]:
+    rows = result["rows"]
+    details = {"layers": [{k: r.get(k) for k in ("label", "generic", "alone", "torch",
+                                                 "version", "right")} for r in rows],
+               "train": result["train"], "chain": result["chain"]}
+    out = []
+    for ref, name in (("alone", "a tune of that shape alone"), ("torch", "PyTorch conv2d")):
+        if not all(ref in r for r in rows):
+            continue  # PyTorch not installed
+        worst = max(rows, key=lambda r, ref=ref: r["generic"] / r[ref])
+        out.append(record(f"size-generic conv2d, worst of {len(rows)} layer shapes vs {ref} "
+                          f"({worst['label']})", quantity="time", unit="s",
+                          partita=worst["generic"], reference_name=name,
+                          reference=worst[ref], tgt=target("<=", conv.TARGETS[ref]),
+                          command=command, machine_desc=machine, details=details))
+    return out
+
+
+def matmul_section(args: argparse.Namespace, rounds: int) -> None:
+    """The size-generic matmul over 30 sizes."""
+    train, sizes = (QUICK_TRAIN, QUICK_SIZES) if args.quick else (TRAIN, SIZES)
     result = run(train, sizes, args.budget, args.alone_budget, args.seed, rounds)
     text = table(result["rows"])
     print(text + "\n" + summary(result))

@@ -34,9 +34,10 @@ def test_the_kernels_of_the_guide_tune_and_match_numpy(tmp_path: Path,
 @pytest.mark.slow
 def test_the_size_generic_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARTITA_DB", str(tmp_path / "records.sqlite"))
-    (code,) = python_blocks(DOCS / "generic.md")
-    assert "budget=20" in code
+    code, conv = python_blocks(DOCS / "generic.md")
+    assert "budget=20" in code and "budget=20" in conv
     code = code.replace("budget=20", "evaluations=2").replace("mm.write()",
                                                               f"mm.write({str(tmp_path)!r})")
     exec(compile(code, "docs/generic.md", "exec"), {})
     assert (tmp_path / "matmul_generic.c").read_text().startswith("/* partita")
+    exec(compile(conv.replace("budget=20", "evaluations=2"), "docs/generic.md", "exec"), {})

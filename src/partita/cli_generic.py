@@ -31,6 +31,11 @@ def generic_fixed(kernel: str, given: dict[str, str]) -> dict[str, Any]:
     their defaults where not given at all) and every other parameter given."""
     spec = get_spec(kernel)
     dynamic = [key for key, value in given.items() if value == "?"]
+    kinds = {p.name: p.kind for p in spec.params}
+    for key in dynamic:
+        if kinds.get(key, "size") != "size":
+            raise ValueError(f"kernel {kernel!r}: {key} cannot be dynamic (only sizes can be "
+                             "given as ?)")
     fixed: dict[str, Any] = {p.name: p.default for p in spec.params
                              if p.kind == "size" and p.name not in dynamic}
     return fixed | {key: value for key, value in given.items() if value != "?"}

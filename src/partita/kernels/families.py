@@ -119,18 +119,35 @@ def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int =
            pad: int = 0, dilation: int = 1, dtype: str = "float32") -> Kernel:
     """Multi-channel convolution: NHWC image, KRSC filter, NPQK output; the image is read
     through a view padded with ``pad`` zeros on each side (loads with a fill: the zeros are
-    never stored)."""
-    p = _extent("conv2d", h, r, stride, dilation, pad)
-    q = _extent("conv2d", w, s, stride, dilation, pad)
+    never stored).
+
+    With any of ``n``, ``h``, ``w``, ``c``, ``k`` None (dynamic), the output's extents are
+    dynamic sizes of their own (``n_p``, ``n_q``), which the caller derives from the image's
+    (``n_h``, ``n_w``; :func:`conv2d_output_sizes`): the printed code takes them all as
+    arguments."""
+    p = None if h is None else _extent("conv2d", h, r, stride, dilation, pad)
+    q = None if w is None else _extent("conv2d", w, s, stride, dilation, pad)
     d = dilation
+    dims = {"n": n, "p": p, "q": q, "k": k, "r": r, "s": s, "c": c}
+    image: list[int | str] = [x if x is not None else f"n_{name}"
+                              for x, name in ((n, "n"), (h, "h"), (w, "w"), (c, "c"))]
     return mdh.md_hom(
-        "conv2d", {"n": n, "p": p, "q": q, "k": k, "r": r, "s": s, "c": c},
+        "conv2d", dims,
         (mdh.cc,) * 4 + (mdh.pw("add"),) * 3, f=lambda x, f: x * f,
         inputs=[mdh.view("I", lambda n, p, q, k, r, s, c:
                          (n, stride * p + d * r - pad, stride * q + d * s - pad, c),
-                         shape=[n, h, w, c], fill=0.0 if pad else None),
+                         shape=image, fill=0.0 if pad else None),
                 mdh.view("F", lambda n, p, q, k, r, s, c: (k, r, s, c))],
         output=mdh.view("O", lambda n, p, q, k, r, s, c: (n, p, q, k)), dtype=dtype)
+
+
+def conv2d_output_sizes(params: dict[str, Any]) -> dict[str, int]:
+    """The output's rows ``n_p`` and columns ``n_q`` of a conv2d with the parameters
+    ``params`` (``(h + 2*pad - dilation*(r-1) - 1) // stride + 1``); a KernelError names an
+    image smaller than the filter's reach."""
+    args = (params["stride"], params["dilation"], params["pad"])
+    return {"n_p": _extent("conv2d", params["h"], params["r"], *args),
+            "n_q": _extent("conv2d", params["w"], params["s"], *args)}
 
 
 def depthwise_conv2d(n: int, h: int, w: int, c: int, r: int, s: int, stride: int = 1,
@@ -412,6 +429,8 @@ register(KernelSpec(
     flops=_conv2d_flops, bytes=_conv2d_bytes,
     outputs=("O",),
     reference_params=("stride", "dilation", "pad"),
+    derived_sizes=conv2d_output_sizes, generic_static=("r", "s"),
+    size_names=tuple((x, f"n_{x}") for x in "nhwckrs"),
 ))
 
 register(KernelSpec(

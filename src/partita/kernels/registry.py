@@ -79,6 +79,17 @@ class KernelSpec:
     """Parameters that depend on the values of :attr:`params` (a contraction's size per index
     letter of its specification): given those values, the further parameters."""
 
+    derived_sizes: Callable[[dict[str, Any]], dict[str, int]] | None = None
+    """For a kernel whose size-generic form has sizes that are no parameter (a convolution's
+    output rows and columns, derived from the image's): given the resolved parameters, those
+    sizes. None: every size of the kernel is a parameter."""
+    size_names: tuple[tuple[str, str], ...] = ()
+    """The kernel's size of each size parameter whose name differs (conv2d's ``h`` is its
+    image's rows ``n_h``); a parameter not listed is a size of the same name."""
+    generic_static: tuple[str, ...] = ()
+    """Size parameters a size-generic kernel keeps static (a convolution's filter extents:
+    the output's extents are derived from them, and the filter's taps are unrolled)."""
+
     def names(self, given: dict[str, Any]) -> list[str]:
         """The names of the kernel's parameters for the values ``given`` (those of
         :attr:`more_params` depend on them)."""

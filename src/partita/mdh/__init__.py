@@ -116,7 +116,7 @@ def ps(op: str) -> PrefixSum:
     return PrefixSum(op)
 
 
-def md_hom(name: str, dims: Mapping[str, int], combine: Sequence[Any] | Mapping[str, Any], *,
+def md_hom(name: str, dims: Mapping[str, int | None], combine: Sequence[Any] | Mapping[str, Any], *,
            f: Callable[..., Any], inputs: Sequence[View], output: View,
            dtype: str = "float32",
            tiles: Mapping[str, Sequence[Sequence[int]]] | None = None,
@@ -128,7 +128,13 @@ def md_hom(name: str, dims: Mapping[str, int], combine: Sequence[Any] | Mapping[
     takes one value per input view, in order. ``tiles`` overrides the tile sizes offered to
     the search for a dimension (one tuple of sizes per tiling level). ``sizes`` names the
     kernel's size parameter of a dimension (default ``n_<dim>``); dimensions of one extent
-    may share a name."""
+    may share a name.
+
+    An extent given as None is dynamic: its size parameter is an argument of the printed
+    entry. An axis of a buffer over a dynamic dimension is then that dimension's size (the
+    dimension alone, with coefficient 1), or the view declares the buffer's shape, whose
+    entries may name further size parameters (a padded image's rows, from which the caller
+    derives the output's)."""
     extents = _extents(name, dims)
     ops = _combine(extents, combine)
     DType.parse(dtype)
@@ -144,27 +150,31 @@ def md_hom(name: str, dims: Mapping[str, int], combine: Sequence[Any] | Mapping[
         raise MdhError(f"{name}: buffer {traced_out.buffer} is both read and written; an MDH "
                        "reads its inputs and writes its output apart")
     scans = {d: o.op for d, o in ops.items() if isinstance(o, PrefixSum)}
+    if any(extents[d] is None for d in scans):
+        raise MdhError(f"{name}: a prefix sum (ps) runs along a dimension of static extent")
     if len(scans) > 1 or (scans and any(isinstance(o, PointWise) for o in ops.values())):
         raise MdhError(f"{name}: a prefix sum (ps) runs along one dimension, with cc "
                        f"dimensions only beside it; got {ops}")
     cc_dims = [d for d, o in ops.items() if o is cc or isinstance(o, PrefixSum)]
     check_output(traced_out, cc_dims, extents)
+    names = _size_names(extents, sizes)
     shapes = {}
     for buf in dict.fromkeys(v.buffer for v in traced_in):
-        shapes[buf] = buffer_shape([v for v in traced_in if v.buffer == buf], extents)
+        shapes[buf] = buffer_shape([v for v in traced_in if v.buffer == buf], extents,
+                                   names)
     if traced_out.fill is not None:
         raise MdhError(f"{traced_out.label}: only input views may be padded (fill=)")
-    shapes[traced_out.buffer] = buffer_shape([traced_out], extents)
+    shapes[traced_out.buffer] = buffer_shape([traced_out], extents, names)
     pw_ops = {d: (o.op if o.combine is None else _shared(o, ops)) for d, o in ops.items()
               if isinstance(o, PointWise)}
     plan = Plan(name, dtype, extents, pw_ops, scans, traced_in, traced_out, shapes,
-                covers(traced_out, shapes[traced_out.buffer], extents),
+                covers(traced_out, shapes[traced_out.buffer], extents, names),
                 trace_f(f, len(inputs)), _tiles(extents, ops, tiles),
-                _size_names(extents, sizes))
+                names)
     return lower(plan)
 
 
-def _extents(name: str, dims: Mapping[str, int]) -> dict[str, int]:
+def _extents(name: str, dims: Mapping[str, int | None]) -> dict[str, int | None]:
     if not isinstance(name, str) or not name.isidentifier():
         raise MdhError(f"md_hom: name {name!r} is not an identifier")
     if not isinstance(dims, Mapping) or not dims:
@@ -172,12 +182,15 @@ def _extents(name: str, dims: Mapping[str, int]) -> dict[str, int]:
     for d, n in dims.items():
         if not isinstance(d, str) or not d.isidentifier():
             raise MdhError(f"{name}: dimension name {d!r} is not an identifier")
+        if n is None:  # dynamic: the extent is a size parameter given at call time
+            continue
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise MdhError(f"{name}: dimension {d} has extent {n!r}, not a positive integer")
+            raise MdhError(f"{name}: dimension {d} has extent {n!r}, not a positive integer "
+                           "(or None: dynamic)")
     return dict(dims)
 
 
-def _combine(extents: Mapping[str, int],
+def _combine(extents: Mapping[str, int | None],
              combine: Sequence[Any] | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(combine, Mapping):
         unknown = [d for d in combine if d not in extents]
@@ -197,12 +210,14 @@ def _combine(extents: Mapping[str, int],
     return ops
 
 
-def _size_names(extents: Mapping[str, int], given: Mapping[str, str] | None) -> dict[str, str]:
+def _size_names(extents: Mapping[str, int | None], given: Mapping[str, str] | None
+                ) -> dict[str, str]:
     given = given or {}
     unknown = [d for d in given if d not in extents]
     if unknown:
         raise MdhError(f"sizes: unknown dimensions {unknown}")
     names = {d: given.get(d, f"n_{d}") for d in extents}
+
     for d, name in names.items():
         other = next((e for e, o in names.items() if o == name and extents[e] != extents[d]),
                      None)
@@ -221,7 +236,7 @@ def _shared(o: PointWise, ops: Mapping[str, Any]) -> Op | str:
     return o.op
 
 
-def _tiles(extents: Mapping[str, int], ops: Mapping[str, Any],
+def _tiles(extents: Mapping[str, int | None], ops: Mapping[str, Any],
            given: Mapping[str, Sequence[Sequence[int]]] | None
            ) -> dict[str, tuple[tuple[int, ...], ...]]:
     given = given or {}

@@ -46,9 +46,12 @@ tiles that leave a remainder, which the printed code handles, as the library's m
 for odd sizes."""
 
 
-def default_tiles(size: int, reduction: bool) -> tuple[tuple[int, ...], ...]:
+def default_tiles(size: int | None, reduction: bool) -> tuple[tuple[int, ...], ...]:
     """Tile sizes offered to the search: two levels for ``cc`` dimensions (a parallel or
-    cache tile, then a register or vector tile), one for ``pw`` and ``ps`` dimensions."""
+    cache tile, then a register or vector tile), one for ``pw`` and ``ps`` dimensions. A
+    dynamic extent (None) takes every option: the printed code runs the remainders."""
+    if size is None:
+        return (REDUCTION_TILES,) if reduction else (OUTER_TILES, INNER_TILES)
     if size == 1:
         return ()
     exact = divisible(size)
@@ -64,10 +67,10 @@ def default_tiles(size: int, reduction: bool) -> tuple[tuple[int, ...], ...]:
     return (fit(OUTER_TILES), fit(INNER_TILES))
 
 
-def divisible(size: int) -> bool:
+def divisible(size: int | None) -> bool:
     """Whether a dimension of this extent takes only tiles that divide it (see
-    :data:`EXACT_MULTIPLE`)."""
-    return size % EXACT_MULTIPLE == 0 or size <= SMALL
+    :data:`EXACT_MULTIPLE`; a dynamic extent never does)."""
+    return size is not None and (size % EXACT_MULTIPLE == 0 or size <= SMALL)
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,15 @@ class Plan:
 
     name: str
     dtype: str
-    extents: Mapping[str, int]
+    extents: Mapping[str, int | None]
+    """Each dimension's extent (None: dynamic)."""
     pw: Mapping[str, Op | str]
     """The ``pw`` dimensions and their operator: a name, or a user's traced combine."""
     ps: Mapping[str, str]
     """The ``ps`` dimension (at most one) and its operator."""
     inputs: Sequence[TracedView]
     output: TracedView
-    shapes: Mapping[str, tuple[int, ...]]
+    shapes: Mapping[str, tuple[int | str, ...]]
     output_covered: bool
     f: Node
     tiles: Mapping[str, tuple[tuple[int, ...], ...]]
@@ -113,6 +117,11 @@ class _Lowering:
                 self.b.size(size, n)
                 declared.add(size)
             self.dims[d] = self.b.dim(d, size, tiles=p.tiles[d], divisible=divisible(n))
+        for shape in p.shapes.values():  # sizes only a declared shape names (image rows)
+            for extent in shape:
+                if isinstance(extent, str) and extent not in declared:
+                    self.b.size(extent, None)
+                    declared.add(extent)
         self._declare_arrays()
         uses = _input_uses(p.f)
         for position, v in enumerate(p.inputs):
@@ -125,7 +134,7 @@ class _Lowering:
         self.b.store(self.arrays[out.buffer], index, self._remap(result, st),
                      dims=list(st.values()), name=f"st_{out.buffer}")
         for d, op in p.ps.items():
-            if p.extents[d] > 1:
+            if (p.extents[d] or 2) > 1:
                 self._scan(d, op, [c for c in cc if c != d])
         return self.b.build()
 
@@ -135,7 +144,7 @@ class _Lowering:
         dependence analysis keeps in order (the other dimensions stay free)."""
         out = self.plan.output
         own = {c: self.b.mapped_dim(self.dims[c], f"{c}_scan") for c in others}
-        extent = self.plan.extents[d] - 1
+        extent = int(self.plan.extents[d] or 1) - 1
         step = self.b.dim(f"{d}_scan", extent, tiles=default_tiles(extent, reduction=True),
                           divisible=divisible(extent))
         dims = [*own.values(), step]

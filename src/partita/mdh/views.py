@@ -108,12 +108,12 @@ class View:
 
     buffer: str
     index: Callable[..., Any]
-    shape: tuple[int, ...] | None = None
+    shape: tuple[int | str, ...] | None = None
     dtype: str | None = None
     fill: float | None = None
 
 
-def view(buffer: str, index: Callable[..., Any], *, shape: Sequence[int] | None = None,
+def view(buffer: str, index: Callable[..., Any], *, shape: Sequence[int | str] | None = None,
          dtype: str | None = None, fill: float | None = None) -> View:
     """A view of ``buffer`` (see :class:`View`)."""
     if fill is not None and shape is None:
@@ -127,8 +127,10 @@ def view(buffer: str, index: Callable[..., Any], *, shape: Sequence[int] | None 
         raise MdhError(f"view {buffer}: the index function must be callable, got {index!r}")
     if shape is not None:
         shape = tuple(shape)
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape):
-            raise MdhError(f"view {buffer}: shape must be positive integers, got {shape}")
+        if any(not (isinstance(s, str) and s.isidentifier()) and (
+                isinstance(s, bool) or not isinstance(s, int) or s < 1) for s in shape):
+            raise MdhError(f"view {buffer}: shape must be positive integers or the names of "
+                           f"size parameters, got {shape}")
     return View(buffer, index, shape, dtype, None if fill is None else float(fill))
 
 
@@ -139,7 +141,7 @@ class TracedView:
     label: str
     buffer: str
     axes: tuple[Index, ...]
-    declared_shape: tuple[int, ...] | None
+    declared_shape: tuple[int | str, ...] | None
     dtype: str | None
     fill: float | None = None
 
@@ -150,12 +152,17 @@ class TracedView:
             seen += [d for d in ax.terms if d not in seen]
         return seen
 
-    def reach(self, extents: Mapping[str, int]) -> list[tuple[int, int]]:
-        """The least and greatest index of each axis over the iteration space."""
-        out = []
+    def reach(self, extents: Mapping[str, int | None]) -> list[tuple[int, int] | None]:
+        """The least and greatest index of each axis over the iteration space (None for an
+        axis over a dynamic dimension)."""
+        out: list[tuple[int, int] | None] = []
         for ax in self.axes:
-            lo = ax.const + sum(min(0, c * (extents[d] - 1)) for d, c in ax.terms.items())
-            hi = ax.const + sum(max(0, c * (extents[d] - 1)) for d, c in ax.terms.items())
+            if any(extents[d] is None for d in ax.terms):
+                out.append(None)
+                continue
+            ends = [c * (int(extents[d] or 1) - 1) for d, c in ax.terms.items()]
+            lo = ax.const + sum(min(0, e) for e in ends)
+            hi = ax.const + sum(max(0, e) for e in ends)
             out.append((lo, hi))
         return out
 
@@ -188,9 +195,13 @@ def trace_view(v: View, label: str, dims: Sequence[str]) -> TracedView:
     return TracedView(label, v.buffer, tuple(axes), v.shape, v.dtype, v.fill)
 
 
-def buffer_shape(views: Sequence[TracedView], extents: Mapping[str, int]) -> tuple[int, ...]:
+def buffer_shape(views: Sequence[TracedView], extents: Mapping[str, int | None],
+                 names: Mapping[str, str] | None = None) -> tuple[int | str, ...]:
     """The shape of the buffer the ``views`` share: the declared one (every view must stay
-    inside it), else the least that holds every element they reach."""
+    inside it), else the least that holds every element they reach. An axis over a dynamic
+    dimension is that dimension's size (``names``) when the axis is the dimension alone; any
+    other use of a dynamic dimension needs a declared shape, which the caller keeps
+    consistent with the extents (the view is not checked against it there)."""
     first = views[0]
     declared = next((v.declared_shape for v in views if v.declared_shape is not None), None)
     for v in views:
@@ -200,22 +211,43 @@ def buffer_shape(views: Sequence[TracedView], extents: Mapping[str, int]) -> tup
         if v.declared_shape is not None and v.declared_shape != declared:
             raise MdhError(f"{v.label}: shape {v.declared_shape} differs from {declared}, "
                            f"declared for the same buffer")
-    shape = [1] * len(first.axes)
+    shape: list[int | str] = [1] * len(first.axes)
     for v in views:
         if v.fill is not None:
             continue  # a padded view reads its fill outside the buffer
-        for axis, (lo, hi) in enumerate(v.reach(extents)):
+        for axis, span in enumerate(v.reach(extents)):
+            if span is None:
+                shape[axis] = _dynamic_axis(v, axis, declared, names or {})
+                continue
+            lo, hi = span
+            if isinstance(shape[axis], str):
+                continue
             if lo < 0:
                 raise MdhError(f"{v.label}: axis {axis} ({v.axes[axis]}) reaches index {lo}, "
                                f"outside buffer {v.buffer}")
-            if declared is not None and hi >= declared[axis]:
+            bound = declared[axis] if declared is not None else None
+            if isinstance(bound, int) and hi >= bound:
                 raise MdhError(f"{v.label}: axis {axis} ({v.axes[axis]}) reaches index {hi}, "
                                f"outside buffer {v.buffer} of shape {declared}")
-            shape[axis] = max(shape[axis], hi + 1)
+            shape[axis] = max(int(shape[axis]), hi + 1)
     return declared if declared is not None else tuple(shape)
 
 
-def check_output(v: TracedView, cc: Sequence[str], extents: Mapping[str, int]) -> None:
+def _dynamic_axis(v: TracedView, axis: int, declared: tuple[int | str, ...] | None,
+                  names: Mapping[str, str]) -> int | str:
+    """The extent of an axis over a dynamic dimension: the declared one, else the
+    dimension's size when the axis is that dimension alone."""
+    if declared is not None:
+        return declared[axis]
+    ax = v.axes[axis]
+    if ax.const == 0 and len(ax.terms) == 1 and next(iter(ax.terms.values())) == 1:
+        return names.get(next(iter(ax.terms)), next(iter(ax.terms)))
+    raise MdhError(f"{v.label}: axis {axis} ({ax}) is over a dynamic dimension and not the "
+                   f"dimension alone: declare the shape of buffer {v.buffer}")
+
+
+def check_output(v: TracedView, cc: Sequence[str], extents: Mapping[str, int | None]
+                 ) -> None:
     """The output view writes each element from one iteration point only: it depends on every
     ``cc`` dimension and on no other, and on each axis the terms nest without overlap (mixed
     radix: each coefficient exceeds the span of the smaller ones)."""
@@ -224,7 +256,7 @@ def check_output(v: TracedView, cc: Sequence[str], extents: Mapping[str, int]) -
     if stray:
         raise MdhError(f"{v.label}: the output view uses {', '.join(stray)}, combined away by "
                        "pw; it may use the cc dimensions only")
-    missing = [d for d in cc if d not in used and extents[d] > 1]
+    missing = [d for d in cc if d not in used and (extents[d] or 2) > 1]
     if missing:
         raise MdhError(f"{v.label}: the output view does not use cc dimension "
                        f"{', '.join(missing)}: several iteration points would write one element")
@@ -238,17 +270,28 @@ def check_output(v: TracedView, cc: Sequence[str], extents: Mapping[str, int]) -
             if abs(c) <= span:
                 raise MdhError(f"{v.label}: axis {axis} ({ax}) may write one element from "
                                "two iteration points (its terms overlap)")
-            span += abs(c) * (extents[d] - 1)
+            extent = extents[d]
+            if extent is None and len(ax.terms) > 1:
+                raise MdhError(f"{v.label}: axis {axis} ({ax}) joins a dynamic dimension with "
+                               "others: write each dynamic dimension on its own axis")
+            span += abs(c) * ((extent or 1) - 1)
 
 
-def covers(v: TracedView, shape: Sequence[int], extents: Mapping[str, int]) -> bool:
+def covers(v: TracedView, shape: Sequence[int | str], extents: Mapping[str, int | None],
+           names: Mapping[str, str] | None = None) -> bool:
     """Whether the (injective) view writes every element of a buffer of ``shape``."""
     for axis, ax in enumerate(v.axes):
+        if any(extents[d] is None for d in ax.terms):  # the dimension alone, its size
+            d = next(iter(ax.terms))
+            if (len(ax.terms) != 1 or ax.const != 0 or ax.terms[d] != 1
+                    or shape[axis] != (names or {}).get(d, d)):
+                return False
+            continue
         reach = 1
         for d, c in sorted(ax.terms.items(), key=lambda t: t[1]):
             if c != reach:
                 return False
-            reach *= extents[d]
+            reach *= int(extents[d] or 1)
         if ax.const != 0 or reach != shape[axis]:
             return False
     return True

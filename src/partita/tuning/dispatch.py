@@ -64,9 +64,19 @@ def work(sizes: dict[str, int], names: Sequence[str]) -> int:
     return math.prod(int(sizes[n]) for n in names)
 
 
+def work_names(kernel: Kernel) -> list[str]:
+    """The sizes whose product is the work: those some dimension iterates over (a
+    convolution's iteration count ``n * p * q * k * r * s * c``, not its image's rows and
+    columns, which only shape an array)."""
+    iterated = {d.size for d in kernel.logical_dims}
+    return [s.name for s in kernel.sizes if s.name in iterated]
+
+
 def work_expression(kernel: Kernel) -> str:
     """:func:`work` as a C expression of the entry's parameters (static sizes as numbers)."""
-    terms = [s.name if not s.is_static else str(s.value) for s in kernel.sizes]
+    names = work_names(kernel)
+    terms = [s.name if not s.is_static else str(s.value) for s in kernel.sizes
+             if s.name in names]
     return " * ".join(terms) or "1"
 
 

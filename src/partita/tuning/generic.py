@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from partita.tuning.dispatch import (
     declaration,
     load_function,
     work,
+    work_names,
 )
 from partita.tuning.generic_store import Timings
 from partita.tuning.thresholds import (
@@ -109,6 +110,29 @@ def parse_train(train: Sequence[Any], names: Sequence[str]) -> list[Sizes]:
         if sizes not in out:
             out.append(sizes)
     return out
+
+
+def kernel_sizes(name: str, fixed: dict[str, Any], sizes: Sizes) -> Sizes:
+    """The sizes of the kernel over dynamic sizes at the dynamic parameters ``sizes``: each
+    parameter under its size's name, with the sizes derived from them (a convolution's output
+    rows and columns). A ValueError where they derive none (an image smaller than the
+    filter)."""
+    spec = get_spec(name)
+    renamed = dict(spec.size_names)
+    out = {renamed.get(k, k): int(v) for k, v in sizes.items()}
+    if spec.derived_sizes is not None:
+        try:
+            out.update(spec.derived_sizes(spec.resolve({**fixed, **sizes})))
+        except KernelError as exc:
+            raise ValueError(str(exc)) from exc
+    return out
+
+
+def parameter_sizes(name: str, dynamic: Sequence[str], bound: Sizes) -> Sizes:
+    """The dynamic parameters of the kernel sizes ``bound`` (the inverse of
+    :func:`kernel_sizes` on the parameters)."""
+    renamed = dict(get_spec(name).size_names)
+    return {x: bound[renamed.get(x, x)] for x in dynamic if renamed.get(x, x) in bound}
 
 
 def dynamic_kernel(name: str, dynamic: Sequence[str], fixed: dict[str, Any],
@@ -208,12 +232,26 @@ class GenericTuned:
 
     @property
     def size_names(self) -> list[str]:
-        """Every size of the kernel, in order (the work is their product)."""
-        return [s.name for s in self.kernel.sizes]
+        """The sizes whose product is the work, in order."""
+        return work_names(self.kernel)
+
+    def work(self, sizes: Sizes) -> int:
+        """The work at the dynamic parameters ``sizes``."""
+        full = {**static_sizes(self.kernel), **kernel_sizes(self.name, self.fixed, sizes)}
+        return work(full, self.size_names)
+
+    def derived(self, bound: Sizes) -> Sizes:
+        """The kernel's sizes that no input's shape gives, derived from those that do."""
+        dynamic = {s.name for s in self.kernel.sizes if not s.is_static}
+        params = parameter_sizes(self.name, self.dynamic, bound)
+        if len(params) < len(self.dynamic):
+            return {}
+        return {k: v for k, v in kernel_sizes(self.name, self.fixed, params).items()
+                if k in dynamic and k not in bound}
 
     def sizes_of(self, args: Sequence[Any], out: Any = None) -> Sizes:
-        """The dynamic sizes read from the arrays' shapes, or the ValueError naming the
-        array and dimension that disagrees."""
+        """The kernel's dynamic sizes read from the arrays' shapes (and derived from them),
+        or the ValueError naming the array and dimension that disagrees."""
         inputs = input_params(self.kernel)
         if len(args) != len(inputs):
             names = ", ".join(p.name for p in inputs)
@@ -223,11 +261,11 @@ class GenericTuned:
         if out is not None:
             outs = out if isinstance(out, dict) else {output_params(self.kernel)[0].name: out}
             given += [(p, outs[p.name]) for p in output_params(self.kernel) if p.name in outs]
-        return bind_sizes(self.kernel, given)
+        return bind_sizes(self.kernel, given, self.derived)
 
     def version_for(self, sizes: Sizes) -> int:
-        """The version (0-based) the dispatcher calls at ``sizes``."""
-        w = work({**static_sizes(self.kernel), **sizes}, self.size_names)
+        """The version (0-based) the dispatcher calls at the dynamic parameters ``sizes``."""
+        w = self.work(sizes)
         return choose_version([w] * len(self.thresholds), self.thresholds)
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
@@ -355,15 +393,23 @@ def static_sizes(kernel: Kernel) -> Sizes:
     return {s.name: int(s.value) for s in kernel.sizes if s.value is not None}
 
 
-def bind_sizes(kernel: Kernel, given: Sequence[tuple[Param, Any]]) -> Sizes:
+def bind_sizes(kernel: Kernel, given: Sequence[tuple[Param, Any]],
+               derive: Callable[[Sizes], Sizes] | None = None) -> Sizes:
     """The dynamic sizes that the arrays ``given`` (parameter, value) agree on; a ValueError
-    names the first array and dimension that disagrees with an earlier one."""
+    names the first array and dimension that disagrees with an earlier one. ``derive`` gives
+    the sizes derived from those the inputs bind (before any output is checked against
+    them)."""
     shapes = {a.name: a.shape for a in kernel.arrays}
     dynamic = {s.name for s in kernel.sizes if not s.is_static}
     bound: dict[str, tuple[int, str]] = {}
+    derived = derive is None
     for p, a in given:
         if p.kind != "array":
             continue
+        if derive is not None and not derived and p.role == "out":
+            derived = True
+            for name, v in derive({n: b for n, (b, _) in bound.items()}).items():
+                bound.setdefault(name, (v, "the inputs' shapes"))
         if not isinstance(a, np.ndarray):
             raise TypeError(f"argument {p.name!r} must be a numpy array, "
                             f"got {type(a).__name__}")
@@ -382,6 +428,9 @@ def bind_sizes(kernel: Kernel, given: Sequence[tuple[Param, Any]]) -> Sizes:
                 raise ValueError(f"argument {p.name!r} dimension {axis} is {got}: size "
                                  f"{extent} must be at least 1")
             bound.setdefault(extent, (int(got), f"argument {p.name!r} dimension {axis}"))
+    if not derived and derive is not None:
+        for name, v in derive({n: b for n, (b, _) in bound.items()}).items():
+            bound.setdefault(name, (v, "the inputs' shapes"))
     missing = sorted(dynamic - set(bound))
     if missing:
         raise ValueError(f"no argument gives size {', '.join(missing)}: pass out=")

@@ -11,10 +11,11 @@ the same kernel reuses what the records hold (:mod:`~partita.tuning.generic_stor
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+from partita.codegen.expr import CodegenError
 from partita.codegen.program import Program, signature
 from partita.db import GenericRow, Records
 from partita.ir.kernel import Kernel
@@ -22,7 +23,7 @@ from partita.kernels.registry import get_spec
 from partita.kernels.registry import kernel as library_kernel
 from partita.runtime.compile import Compiler
 from partita.search.stop import parse_duration
-from partita.space.candidate import Candidate, DeadEnd
+from partita.space.candidate import Candidate, DeadEnd, Decision
 from partita.space.decl import SpaceError
 from partita.targets import get as get_target
 from partita.tuning.dispatch import (
@@ -32,6 +33,7 @@ from partita.tuning.dispatch import (
     load_function,
     per_call,
     work,
+    work_names,
 )
 from partita.tuning.generic import (
     GenericTuned,
@@ -40,6 +42,7 @@ from partita.tuning.generic import (
     Version,
     compile_versions,
     dynamic_kernel,
+    kernel_sizes,
     parse_train,
     replay_version,
     sizes_text,
@@ -61,6 +64,10 @@ class Datasets(Sequence[Dataset]):
         self.sizes = sizes
         self.made: dict[int, Dataset] = {}
 
+    def full(self, sizes: Sizes) -> Sizes:
+        """The kernel's sizes at the parameters ``sizes`` (derived sizes included)."""
+        return kernel_sizes(self.name, self.fixed, sizes)
+
     def __len__(self) -> int:
         return len(self.sizes)
 
@@ -76,7 +83,7 @@ class Datasets(Sequence[Dataset]):
         if index not in self.made:
             s = self.sizes[index]
             static = library_kernel(self.name, **self.fixed, **s)
-            self.made[index] = Dataset.make(self.dyn, static, s, self.seed)
+            self.made[index] = Dataset.make(self.dyn, static, self.full(s), self.seed)
         return self.made[index]
 
     def __iter__(self) -> Iterator[Dataset]:
@@ -88,6 +95,13 @@ def data_sizes(data: Sequence[Dataset]) -> list[Sizes]:
     return list(data.sizes) if isinstance(data, Datasets) else [d.sizes for d in data]
 
 
+def data_kernel_sizes(data: Sequence[Dataset]) -> list[Sizes]:
+    """The kernel's sizes of the datasets (derived sizes included), without making them."""
+    if isinstance(data, Datasets):
+        return [data.full(s) for s in data.sizes]
+    return [d.sizes for d in data]
+
+
 def generic_kernel(kernel_name: str, target: str, fixed: dict[str, Any],
                    example: Sizes | None = None) -> tuple[list[str], dict[str, Any], Kernel]:
     """(the dynamic sizes, the fixed parameters resolved, the kernel over dynamic sizes) of
@@ -97,6 +111,11 @@ def generic_kernel(kernel_name: str, target: str, fixed: dict[str, Any],
                          f"prints {get_target(target).languages[0]}")
     spec = get_spec(kernel_name)
     dynamic = [p.name for p in spec.params if p.kind == "size" and p.name not in fixed]
+    kept = [p for p in spec.params if p.name in dynamic and p.name in spec.generic_static]
+    if kept:
+        raise ValueError(f"kernel {kernel_name!r}: {kept[0].name} cannot be dynamic (a "
+                         f"size-generic {kernel_name} keeps it static): give it, e.g. "
+                         f"{kept[0].name}={kept[0].default}")
     if not dynamic:
         raise ValueError(f"kernel {kernel_name!r}: every size is fixed; nothing is dynamic")
     if example is None:
@@ -156,7 +175,7 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
     data = Datasets(dyn, kernel_name, fixed, every, seed)
     timings = Timings()
     versions, failures = build_versions(dyn, kernel_name, winners,
-                                        [s.name for s in dyn.sizes], seed, target)
+                                        [s.name for s in dyn.sizes], seed, target, data.full)
     versions, times = check_versions(dyn, versions, data, failures, measure_s, recorded,
                                      timings)
     generic = dispatch(dyn, kernel_name, versions, data, measure_s, recorded, timings)
@@ -170,17 +189,25 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
 
 
 def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Sequence[str],
-                   seed: int, target: str = "cpu") -> tuple[list[Version], list[str]]:
+                   seed: int, target: str = "cpu",
+                   full: Callable[[Sizes], Sizes] | None = None
+                   ) -> tuple[list[Version], list[str]]:
     """The distinct winners replayed over dynamic sizes and printed, ordered by the largest
-    work each won at (largest first: the first branch of the chain); failures named."""
+    work each won at (largest first: the first branch of the chain); failures named.
+    ``full`` gives the kernel's sizes at a winner's (default: the same)."""
     plug = get_target(target)
     space = plug.space(dyn)
     by_source: dict[str, tuple[Version, Candidate]] = {}
     failures: list[str] = []
-    for w in sorted(winners, key=lambda w: -work({**static_sizes(dyn), **w.sizes}, names)):
+    names = [n for n in names if n in work_names(dyn)]
+
+    def size_work(w: Winner) -> int:
+        return work({**static_sizes(dyn), **(full or dict)(w.sizes)}, names)
+
+    for w in sorted(winners, key=lambda w: -size_work(w)):
         try:
-            leaf, dropped, completed = replay_version(space, w.decisions, seed)
-            source = plug.print_program(leaf, f"{name}_generic").source
+            leaf, dropped, completed, source = printable_version(plug, space, w.decisions,
+                                                                 seed, f"{name}_generic")
         except Exception as exc:  # any failure drops this winner; it is reported
             failures.append(f"the winner at {sizes_text(w.sizes)} gives no version over "
                             f"dynamic sizes: {exc}")
@@ -200,6 +227,35 @@ def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Seq
         raise RuntimeError(f"{name}: no winner replays over dynamic sizes: "
                            + "; ".join(failures))
     return versions, failures
+
+
+def printable_version(plug: Any, space: Any, decisions: list[Any], seed: int, entry: str
+                      ) -> tuple[Candidate, list[str], list[str], str]:
+    """A winner replayed over dynamic sizes and printed: (implementation, dropped, completed,
+    source). Where the printer refuses the replay (a vector access to a temporary whose
+    stride became dynamic: a layout that put the vector dimension outside a dimension of
+    unknown extent), the decisions naming the object it refuses are dropped, then the vector
+    loops too, and the rest replayed again."""
+    wanted = list(decisions)
+    for attempt in range(3):
+        leaf, dropped, completed = replay_version(space, wanted, seed)
+        try:
+            source = plug.print_program(leaf, entry).source
+        except CodegenError as exc:
+            if attempt == 2:
+                raise
+            culprit = str(exc).split(":")[0]
+            texts = [decision_text(d) for d in wanted]
+            keep = [culprit not in t and (attempt == 0 or "= VECTOR" not in t) for t in texts]
+            wanted = [d for d, k in zip(wanted, keep, strict=True) if k]
+            continue
+        gone = [decision_text(d) for d in decisions if d not in wanted]
+        return leaf, gone + dropped, completed, source
+    raise AssertionError("unreachable")
+
+
+def decision_text(d: Any) -> str:
+    return str(d if isinstance(d, Decision) else Decision.from_json(d))
 
 
 def check_versions(dyn: Kernel, versions: list[Version], data: Sequence[Dataset],
@@ -256,7 +312,8 @@ def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
     recorded, timings = recorded or Recorded(None), timings if timings is not None else Timings()
     key = versions_key([v.decisions for v in versions])
     names = [f"T{i + 1}" for i in range(len(versions) - 1)]
-    size_names, sizes = [s.name for s in dyn.sizes], data_sizes(data)
+    size_names, sizes = work_names(dyn), data_sizes(data)
+    full = data_kernel_sizes(data)
     loaded: list[Any] = []
 
     def function() -> tuple[Any, Any]:
@@ -271,7 +328,7 @@ def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
     def run(index: Any, setting: dict[str, float]) -> Run:
         s = sizes[index]
         given = [None if setting[n] == math.inf else setting[n] for n in names]
-        w = work({**static_sizes(dyn), **s}, size_names)
+        w = work({**static_sizes(dyn), **full[index]}, size_names)
         properties: dict[str, tuple[int, ...]] = {n: (w,) for n in names}
         found, took = recorded.threshold_run(key, s, given)
         if found:

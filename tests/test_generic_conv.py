@@ -1,0 +1,205 @@
+"""A size-generic conv2d: one kernel for every layer shape, its output extents derived.
+
+The tuned kernel's tests (static tunes, versions, thresholds: about a minute on two cores)
+are slow; the dynamic conv's first implementation is checked in the fast subset."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import partita
+from partita.cli import main
+from partita.codegen.program import Program, signature
+from partita.kernels.families import conv2d_output_sizes
+from partita.kernels.registry import get_spec
+from partita.model import Model, Rates
+from partita.targets import get as get_target
+from partita.tuning.dispatch import dispatcher_source
+from partita.tuning.generic import GenericTuned, Version, compile_versions, replay_version
+from partita.tuning.generic_tune import generic_kernel
+
+RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
+              stores_per_cycle=1, fma_latency_cycles=4,
+              bandwidth_gbs=((48 << 10, 300.0), (2 << 20, 150.0), (1 << 62, 20.0)))
+FIXED = {"r": 3, "s": 3, "pad": 1}
+TRAIN = [{"n": 1, "h": 6, "w": 6, "c": 4, "k": 8}, {"n": 1, "h": 10, "w": 10, "c": 8, "k": 8}]
+UNTRAINED = [(1, 7, 9, 3, 5), (2, 5, 5, 8, 16), (1, 13, 11, 4, 8), (2, 3, 4, 1, 1),
+             (1, 1, 2, 2, 3)]
+"""(n, h, w, c, k): odd image sizes, other channel counts, two images, an image smaller than
+the filter (padded to its reach)."""
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("records") / "records.sqlite"
+
+
+@pytest.fixture(scope="module")
+def single() -> partita.GenericTuned:
+    """No tune: one version, the dynamic space's first implementation (plain loops, every
+    temporary in memory), behind a dispatcher of one branch."""
+    _, fixed, dyn = generic_kernel("conv2d", "cpu", dict(FIXED))
+    plug = get_target("cpu")
+    leaf, _, _ = replay_version(plug.space(dyn), [], 0)
+    entry = "conv2d_generic_v1"
+    version = Version(entry, plug.print_program(leaf, entry).source,
+                      [d.to_json() for d in leaf.decisions], [])
+    source = dispatcher_source(dyn, "conv2d_generic", [entry], [])
+    library = compile_versions(dyn, [version],
+                               Program(dyn, "conv2d_generic", source, signature(dyn)))
+    return GenericTuned("conv2d", dyn, fixed, ["n", "h", "w", "c", "k"], [version], [],
+                        "conv2d_generic", source, library)
+
+
+@pytest.mark.parametrize("shape", UNTRAINED)
+def test_the_dynamic_conv_matches_numpy_at_any_shape(single: partita.GenericTuned,
+                                                     shape: tuple[int, ...]) -> None:
+    image, filters, expected = operands(*shape)
+    np.testing.assert_allclose(single(image, filters), expected, rtol=1e-4, atol=1e-4)
+    assert single.sizes_of((image, filters))["n_p"] == shape[1]
+
+
+@pytest.fixture(scope="module")
+def generic(db: Path) -> partita.GenericTuned:
+    return partita.tune_generic("conv2d", TRAIN, evaluations=2, db=db, measure_s=0.002,
+                                tune_options={"model": Model(RATES), "batch": 2}, **FIXED)
+
+
+def operands(n: int, h: int, w: int, c: int, k: int, seed: int = 0
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Image, filter and the library's numpy reference of their convolution (pad 1)."""
+    rng = np.random.default_rng(seed)
+    image = rng.standard_normal((n, h, w, c), dtype=np.float32)
+    filters = rng.standard_normal((k, 3, 3, c), dtype=np.float32)
+    expected = get_spec("conv2d").reference(image.astype(np.float64),
+                                            filters.astype(np.float64), stride=1,
+                                            dilation=1, pad=1)["O"]
+    return image, filters, expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [tuple(s.values()) for s in TRAIN] + UNTRAINED)
+def test_every_version_and_the_dispatcher_match_numpy(generic: partita.GenericTuned,
+                                                      shape: tuple[int, ...]) -> None:
+    image, filters, expected = operands(*shape)
+    assert expected.shape[1:3] == (shape[1], shape[2])  # pad 1 keeps a 3x3 conv's extent
+    np.testing.assert_allclose(generic(image, filters), expected, rtol=1e-4, atol=1e-4)
+    for i in range(len(generic.versions)):
+        np.testing.assert_allclose(generic.call_version(i, image, filters), expected,
+                                   rtol=1e-4, atol=1e-4, err_msg=generic.versions[i].entry)
+    out = np.full(expected.shape, np.nan, np.float32)
+    assert generic(image, filters, out=out) is out
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_work_is_the_convolutions_iteration_count(generic: partita.GenericTuned) -> None:
+    """The dispatcher compares n * p * q * k * r * s * c: half the conv's flops, the image's
+    rows and columns entering through the output's."""
+    assert generic.dynamic == ["n", "h", "w", "c", "k"]
+    sizes = {"n": 2, "h": 7, "w": 9, "c": 3, "k": 5}
+    assert generic.work(sizes) == 2 * 7 * 9 * 5 * 3 * 3 * 3
+    assert generic.work(sizes) * 2 == get_spec("conv2d").flops(**get_spec("conv2d").resolve(
+        {**FIXED, **sizes}))
+    assert "n_h" not in generic.source.split("work = ")[1].split(";")[0]
+    assert len(generic.training) == 2
+    for run in generic.training:
+        assert run.chosen == generic.version_for(run.sizes)
+        assert all(t is not None and t > 0 for t in run.version_times)
+
+
+def test_inconsistent_shapes_are_named(single: partita.GenericTuned) -> None:
+    generic = single
+    image, filters, _ = operands(1, 6, 6, 4, 8)
+    with pytest.raises(ValueError, match=r"^argument 'F' dimension 3 is 3, but size n_c is 4 "
+                                         r"from argument 'I' dimension 3$"):
+        generic(image, filters[..., :3])
+    with pytest.raises(ValueError, match="argument 'O' dimension 1 is 5, but size n_p is 6 "
+                                         "from the inputs' shapes"):
+        generic(image, filters, out=np.zeros((1, 5, 6, 8), np.float32))
+    with pytest.raises(ValueError, match=r"'F' must have shape \(8, 3, 3, 4\)"):
+        generic(image, np.zeros((8, 5, 5, 4), np.float32))  # the filter's extent is static
+
+
+def test_static_parameters_are_refused_as_dynamic() -> None:
+    with pytest.raises(ValueError, match="r cannot be dynamic"):
+        partita.tune_generic("conv2d", [(1, 6, 6, 4, 8, 3)], s=3)
+    result = CliRunner().invoke(main, ["tune", "conv2d", "n=?", "h=?", "w=?", "c=?", "k=?",
+                                       "stride=?", "--train", "1,6,6,4,8"])
+    assert result.exit_code == 2, result.output
+    assert "stride cannot be dynamic" in result.output
+    assert conv2d_output_sizes({"h": 7, "w": 9, "r": 3, "s": 3, "stride": 2, "pad": 1,
+                                "dilation": 1}) == {"n_p": 4, "n_q": 5}
+
+
+@pytest.mark.slow
+def test_the_exported_library_builds_and_convolves(generic: partita.GenericTuned, db: Path,
+                                                   tmp_path: Path) -> None:
+    out = tmp_path / "lib"
+    args = ["conv2d", "n=?", "h=?", "w=?", "c=?", "k=?", "r=3", "s=3", "pad=1"]
+    result = CliRunner().invoke(main, ["export", *args, "--out", str(out), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    for v in generic.versions:
+        assert (out / f"{v.entry}.c").read_text() == v.source
+    subprocess.run(["make", "-s", "-C", str(out)], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(out / "libconv2d_generic.so"))
+    names = [p.strip().split()[-1] for p in (out / "conv2d_generic.h").read_text()
+             .split("void conv2d_generic(")[1].split(")")[0].split(",")]
+    sizes = [n for n in names if not n.lstrip("*").isupper()]
+    pointer = ctypes.POINTER(ctypes.c_float)
+    lib.conv2d_generic.argtypes = [ctypes.c_int64] * len(sizes) + [pointer] * 3
+    n, h, w, c, k = 2, 9, 5, 3, 7
+    image, filters, expected = operands(n, h, w, c, k)
+    values = {"n_n": n, "n_h": h, "n_w": w, "n_c": c, "n_k": k, "n_p": h, "n_q": w}
+    o = np.full(expected.shape, np.nan, np.float32)
+    lib.conv2d_generic(*(values[s] for s in sizes),
+                       *(x.ctypes.data_as(pointer) for x in (image, filters, o)))
+    np.testing.assert_allclose(o, expected, rtol=1e-4, atol=1e-4)
+    shown = CliRunner().invoke(main, ["show", *args, "--db", str(db)])
+    assert shown.exit_code == 0 and "n=1 h=10 w=10 c=8 k=8" in shown.output, shown.output
+    report = CliRunner().invoke(main, ["report", *args, "--out", str(tmp_path / "rep"),
+                                       "--db", str(db)])
+    assert report.exit_code == 0, report.output
+    assert "n=1 h=6 w=6 c=4 k=8" in (tmp_path / "rep" / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_the_command_line_tunes_it_end_to_end(generic: partita.GenericTuned,
+                                              db: Path) -> None:
+    """The training sizes are recorded: the command reads them back, and a new one joins."""
+    result = CliRunner().invoke(main, ["tune", "conv2d", "n=?", "h=?", "w=?", "c=?", "k=?",
+                                       "r=3", "s=3", "pad=1", "--train",
+                                       "1,6,6,4,8;1,10,10,8,8", "--evaluations", "2",
+                                       "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["dynamic"] == ["n", "h", "w", "c", "k"] and out["entry"] == "conv2d_generic"
+    assert [t["sizes"] for t in out["training"]] == TRAIN
+    assert out["tuned_sizes"] == []
+    assert (Path(out["code_path"]) / "conv2d_generic.c").exists()
+
+
+@pytest.mark.slow
+def test_a_stride_two_conv_matches_numpy_at_many_shapes(tmp_path: Path) -> None:
+    g = partita.tune_generic("conv2d", [(1, 9, 9, 4, 8), (2, 12, 10, 8, 4)], evaluations=3,
+                             db=tmp_path / "records.sqlite", measure_s=0.002, r=3, s=3,
+                             stride=2, pad=1, tune_options={"model": Model(RATES), "batch": 3})
+    rng = np.random.default_rng(3)
+    for n, h, w, c, k in rng.integers(1, 14, size=(8, 5)):
+        n = int(n % 3 + 1)
+        image = rng.standard_normal((n, int(h), int(w), int(c)), dtype=np.float32)
+        filters = rng.standard_normal((int(k), 3, 3, int(c)), dtype=np.float32)
+        expected = get_spec("conv2d").reference(image.astype(np.float64),
+                                                filters.astype(np.float64), stride=2,
+                                                dilation=1, pad=1)["O"]
+        np.testing.assert_allclose(g(image, filters), expected, rtol=1e-4, atol=1e-4)
+        for i in range(len(g.versions)):
+            np.testing.assert_allclose(g.call_version(i, image, filters), expected,
+                                       rtol=1e-4, atol=1e-4)
