@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import random
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from partita.codegen.program import Program, signature
 from partita.kernels.families import conv2d_output_sizes
 from partita.kernels.registry import get_spec
 from partita.model import Model, Rates
+from partita.search.sampling import random_implementation
 from partita.targets import get as get_target
 from partita.tuning.dispatch import dispatcher_source
 from partita.tuning.generic import GenericTuned, Version, compile_versions, replay_version
@@ -203,3 +205,37 @@ def test_a_stride_two_conv_matches_numpy_at_many_shapes(tmp_path: Path) -> None:
         for i in range(len(g.versions)):
             np.testing.assert_allclose(g.call_version(i, image, filters), expected,
                                        rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_random_static_implementations_replayed_on_dynamic_sizes_match_numpy() -> None:
+    """Random implementations of the conv at a training size, replayed on the dynamic sizes
+    as the generic tuner replays its winners: temporaries sized by the dynamic image and
+    channel sizes, where a vector dim is not their innermost slot, have lanes a dynamic stride
+    apart and are accessed lane by lane (the printer used to refuse them, and the replay
+    dropped the vector dims), and every version computes the convolution."""
+    _, fixed, dyn = generic_kernel("conv2d", "cpu", dict(FIXED))
+    plug = get_target("cpu")
+    static_root = partita.space(partita.kernel("conv2d", **TRAIN[0], **FIXED)).root()
+    rng = random.Random(3)
+    versions, vector_kept = [], 0
+    for i in range(8):
+        decisions = random_implementation(static_root, rng).decisions
+        leaf, dropped, _ = replay_version(plug.space(dyn), decisions, i)
+        vector_kept += sum(d.choice == "dim_kind" and "VECTOR" in map(str, d.values)
+                           for d in leaf.decisions)
+        entry = f"conv2d_replayed_v{i}"
+        versions.append(Version(entry, plug.print_program(leaf, entry).source,
+                                [d.to_json() for d in leaf.decisions], dropped))
+    assert vector_kept > 0
+    entries = [v.entry for v in versions]
+    source = dispatcher_source(dyn, "conv2d_replayed", entries[:1], [])
+    library = compile_versions(dyn, versions,
+                               Program(dyn, "conv2d_replayed", source, signature(dyn)))
+    g = GenericTuned("conv2d", dyn, fixed, ["n", "h", "w", "c", "k"], versions, [],
+                     "conv2d_replayed", source, library)
+    for shape in UNTRAINED[:2]:
+        image, filters, expected = operands(*shape)
+        for i, v in enumerate(versions):
+            np.testing.assert_allclose(g.call_version(i, image, filters), expected,
+                                       rtol=1e-4, atol=1e-4, err_msg=v.entry)

@@ -207,18 +207,25 @@ class CFamilyPrinter:
 
     def temp_address(self, st: Storage, env: dict[str, str], side: str,
                      lane_dims: set[str]) -> tuple[str, int | str]:
+        """The offset of an access to temporary ``st`` and the step between its lanes: an
+        int, or a C expression where a lane dim's stride depends on dynamic sizes (a
+        temporary sized by them; its lanes are then accessed one by one)."""
         terms = []
         step: int = 0
+        dynamic: list[str] = []
         for s in st.slots:
             d = s.producer_dim if side == "p" else s.consumer_dim
             if d not in env:
                 raise CodegenError(f"{st.name}: dimension {d} is not bound where it is used")
             if d in lane_dims:
-                if not isinstance(s.stride, int):
-                    raise CodegenError(f"{st.name}: vector access with a dynamic stride")
-                step += s.stride
+                if isinstance(s.stride, int):
+                    step += s.stride
+                else:
+                    dynamic.append(str(s.stride))
             if env[d] != "0":
                 terms.append(fold_product([env[d], s.stride]))
+        if dynamic:
+            return fold_sum(terms), fold_sum([*dynamic, str(step)])
         return fold_sum(terms), step
 
     # -- printing the loop tree --------------------------------------------------------------
@@ -426,6 +433,8 @@ class CFamilyPrinter:
         apart, while a loop is printed with ``st`` kept in variables (None: not kept)."""
         if self.promoted is None or st.name not in self.promoted:
             return None
+        # (a temporary kept in variables has no lanes a dynamic stride apart: promotion
+        # leaves those in memory, so the step is an int here)
         key = (base, width, int(step) if width > 1 else 1)
         accesses = self.promoted[st.name]
         if key not in accesses:
@@ -668,7 +677,7 @@ class CFamilyPrinter:
         vt = self.vtype(st.dtype, lanes)
         if step == 0:
             return broadcast(vt, self._vector_element(st, base))
-        elems = ", ".join(self._vector_element(st, fold_sum([base, str(i * int(step))]))
+        elems = ", ".join(self._vector_element(st, fold_sum([base, _lane_offset(i, step)]))
                           for i in range(lanes))
         return f"(({vt}){{{elems}}})"
 
@@ -732,7 +741,7 @@ class CFamilyPrinter:
             else:
                 self.emit(indent, f"{{ {self.vtype(st.dtype, n)} s_ = {expr};")
                 for i in range(n):
-                    target = self._vector_element(st, fold_sum([base, str(i * int(step))]))
+                    target = self._vector_element(st, fold_sum([base, _lane_offset(i, step)]))
                     self.emit(indent + 1, f"{target} = s_[{i}];")
                 self.emit(indent, "}")
             return
@@ -742,3 +751,9 @@ class CFamilyPrinter:
                 self.emit(indent, f"{var} = {expr};")
                 return
         self.emit_store(indent, st.name, base, step if lane_dims else 0, expr, st.dtype, n)
+
+
+def _lane_offset(lane: int, step: int | str) -> str:
+    """The offset of lane ``lane`` from the first, ``step`` apart (a C expression where the
+    step depends on dynamic sizes)."""
+    return str(lane * step) if isinstance(step, int) else fold_product([lane, step])

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from partita.codegen.expr import CodegenError, c_name
+from partita.codegen.expr import c_name
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Storage
 from partita.ir.operands import Const, Index, Instruction, Reduce, Scalar, Value
@@ -220,7 +220,10 @@ class _Walker:
             d = s.producer_dim if side == "p" else s.consumer_dim
             if d in lane_dims:
                 if not isinstance(s.stride, int):
-                    raise CodegenError(f"{st.name}: vector access with a dynamic stride")
+                    # lanes a dynamic stride apart: which elements they are is not known
+                    # here, so the temporary stays in memory across this loop
+                    self.walk.moving = True
+                    return None
                 step += s.stride
             index = env.get(d, self._outer(d))
             if isinstance(index, tuple) and index[0] == "inner":
