@@ -72,7 +72,7 @@ def both(monkeypatch: pytest.MonkeyPatch, target: str, name: str, params: dict,
 
 
 @pytest.mark.parametrize(("target", "name", "params"), kernel_cases(KERNELS, FAST_DESCENTS))
-@settings(max_examples=6, deadline=None,
+@settings(max_examples=4, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6))
 def test_random_descents_match_the_python_engine(monkeypatch: pytest.MonkeyPatch, target: str,
