@@ -146,7 +146,9 @@ def test_a_chunked_prefix_sum_tunes_and_matches_numpy(tmp_path: Path) -> None:
     k = partita.kernel("prefix_sum", n=1 << 16, chunks=2)
     tuned = partita.tune(k, evaluations=4, db=tmp_path / "p.sqlite", model=Model(RATES),
                          batch=2, seed=3)
-    assert tuned.result is not None and tuned.result.best is not None
+    # (under load every timing may be judged slowed: the tune then returns the fastest of
+    # them as a stand-in and its search keeps no best of its own)
+    assert tuned.result is not None and tuned.time is not None
     _assert_running_sum(tuned, 0)
 
 
