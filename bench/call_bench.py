@@ -33,6 +33,7 @@ import numpy as np
 import partita
 from host import machine_description
 from partita.codegen.program import Program, prototype
+from partita.config import c_compiler
 from partita.runtime.call import KernelCall
 from partita.runtime.evaluate import Evaluator
 from partita.runtime.native_call import native_call
@@ -117,7 +118,7 @@ def idle_checks(call: KernelCall) -> Any:
         return idle._fast_path() or idle.general
     folder = Path(tempfile.mkdtemp(prefix="partita-idle-"))
     (folder / "idle.c").write_text(prototype("partita_idle", params) + " {}\n")
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(folder / "idle.so"),
+    subprocess.run([c_compiler(), "-O2", "-shared", "-fPIC", "-o", str(folder / "idle.so"),
                     str(folder / "idle.c")], check=True)
     ffi = cffi.FFI()
     ffi.cdef(prototype("partita_idle", params).replace("restrict", "") + ";")
