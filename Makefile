@@ -70,6 +70,7 @@ bench: $(STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/generic_bench.py --budget 600 \
 	  --alone-budget 120 --write BENCHMARKS.md
 	$(PY) bench/cluster_bench.py --write BENCHMARKS.md
+	$(PY) bench/gpu_bench.py --budget 600 --write BENCHMARKS.md
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench

@@ -6,7 +6,7 @@ Programming Guide, "Compute Capabilities" table for compute capability 9.0.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -84,3 +84,28 @@ H100 = GpuCapabilities(
     # report 4; a lower latency would only weaken the bound).
     fma_latency_cycles=4.0,
 )
+
+
+H200 = replace(
+    H100,
+    name="NVIDIA H200 SXM",
+    # H200 datasheet: the same GH100 SMs, clocks and limits as the H100 SXM5, with 141 GB of
+    # HBM3e at 4.8 TB/s; its driver reports a 60 MB L2. A bound priced at the H100's 3.35 TB/s
+    # would exceed what a streaming kernel takes on it.
+    dram_gbs=4800.0,
+    l2_bytes=60 * 1024 * 1024,
+)
+
+DESCRIPTIONS = (H200, H100)
+"""The devices described, the most specific name first."""
+
+
+def capabilities_of(device_name: str | None) -> GpuCapabilities:
+    """The description of the device the driver names ``device_name`` ("NVIDIA H200",
+    "NVIDIA H100 80GB HBM3"): the H200's figures for an H200, else the H100's (the space and
+    the bound are planned for Hopper-class devices)."""
+    name = (device_name or "").upper()
+    for desc in DESCRIPTIONS:
+        if desc.name.split()[1] in name:
+            return desc
+    return H100

@@ -9,6 +9,7 @@ can launch.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -38,8 +39,8 @@ from partita.targets.base import (
 )
 from partita.targets.cpu.machine import CpuCapabilities
 from partita.targets.gpu.check import GpuRun
-from partita.targets.gpu.cuda import CudaDevice, CudaRunner, tuning_device
-from partita.targets.gpu.device import H100
+from partita.targets.gpu.cuda import CudaDevice, CudaRunner, cuda_device, tuning_device
+from partita.targets.gpu.device import H100, GpuCapabilities, capabilities_of
 from partita.targets.gpu.opencl import OpenclUnavailable, run_opencl_batch
 from partita.targets.gpu.space import gpu_space
 
@@ -72,6 +73,16 @@ def gpu_first_batch(space: Space, model: Model, device: CudaDevice, seed: int, s
     return [c for _, c in ranked[:size]]
 
 
+@functools.cache
+def described_device() -> GpuCapabilities:
+    """The description of this machine's CUDA device (:func:`capabilities_of`), or the
+    H100's where there is none."""
+    try:
+        return capabilities_of(cuda_device().name)
+    except TargetUnavailable:
+        return H100
+
+
 class GpuTarget(Target):
     """A CUDA GPU, planned and bounded as an H100."""
 
@@ -84,8 +95,9 @@ class GpuTarget(Target):
         return gpu_space(H100)
 
     def model(self, kernel: Kernel, measure: bool = True) -> Model:
-        """The model with the H100's rates (nothing is measured)."""
-        return Model(gpu_rates(H100, kernel.compute_dtype.value))
+        """The model with the rates of the CUDA device here (an H200's memory is faster
+        than an H100's), the H100's where there is none; nothing is measured."""
+        return Model(gpu_rates(described_device(), kernel.compute_dtype.value))
 
     def check(self, kernel: Kernel) -> None:
         """:class:`UnsupportedKernel` where the printers refuse every implementation of
