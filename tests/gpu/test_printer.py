@@ -75,3 +75,21 @@ def test_shared_temporaries_are_block_memory(printed: list[Printed]) -> None:
         assert "__shared__" in p.cuda.source and "__local " in p.opencl.source
         assert p.cuda.shared_bytes == p.opencl.shared_bytes
         assert p.cuda.dynamic_shared_bytes == 0  # small sizes: static shared memory
+
+
+def test_loops_stay_rolled_in_cuda() -> None:
+    """Every sequential loop of a CUDA kernel carries ``#pragma unroll 1`` (the space decides
+    what is unrolled; nvcc unrolling the rest multiplied code and build time); OpenCL's carry
+    nothing."""
+    root = space(kernel("matmul", m=64, n=64, k=32), "gpu").root()
+    rng = random.Random(3)
+    seen = 0
+    for _ in range(12):
+        impl = random_implementation(root, rng, tries=5)
+        cuda = print_cuda(impl).source.splitlines()
+        loops = [i for i, line in enumerate(cuda) if line.lstrip().startswith("for (")]
+        seen += len(loops)
+        for i in loops:
+            assert cuda[i - 1].strip() == "#pragma unroll 1", cuda[i - 1: i + 1]
+        assert "#pragma unroll" not in print_opencl(impl).source
+    assert seen > 0

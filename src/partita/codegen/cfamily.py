@@ -58,6 +58,10 @@ class CFamilyPrinter:
     idx_t = "int64_t"
     """The C type of loop indices."""
 
+    loop_pragma = ""
+    """Printed before every sequential loop (a dimension the space made a LOOP), where the
+    language can keep its compiler from unrolling it."""
+
     plan_class: type[LoweredPlan] = LoweredPlan
     """The lowering of the target (its storage rules, what it versions and promotes)."""
 
@@ -298,6 +302,8 @@ class CFamilyPrinter:
         var = c_name(node.dims[0])
         inner = {**env, **dict.fromkeys(node.dims, var)}
         stop, clamped = self.loop_stop(node, env)
+        if self.loop_pragma:
+            self.emit(indent, self.loop_pragma)
         self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {stop}; ++{var}) {{")
         outside = self.full_tiles
         self.full_tiles = outside | clamped

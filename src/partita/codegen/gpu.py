@@ -503,6 +503,11 @@ class CudaPrinter(GpuPrinter):
     language = "cuda"
     barrier_stmt = "__syncthreads();"
     long_t = "long long"
+    # A LOOP dimension stays a loop: the space decides what is unrolled (UNROLL, within its
+    # unroll counter), and nvcc's own unrolling of the loops around that code multiplied it
+    # again. Measured on random matmul 1024^3 implementations: a 7,680-line kernel with 998
+    # loops built in 45 s (cicc 27 s, ptxas 19 s), 11 s with its loops kept rolled.
+    loop_pragma = "#pragma unroll 1"
 
     def hw_index(self, kind: str, h: int) -> str:
         return f"{'blockIdx' if kind == GpuKind.BLOCK else 'threadIdx'}.{HW_NAMES[h]}"
