@@ -16,6 +16,7 @@ from partita.api import kernel, space
 from partita.codegen.gpu import GpuProgram, print_cuda, print_opencl
 from partita.search.gpu_sketch import gpu_contraction_sketches
 from partita.search.sampling import random_implementation
+from partita.search.strategies import MonteCarlo, SearchState
 from partita.space.candidate import Candidate
 from partita.space.temporaries import temporary_name
 from partita.targets.gpu.cuda import described_device
@@ -184,6 +185,24 @@ def test_the_target_starts_from_the_sketches() -> None:
     plain = GPU.initial(space(axpy, "gpu"), GPU.model(axpy), _Runner(), seed=0, batch=3,
                         recorded=False, sketches=True)
     assert not plain.seeds and len(plain.candidates) == 3
+
+
+def test_mcts_completes_the_gpu_sketches() -> None:
+    """The sketches as MCTS seeds: every proposal drawn below them keeps one's decisions."""
+    name, params = CONFIGS["matmul"]
+    k = kernel(name, **params)
+    sp, model = space(k, "gpu"), GPU.model(k)
+    seeds, _ = gpu_sketch_candidates(sp, model, seed=0, size=0)
+    root = sp.root()
+    assert isinstance(root, Candidate)
+    strat = MonteCarlo(root, lambda c: model.bound(c).time_s, SearchState(best_time=1.0),
+                       random.Random(0), seeds=seeds, seed_share=1.0)
+    proposed = strat.propose(4)
+    assert proposed
+    sketches = gpu_contraction_sketches(k)
+    for cand in proposed:
+        assert cand.is_implementation
+        assert any(cand.satisfies(s.decisions) for s in sketches)
 
 
 PTXAS_USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")

@@ -98,6 +98,8 @@ def gpu_sketch_candidates(space: Space, model: Model, seed: int, size: int,
     device = device if device is not None else described_device(H100)
     seeds = [c for c in (s.apply(space) for s in gpu_contraction_sketches(space.kernel))
              if c is not None]
+    if size <= 0:
+        return seeds, []
     rng = random.Random(seed)
     ranked = [r for c in seeds for r in _fitting(c, model, device, rng, draws)]
     return seeds, _least(ranked, size)
