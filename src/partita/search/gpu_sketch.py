@@ -52,10 +52,11 @@ from partita.space.temporaries import temporary_name
 from partita.targets.gpu.decisions import Cache, DimKind, MemSpace, ThreadMapping
 
 REGISTER_TILE = (4, 6, 8)
-"""Sizes of a thread's register tile along each output axis. One element per thread reads
-two operands from shared memory per FMA, at most 32 FMAs per cycle and SM against 128 lanes;
-a tile of r rows and c columns reads r + c per r * c FMAs (CUDA C++ Programming Guide,
-"Shared Memory"; Volkov and Demmel, §4)."""
+"""Sizes of a thread's register tile along each output axis. With one output element per
+thread, each FMA reads two operands from shared memory: at 128 bytes per cycle and SM (the
+H100's, :mod:`partita.targets.gpu.device`), 16 FMAs per cycle against 128 lanes. A tile of r
+rows and c columns reads r + c operands per r * c FMAs (Volkov and Demmel, "Benchmarking
+GPUs to tune dense linear algebra")."""
 
 K_STEPS = (8, 16)
 """Sizes of the reduction's k-step: the elements of each operand's row staged in shared
