@@ -439,8 +439,8 @@ def test_an_nvcc_run_past_its_limit_fails_its_programs_alone(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_the_first_gpu_batch_holds_the_least_bounded_implementations_that_fit() -> None:
-    """With no sketches on the gpu target, the first batch is the least bounded of random
-    draws that the device can launch (the same draws, redone here)."""
+    """For a kernel with no sketch, the gpu target's first batch is the least bounded of
+    random draws that the device can launch (the same draws, redone here)."""
     k = kernel("matmul", m=64, n=64, k=16)
     sp, model = space(k, "gpu"), target_model(k, "gpu")
     small = CudaDevice(0, None, "small", (9, 0), 132, 4096, 13000)

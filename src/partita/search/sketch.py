@@ -95,18 +95,18 @@ def _reduced(k: Kernel, inst: str) -> list[str]:
     return [ld for op in k.inst(inst).operands if isinstance(op, Reduce) for ld in op.dims]
 
 
-def _init(k: Kernel, acc: str) -> str:
+def initial_value(k: Kernel, acc: str) -> str:
     """The instruction that gives accumulation ``acc`` its initial value."""
     return next(op.init for op in k.inst(acc).operands if isinstance(op, Reduce))
 
 
-def _loads(k: Kernel, acc: str) -> list[str]:
+def accumulated_loads(k: Kernel, acc: str) -> list[str]:
     """The loads whose values ``acc`` reads."""
     return [op.inst for op in k.inst(acc).operands
             if isinstance(op, Value) and k.inst(op.inst).op == "load"]
 
 
-def _readers(k: Kernel, acc: str) -> list[str]:
+def readers(k: Kernel, acc: str) -> list[str]:
     """The instructions that read the value of ``acc``."""
     return [i.name for i in k.instructions
             if any(isinstance(op, Value) and op.inst == acc for op in i.operands)]
@@ -114,11 +114,11 @@ def _readers(k: Kernel, acc: str) -> list[str]:
 
 def _fused(k: Kernel, inst: str, acc: str, only: set[str] | None = None) -> list[Decision]:
     """``inst``'s tiles fused with ``acc``'s (those in ``only``, or all)."""
-    return [Decision("order", (d, e), (Order.MERGED,)) for d, e in _tile_pairs(k, inst, acc)
+    return [Decision("order", (d, e), (Order.MERGED,)) for d, e in tile_pairs(k, inst, acc)
             if only is None or e in only]
 
 
-def _counterpart(k: Kernel, inst: str, logical: str) -> str | None:
+def counterpart(k: Kernel, inst: str, logical: str) -> str | None:
     """The logical dim of ``inst`` in the mapping class of ``logical`` (one of another
     instruction's), if it has one."""
     cls = k.logical_class[logical]
@@ -136,7 +136,7 @@ def _output_axis_dim(k: Kernel, store: str, acc: str, axis_from_last: int) -> st
     terms = access.index[arr.order[-axis_from_last]].terms
     if len(terms) != 1 or terms[0][1] != 1:
         return None
-    return _counterpart(k, acc, terms[0][0])
+    return counterpart(k, acc, terms[0][0])
 
 
 def contraction_shape(k: Kernel) -> _Shape | None:
@@ -147,7 +147,7 @@ def contraction_shape(k: Kernel) -> _Shape | None:
         return None
     acc = max(sorted(k.reducing_insts), key=lambda i: len(k.inst(i).dims))
     red = set(_reduced(k, acc))
-    stores = [i for i in _readers(k, acc) if k.inst(i).op == "store"]
+    stores = [i for i in readers(k, acc) if k.inst(i).op == "store"]
     if len(stores) != 1:
         return None
     store = stores[0]
@@ -164,7 +164,7 @@ def contraction_shape(k: Kernel) -> _Shape | None:
     # Loads that move along the vector dim with a stride: only a packed copy can feed them
     # to the micro-kernel as vectors.
     strided = tuple(i.name for i in k.instructions if i.op == "load" and (
-        ld := _counterpart(k, i.name, vector)) is not None
+        ld := counterpart(k, i.name, vector)) is not None
         and k.element_stride(i.name, ld) not in (0, 1))
     others = tuple(ld for ld in k.inst(acc).dims if ld not in red and ld not in (
         vector, unrolled))
@@ -212,8 +212,8 @@ class _Contraction:
             k, shape, lanes, vec_tiles, unr_tiles,
             register=(unr_tiles[-1], *vec_tiles[1:-1], vec_tiles[-1]),
             reduction=tuple(d for ld in shape.reduction for d in k.dims_of(ld)),
-            loads=tuple(_loads(k, shape.acc)), init=_init(k, shape.acc),
-            stores=tuple(_readers(k, shape.acc)),
+            loads=tuple(accumulated_loads(k, shape.acc)), init=initial_value(k, shape.acc),
+            stores=tuple(readers(k, shape.acc)),
             rows_n=k.static_size(k.logical(shape.unrolled).size) or 0)
 
     def base(self, parallel: str, outer: list[str]) -> list[Decision]:
@@ -234,7 +234,7 @@ class _Contraction:
         # The initial value and the store: fused with the loops around the reduction, their
         # register-tile loops beside the accumulation's (before it, after it).
         for inst, beside in [(self.init, Order.BEFORE), *((s, Order.AFTER) for s in self.stores)]:
-            for d, e in _tile_pairs(k, inst, acc):
+            for d, e in tile_pairs(k, inst, acc):
                 out.append(Decision("order", (d, e), (Order.MERGED,) if e not in register
                                     else (beside,)))
         out += [Decision("mem_space", (temporary_name(self.init, acc),), (CpuPlace.REGISTER,))]
@@ -259,7 +259,7 @@ class _Contraction:
         streams) took 6.8."""
         k, shape, acc = self.k, self.shape, self.shape.acc
         out = _fused(k, p, acc, shared)
-        free = [d for d, e in _tile_pairs(k, p, acc) if e not in shared]
+        free = [d for d, e in tile_pairs(k, p, acc) if e not in shared]
         # A dim the source does not move along (stride 0) repeats the copy: outermost.
         strides = {d: abs(k.element_stride(p, k.dim(d).logical) or 0) or math.inf
                    for d in free}
@@ -272,15 +272,15 @@ class _Contraction:
             # after is a whole block further: 22.3 against 16.2-18.4 ms on A transposed
             # 1024^3).
             layout = (_layout_with_last(k, p, acc, shape.vector)
-                      if _counterpart(k, p, shape.vector) is not None
+                      if counterpart(k, p, shape.vector) is not None
                       else _layout_with_last(k, p, acc, shape.unrolled, panels=True))
             if layout is not None:
                 out.append(Decision("layout", (temporary_name(p, acc),), (layout,)))
-        along = _counterpart(k, p, shape.vector)
+        along = counterpart(k, p, shape.vector)
         if along is not None and p not in shape.strided:
             # B's copy moves vectors (a transposing copy's are left to the search).
             out.append(Decision("dim_kind", (k.dims_of(along)[-1],), (CpuKind.VECTOR,)))
-        first = next((d for d, e in _tile_pairs(k, p, acc)
+        first = next((d for d, e in tile_pairs(k, p, acc)
                       if e not in shared and e in self.reduction), None)
         if first is not None and before is not None:
             out.append(Decision("order", (first, before), (Order.BEFORE,)))
@@ -309,8 +309,8 @@ class _Contraction:
 
     def panel(self) -> list[str]:
         """The loads that move along the vector dim and not along the unrolled one (B)."""
-        return [ld for ld in self.loads if _counterpart(self.k, ld, self.shape.unrolled) is None
-                and _counterpart(self.k, ld, self.shape.vector) is not None]
+        return [ld for ld in self.loads if counterpart(self.k, ld, self.shape.unrolled) is None
+                and counterpart(self.k, ld, self.shape.vector) is not None]
 
     def row_sketches(self) -> list[Sketch]:
         """``packed_a`` and ``packed_ab``. Packed A: the operand broadcast along the
@@ -318,12 +318,12 @@ class _Contraction:
         element its own cache line), is copied once per block of rows: parallel rows
         outermost, the copy before the column loops, the rest in the micro-kernel."""
         k, shape = self.k, self.shape
-        rows = [ld for ld in self.loads if _counterpart(k, ld, shape.vector) is None
-                and _counterpart(k, ld, shape.unrolled) is not None]
+        rows = [ld for ld in self.loads if counterpart(k, ld, shape.vector) is None
+                and counterpart(k, ld, shape.unrolled) is not None]
         if len(rows) != 1 or shape.strided:
             return []
         (a,) = rows
-        along = [x for x in (_counterpart(k, a, r) for r in (*shape.reduction,
+        along = [x for x in (counterpart(k, a, r) for r in (*shape.reduction,
                                                               shape.unrolled)) if x]
         row_outer = [d for d in self.unr_tiles if d not in self.register]
         others = [d for ld in shape.others for d in k.dims_of(ld)]
@@ -337,7 +337,7 @@ class _Contraction:
         # Both packed: for a strided A, and for A read with a stride along the reduction
         # (transposed): there each step of the reduction reads the register tile's rows
         # from another line, lines a power of two apart share cache sets.
-        steps = [x for x in (_counterpart(k, a, r) for r in shape.reduction) if x]
+        steps = [x for x in (counterpart(k, a, r) for r in shape.reduction) if x]
         across = bool(steps) and all(k.element_stride(a, x) not in (0, 1) for x in steps)
         panel = self.panel()
         if (strided or across) and len(panel) == 1 and len(row_outer) > 1:
@@ -398,11 +398,11 @@ def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str,
 
 
 
-def _tile_pairs(k: Kernel, inst: str, acc: str) -> list[tuple[str, str]]:
+def tile_pairs(k: Kernel, inst: str, acc: str) -> list[tuple[str, str]]:
     """(tile of ``inst``, tile of ``acc`` at the same level of the same mapping class)."""
     pairs = []
     for ld in k.inst(inst).dims:
-        other = _counterpart(k, acc, ld)
+        other = counterpart(k, acc, ld)
         if other is None:
             continue
         pairs += list(zip(k.dims_of(ld), k.dims_of(other), strict=True))
@@ -427,18 +427,18 @@ def partial_sum_shape(k: Kernel) -> _PartialShape | None:
     ``partials``), or None."""
     for acc in sorted(k.reducing_insts):
         red = _reduced(k, acc)
-        loads = _loads(k, acc)
-        for fin in sorted(k.reducing_insts & set(_readers(k, acc))):
+        loads = accumulated_loads(k, acc)
+        for fin in sorted(k.reducing_insts & set(readers(k, acc))):
             summed = set(_reduced(k, fin))
 
             def contiguous(ld: str, loads: list[str] = loads) -> bool:
-                return all(k.element_stride(x, _counterpart(k, x, ld) or "") in (0, 1)
+                return all(k.element_stride(x, counterpart(k, x, ld) or "") in (0, 1)
                            for x in loads)
 
             # The partial sums: summed again by the final reduction, and contiguous in
             # memory (dot's chunks are summed too, but a chunk apart).
             partial = [ld for ld in k.inst(acc).dims if ld not in red
-                       and _counterpart(k, fin, ld) in summed and contiguous(ld)]
+                       and counterpart(k, fin, ld) in summed and contiguous(ld)]
             if len(partial) != 1 or len(k.dims_of(partial[0])) < 2:
                 return None
             rows = tuple(ld for ld in k.inst(acc).dims if ld not in red and ld != partial[0])
@@ -449,9 +449,9 @@ def partial_sum_shape(k: Kernel) -> _PartialShape | None:
 def _init_placement(k: Kernel, acc: str, around: set[str]) -> list[Decision]:
     """The init of ``acc`` fused with the accumulation's tiles in ``around`` and before the
     others (the init of each register tile's accumulators, just before its reduction)."""
-    init = _init(k, acc)
+    init = initial_value(k, acc)
     return [Decision("order", (d, e), (Order.MERGED,) if e in around else (Order.BEFORE,))
-            for d, e in _tile_pairs(k, init, acc)]
+            for d, e in tile_pairs(k, init, acc)]
 
 
 def _threads_kept(k: Kernel, tiles: Sequence[str], cores: int) -> list[Decision]:
@@ -503,10 +503,10 @@ def partial_sum_sketches(k: Kernel, lanes: int, cores: int = 1) -> list[Sketch]:
     # The final sum shares the parallel rows it does not add up (gemv's, not dot's chunks).
     summed = set(k.reduction_dims)
     decisions += [Decision("order", (d, e), (Order.MERGED,))
-                  for d, e in _tile_pairs(k, shape.final, acc)
+                  for d, e in tile_pairs(k, shape.final, acc)
                   if e in around and k.dim(e).logical in shape.rows and d not in summed]
-    decisions += [d for ld in _loads(k, acc) for d in _fused(k, ld, acc)]
-    decisions.append(Decision("mem_space", (temporary_name(_init(k, acc), acc),),
+    decisions += [d for ld in accumulated_loads(k, acc) for d in _fused(k, ld, acc)]
+    decisions.append(Decision("mem_space", (temporary_name(initial_value(k, acc), acc),),
                               (CpuPlace.REGISTER,)))
     return [Sketch("partials", tuple(decisions))]
 
@@ -537,8 +537,8 @@ def row_chain_sketches(k: Kernel, cores: int = 1) -> list[Sketch]:
     decisions += [Decision("dim_kind", (d,), (CpuKind.UNROLL,)) for d in unrolled]
     decisions += [Decision("order", (a, b), (Order.OUT,)) for a, b in itertools.pairwise(chain)]
     decisions += _init_placement(k, acc, {parallel, *outer})
-    decisions += [d for ld in _loads(k, acc) for d in _fused(k, ld, acc)]
-    decisions.append(Decision("mem_space", (temporary_name(_init(k, acc), acc),),
+    decisions += [d for ld in accumulated_loads(k, acc) for d in _fused(k, ld, acc)]
+    decisions.append(Decision("mem_space", (temporary_name(initial_value(k, acc), acc),),
                               (CpuPlace.REGISTER,)))
     return [Sketch("rows", tuple(decisions))]
 

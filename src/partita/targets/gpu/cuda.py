@@ -64,6 +64,7 @@ from partita.targets.gpu.check import (
     host_arguments,
     launch_of,
 )
+from partita.targets.gpu.device import GpuCapabilities
 from partita.targets.gpu.nvcc import DEFAULT_ARCH, arch_of, compile_module, find_nvcc, nvcc_version
 
 
@@ -157,6 +158,15 @@ class CudaDevice:
             return (f"needs {program.private_bytes:,} bytes of local memory per thread; "
                     f"CUDA allows {MAX_LOCAL_BYTES_PER_THREAD:,}")
         return None
+
+
+def described_device(gpu: GpuCapabilities) -> CudaDevice:
+    """A device as its description states it, with no driver handle: what
+    :meth:`CudaDevice.misfit` needs to tell whether a program can be launched on it, where no
+    device is at hand (drawing a first batch ahead, tests)."""
+    major, minor = (int(c) for c in gpu.arch.removeprefix("sm_"))
+    return CudaDevice(-1, None, gpu.name, (major, minor), gpu.sms, gpu.shared_bytes_per_block,
+                      0)
 
 
 def cuda_device(ordinal: int = 0) -> CudaDevice:
