@@ -14,7 +14,7 @@ import pytest
 
 from partita.api import kernel, space
 from partita.codegen.gpu import GpuProgram, print_cuda, print_opencl
-from partita.search.gpu_sketch import gpu_contraction_sketches
+from partita.search.gpu_sketch import REGISTER_TILE, gpu_contraction_sketches
 from partita.search.sampling import random_implementation
 from partita.search.strategies import MonteCarlo, SearchState
 from partita.space.candidate import Candidate
@@ -126,6 +126,11 @@ def test_completions_stage_operands_in_shared_memory_with_coalesced_copies(confi
             assert f"{contiguous[0]}.1" in x, (sketch, load, program.hardware)
         assert cand.domain("dim_kind", "i.2") == ("UNROLL",)
         assert cand.domain("dim_kind", "j.2") == ("UNROLL",)
+        # The tiles are k-major: a warp reads B's tile at the columns its threads move along,
+        # a register tile apart (at most 8 floats), never a k-step's worth of rows apart.
+        strides = {int(c or 1) for c in re.findall(
+            r"tmp_ld_b_acc\[[^]]*?(?:(\d+) \* )?tid_x", source.split("__syncthreads()")[1])}
+        assert strides and max(strides) <= max(REGISTER_TILE), (sketch, strides)
 
 
 def test_the_vector_sketch_loads_vectors() -> None:

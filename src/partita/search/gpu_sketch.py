@@ -43,6 +43,7 @@ from partita.search.sketch import (
     accumulated_loads,
     contraction_shape,
     initial_value,
+    layout_with_last,
     readers,
     tile_pairs,
 )
@@ -170,6 +171,14 @@ class _GpuContraction:
         # Each element of a tile is read by the blocks of a row (or column) of the grid:
         # through a cache, not around it (NONE loads it again from memory every time).
         cached = (Cache.L1, Cache.L2, Cache.READ_ONLY)
+        # The tile in shared memory k-major (As[k][i], Bs[k][j]): the threads of a warp read
+        # it at the output axis their thread index moves along, in consecutive banks (with
+        # the k-step fastest, the columns' threads read B's tile 64 floats apart: all in one
+        # bank, eight ways in conflict on a block of 8x8 threads).
+        axis = next(e for _, e in copying if e in self.threads)
+        layout = layout_with_last(k, load, acc, k.dim(axis).logical)
+        if layout is not None:
+            out.append(Decision("layout", (temporary_name(load, acc),), (layout,)))
         return [*out, Decision("cache", (load,), cached),
                 Decision("mem_space", (temporary_name(load, acc),), (MemSpace.SHARED,))]
 

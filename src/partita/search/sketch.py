@@ -271,9 +271,9 @@ class _Contraction:
             # steps of the reduction follow one another too (in one block of rows, the step
             # after is a whole block further: 22.3 against 16.2-18.4 ms on A transposed
             # 1024^3).
-            layout = (_layout_with_last(k, p, acc, shape.vector)
+            layout = (layout_with_last(k, p, acc, shape.vector)
                       if counterpart(k, p, shape.vector) is not None
-                      else _layout_with_last(k, p, acc, shape.unrolled, panels=True))
+                      else layout_with_last(k, p, acc, shape.unrolled, panels=True))
             if layout is not None:
                 out.append(Decision("layout", (temporary_name(p, acc),), (layout,)))
         along = counterpart(k, p, shape.vector)
@@ -380,7 +380,7 @@ def contraction_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     return contraction.column_sketches() + contraction.row_sketches()
 
 
-def _layout_with_last(k: Kernel, producer: str, consumer: str, logical: str,
+def layout_with_last(k: Kernel, producer: str, consumer: str, logical: str,
                       panels: bool = False) -> int | None:
     """The layout of the temporary from ``producer`` to ``consumer`` whose fastest axis is
     ``logical`` (a consumer dim), the other axes in their order, stored as panels of its
