@@ -17,6 +17,7 @@ measured elsewhere (a lent GPU machine) without a device.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import statistics
@@ -148,7 +149,15 @@ def run_case(cp: Any, case: GpuCase, budget: float, db: Path) -> dict[str, Any]:
     spec = get_spec(case.kernel)
     params = spec.resolve(case.params)
     t0 = time.perf_counter()
-    tuned = partita.tune(k, target="gpu", budget=budget * case.share, db=db, seed=0)
+
+    def progress(e: Any, _state: Any) -> None:
+        # Each evaluation as it lands: a batch that builds or runs long shows where.
+        took = f"{e.median_s * 1e3:.4g} ms" if e.median_s else e.reason[:80]
+        print(f"  {time.perf_counter() - t0:6.1f} s  #{e.index} {e.status} {took} "
+              f"(bound {e.bound_s * 1e3:.3g} ms)", flush=True)
+
+    tuned = partita.tune(k, target="gpu", budget=budget * case.share, db=db, seed=0,
+                         on_evaluation=progress)
     elapsed = time.perf_counter() - t0
     res = tuned.result
     n, within = res.accuracy_counts() if res else (0, {})
@@ -162,6 +171,8 @@ def run_case(cp: Any, case: GpuCase, budget: float, db: Path) -> dict[str, Any]:
         "flops": spec.flops(**params), "bytes": spec.bytes(**params),
         "decisions": [str(d) for d in tuned.decisions],
     }
+    print(f"  best {tuned.time * 1e3:.4g} ms after {elapsed:.0f} s; timing it beside "
+          "the reference ...", flush=True)
     out.update(retime(cp, tuned, case))
     return out
 
@@ -310,6 +321,8 @@ def main() -> int:
     except TargetUnavailable as exc:
         print(f"gpu benchmark skipped: {exc}")
         return 0
+    # A tune whose build or launch hangs shows where, on stderr.
+    faulthandler.dump_traceback_later(60, repeat=True)
     info = device_info()
     print(f"device: {info}", flush=True)
     cases = [c for c in CASES if not args.only or any(s in c.label for s in args.only.split(","))]

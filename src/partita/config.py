@@ -12,6 +12,8 @@ this module, so what a run depends on outside its arguments is listed here and n
 ``PARTITA_NATIVE``       ``0`` keeps decision spaces on the Python engine (:func:`native_engine`)
 ``PARTITA_NATIVE_CALL``  ``0`` checks a tuned kernel's arguments in Python, not in C
                          (:func:`native_call`)
+``PARTITA_GPU_ISOLATE``  ``0`` runs GPU launches in the tuning process, not a child that can be
+                         stopped (:func:`gpu_isolate`)
 ``CC``                   the C compiler of the native constraint engine and of the calls'
                          checks (:func:`c_compiler`)
 ``CUDA_HOME``,           CUDA installations searched for nvcc (:func:`cuda_roots`)
@@ -67,6 +69,12 @@ def native_call() -> bool:
     """False where ``PARTITA_NATIVE_CALL=0``: a tuned kernel's arguments are then checked by
     its Python fast path rather than in C (:mod:`partita.runtime.native_call`)."""
     return os.environ.get("PARTITA_NATIVE_CALL", "1") != "0"
+
+
+def gpu_isolate() -> bool:
+    """``PARTITA_GPU_ISOLATE=0`` runs the gpu target's launches in the tuning process, not in
+    a child process that can be stopped when a launch never ends."""
+    return os.environ.get("PARTITA_GPU_ISOLATE", "1") != "0"
 
 
 def c_compiler() -> str:

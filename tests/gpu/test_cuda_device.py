@@ -500,6 +500,8 @@ def test_tune_on_the_fake_device(fake: FakeDriver, monkeypatch: pytest.MonkeyPat
         p.entry: b"cubin" for p in programs})
     monkeypatch.setattr(cuda_mod, "find_nvcc", lambda: "nvcc")
     monkeypatch.setenv("PARTITA_CACHE", str(tmp_path / "cache"))
+    # The fake driver lives in this process: launches must not move to a child.
+    monkeypatch.setenv("PARTITA_GPU_ISOLATE", "0")
     k = kernel("axpy", n=AXPY_N)
     tuned = partita.tune(k, target="gpu", evaluations=3, search="random", batch=2,
                          db=tmp_path / "r.sqlite")

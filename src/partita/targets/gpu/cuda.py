@@ -37,8 +37,10 @@ Kernels run in this process, on one device, one at a time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import pickle
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from partita.codegen.gpu import GpuProgram
+from partita.runtime.child import ChildFailed, ChildProcess, ChildTimeout
 from partita.runtime.data import Reference
 from partita.runtime.evaluate import Measurement
 from partita.runtime.harness import TimingOptions, summarize
@@ -353,6 +356,33 @@ def build_modules(programs: Sequence[GpuProgram], *, arch: str = DEFAULT_ARCH,
 # -- the runner ------------------------------------------------------------------------------
 
 
+CHILD_MARGIN_S = 30.0
+"""Time an isolated measurement has beyond its launches: making the inputs and the numpy
+reference, copying them in and out, checking the outputs."""
+
+
+@dataclass(frozen=True)
+class ChildRunner:
+    """What a child process builds its :class:`CudaRunner` from (it pickles)."""
+
+    ordinal: int
+    seed: int
+    timing: TimingOptions
+    arch: str
+    nvcc: str | None
+    nvcc_flags: tuple[str, ...]
+    fatbin: bool
+    references: dict[str, Reference]
+
+
+def child_runner(spec: ChildRunner) -> CudaRunner:
+    """The runner of an isolated :class:`CudaRunner`'s child: launches in this process,
+    builds nothing (the parent sends each module built)."""
+    return CudaRunner(cuda_device(spec.ordinal), seed=spec.seed, timing=spec.timing,
+                      arch=spec.arch, nvcc=spec.nvcc, nvcc_flags=spec.nvcc_flags,
+                      fatbin=spec.fatbin, references=spec.references, compile_jobs=1)
+
+
 class CudaRunner:
     """Builds CUDA programs with nvcc, runs them on one device, checks and times them.
 
@@ -361,7 +391,11 @@ class CudaRunner:
     command line (``fatbin`` builds fat binaries with PTX instead of cubins); ``references``
     are numpy references by kernel name, for kernels outside the library. ``compile_jobs``
     nvcc processes build a batch side by side (default: one per CPU core), each stopped after
-    ``compile_timeout_s``. Use as a context manager, or call :meth:`close`.
+    ``compile_timeout_s``. With ``isolate``, launches run in a spawned child process with a
+    runner of its own (:class:`~partita.runtime.child.ChildProcess`), and a measurement that
+    outlasts its launches' limits (a kernel that deadlocks or runs for minutes: a launch
+    cannot be interrupted) stops that process and is a ``timeout``; the tuner isolates.
+    Use as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, device: CudaDevice | None = None, *, seed: int = 0,
@@ -369,7 +403,8 @@ class CudaRunner:
                  nvcc: str | None = None, nvcc_flags: Sequence[str] = (),
                  fatbin: bool = False,
                  references: Mapping[str, Reference] | None = None,
-                 compile_jobs: int | None = None, compile_timeout_s: float = 600.0) -> None:
+                 compile_jobs: int | None = None, compile_timeout_s: float = 600.0,
+                 isolate: bool = False) -> None:
         self.device = device or cuda_device()
         self.drv = driver_api()
         self.seed = seed
@@ -398,6 +433,20 @@ class CudaRunner:
         self._events: tuple[Any, Any] | None = None
         self._stream = self.drv.CUstream(0)
         self._open_context()
+        self._child = self._child_process(references) if isolate else None
+        """Where launches run with ``isolate``: a spawned process with a runner of its own."""
+
+    def _child_process(self, references: Mapping[str, Reference] | None
+                       ) -> ChildProcess | None:
+        """The child that runs this runner's launches (None where the references cannot
+        travel to it: a caller's function defined in a closure; launches then run here)."""
+        spec = ChildRunner(self.device.ordinal, self.seed, self.timing, self.arch, self.nvcc,
+                           self.nvcc_flags, self.fatbin, dict(references or {}))
+        try:
+            pickle.dumps(spec)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            return None
+        return ChildProcess(functools.partial(child_runner, spec))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -421,6 +470,8 @@ class CudaRunner:
     def close(self) -> None:
         """Unload the modules, destroy the events and release the device's context."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._child is not None:
+            self._child.close()
         if self._context is None:
             return
         with suppress(CudaError):
@@ -555,6 +606,9 @@ class CudaRunner:
             launch = launch_of(program)
         except ValueError as exc:
             return Measurement("crash", f"cannot launch: {exc}", **info)
+        if self._child is not None:
+            return self._measure_in_child(program, image, seed, reference, timeout_s, time_it,
+                                          info)
         seed = self.seed if seed is None else seed
         reference = reference or self.references.get(program.kernel.name)
         case = self._cases.get(program, seed, reference)
@@ -611,6 +665,27 @@ class CudaRunner:
                 for _, ptr in buffers:
                     with suppress(CudaError):
                         _call(self.drv, "cuMemFree", ptr)
+
+    def _measure_in_child(self, program: GpuProgram, image: bytes, seed: int | None,
+                          reference: Reference | None, timeout_s: float, time_it: bool,
+                          info: dict[str, Any]) -> Measurement:
+        """:meth:`measure` run by the child's runner, stopped (with its process) when it
+        outlasts every launch it may make: the first one's limit, the warm-up and timed
+        repetitions, and :data:`CHILD_MARGIN_S` to make the data and check it."""
+        assert self._child is not None
+        t = self.timing
+        limit = (timeout_s * (2 + t.warmups) + t.warmup_s + t.budget_s
+                 + CHILD_MARGIN_S)
+        try:
+            result: Measurement = self._child.call(
+                "measure", program, image, seed=seed, reference=reference,
+                timeout_s=timeout_s, time_it=time_it, limit_s=limit)
+        except ChildTimeout:
+            return Measurement("timeout", f"the launch did not end within {limit:.3g} s: "
+                                          "its process was stopped", **info)
+        except ChildFailed as exc:
+            return Measurement("crash", str(exc), **info)
+        return result
 
     def _upload(self, arguments: Sequence[HostArgument],
                 buffers: list[tuple[HostArgument, Any]]) -> None:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any, cast
 
+from partita import config
 from partita.codegen.c import CodegenError
 from partita.codegen.gpu import GpuProgram, print_cuda, print_opencl
 from partita.codegen.gpulower import cross_nest_array
@@ -149,8 +150,10 @@ class GpuTarget(Target):
     def evaluator(self, *, seed: int, timing: TimingOptions,
                   references: Mapping[str, Reference] | None,
                   compile_timeout_s: float) -> CudaRunner:
+        # Isolated: one launch that never ends (seen on an H200 after 50 evaluations of a
+        # matmul) would otherwise hold the tune past its budget.
         return CudaRunner(tuning_device(), seed=seed, timing=timing, references=references,
-                          compile_timeout_s=compile_timeout_s)
+                          compile_timeout_s=compile_timeout_s, isolate=config.gpu_isolate())
 
     def flags_text(self, runner: Any) -> str:
         return str(runner.flags_text)
