@@ -80,7 +80,8 @@ def test_both_sketches_replay(config: str) -> None:
     assert set(drawn(config).sketches) == {"staged", "vector"}
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("config", [c if c == "matmul" else pytest.param(c, marks=pytest.mark.slow)
+                                    for c in CONFIGS])
 def test_completions_match_numpy_on_opencl(config: str, runner: OpenclRunner) -> None:
     programs = [print_opencl(c, f"{config}_{i}") for i, (_, c) in
                 enumerate(drawn(config).completions)]
@@ -139,6 +140,7 @@ def test_the_vector_sketch_loads_vectors() -> None:
         assert ("float4" in print_cuda(cand).source) == (sketch == "vector")
 
 
+@pytest.mark.slow
 def test_completions_are_bounded_far_below_random_implementations() -> None:
     """The point of the sketches: on matmul 1024^3 (drawn, not run), completions are bounded
     within a small factor of the root, random implementations at 3 to 200,000 times it."""
@@ -213,6 +215,7 @@ def test_mcts_completes_the_gpu_sketches() -> None:
 PTXAS_USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed")
 def test_nvcc_builds_completions_for_the_h100_within_its_registers() -> None:
     """nvcc builds completions for sm_90; ptxas reports registers and shared memory within

@@ -57,6 +57,7 @@ def test_a_launch_that_never_ends_is_a_timeout_and_the_next_runs(runner: CudaRun
     assert runner._child.starts == 2
 
 
+@pytest.mark.slow
 def test_a_child_that_dies_is_a_crash(runner: CudaRunner) -> None:
     died = runner._measure_in_child(Program("die"), b"", None, None, 0.1, True, {})
     assert died.status == "crash" and "died during measure" in died.reason

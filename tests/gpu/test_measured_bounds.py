@@ -36,6 +36,13 @@ def _cases() -> list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]]:
 
 
 CASES = _cases()
+FAST = ("matmul 256x256x32", "axpy")
+"""The cases the fast subset checks (``-m 'not slow'``); ``make test`` checks them all."""
+
+
+def _param(case: tuple) -> object:
+    fast = any(name in case[0] for name in FAST)
+    return pytest.param(case, id=case[0], marks=() if fast else pytest.mark.slow)
 
 
 def test_measurements_are_stored() -> None:
@@ -43,7 +50,7 @@ def test_measurements_are_stored() -> None:
     assert CASES and sum(len(impls) for *_, impls in CASES) >= 50
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_the_bound_never_exceeds_a_measured_time(case: tuple) -> None:
     label, device, spec, impls = case
     k = kernel(spec["name"], **spec["params"])

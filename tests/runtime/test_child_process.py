@@ -57,6 +57,7 @@ def test_an_exception_comes_back_and_the_child_stays() -> None:
         assert child.call("echo", 1, limit_s=60)[2] == pid
 
 
+@pytest.mark.slow
 def test_a_child_that_dies_or_cannot_start_is_reported() -> None:
     with ChildProcess(functools.partial(Sleeper, "c")) as child:
         with pytest.raises(ChildFailed, match="died during die"):
