@@ -44,7 +44,8 @@ test: $(STAMP)
 # and the redundant clauses of the larger spaces (every kernel's GPU space, the matmul
 # chain's CPU one), which `make test` checks on the tiny matmul and the other CPU spaces only.
 fuzz: $(STAMP)
-	$(PY) -m pytest -n 2 --fuzz 100 -k random tests/mdh/test_families.py tests/mdh/test_families_opencl.py
+	$(PY) -m pytest -n 2 --fuzz 100 -k random tests/mdh/test_families.py tests/mdh/test_families_opencl.py \
+	  tests/gpu/test_fuzz_opencl.py
 	$(PY) -m pytest -n 2 --fuzz 100 tests/targets/test_spaces.py -k test_redundant_clauses_lose_no_implementation
 
 # Tunes a matmul for about two minutes, compares it with numpy and writes an HTML report.
