@@ -180,17 +180,16 @@ class GpuModel(Model):
 
     def thread_issues(self, cand: Candidate) -> float:
         """Instructions one thread issues in sequence at least, one per cycle at most (a
-        warp issues one instruction per cycle): every thread runs the arithmetic and the
-        loads into registers (only writes to shared or global memory are guarded), each its
-        iterations over the most threads and blocks its dims can spread them on (times a
-        thread's widest access, for loads), times the loops proven to repeat it."""
+        warp issues one instruction per cycle): the first thread of the first block runs
+        every instruction (the printers guard an instruction with ``tid == 0`` only, and
+        index 0 is in range along every dim), each its share of its iterations, over the
+        most threads and blocks its dims can spread them on (times a thread's widest access,
+        for loads and stores), times the loops proven to repeat it."""
         k = cand.kernel
         t = self.terms(k)
         spread = (GpuKind.THREAD, GpuKind.BLOCK)
         total = 0.0
         for kind, inst, _ in t.issued:
-            if kind == "store":
-                continue
             # Its iterations spread over at most the blocks of its dims that may be BLOCK
             # times the threads of a block of those that may be THREAD.
             both = blocks = threads = 1
@@ -202,7 +201,7 @@ class GpuModel(Model):
                 blocks *= size if block else 1
                 threads *= size if thread else 1
             par = min(both, blocks * min(threads, self.gpu.max_threads_per_block))
-            if kind == "load":
+            if kind != "arith":
                 par *= self._per_thread(cand, k, inst)
             # Loops that repeat it each thread runs; a repeating thread or block dim gives
             # every thread or block its own copy, no more work per thread.
