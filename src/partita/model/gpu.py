@@ -7,9 +7,13 @@ its bytes per cycle, and only BLOCK dimensions spread work over SMs (threads of 
 one SM). An instruction fills those lanes only as far as its THREAD and VECTOR dimensions
 spread it: one warp issue covers at most 32 of its iterations.
 
-:class:`GpuModel` adds what that view misses (each term a lower bound on the busiest SM, with
-every open decision at the value most favourable to it):
+:class:`GpuModel` adds what that view misses (each term a lower bound, with every open
+decision at the value most favourable to it; docs/targets.md says why each holds):
 
+``thread``
+    A warp issues one instruction per cycle: the first thread of the first block runs every
+    instruction, its share of each spread over at most the threads and blocks its dims can
+    still be.
 ``warps``
     An SM issues at most one warp instruction per scheduler and cycle, and one per resident
     warp: a block of few threads, in a grid of few blocks, leaves schedulers idle. Every
@@ -59,7 +63,8 @@ def gpu_rates(gpu: GpuCapabilities, dtype: str = "float32") -> Rates:
 
 class GpuModel(Model):
     """The lower-bound model of one kernel on a GPU: the shared terms with ``gpu``'s rates,
-    and the ``warps``, ``sectors`` and ``shared`` terms of the hierarchy (see the module)."""
+    and the ``thread``, ``warps``, ``sectors`` and ``shared`` terms of the hierarchy (see
+    the module)."""
 
     def __init__(self, gpu: GpuCapabilities, dtype: str = "float32",
                  sizes: dict[str, int] | None = None) -> None:
@@ -72,11 +77,15 @@ class GpuModel(Model):
         parallel = self.parallel_dims(cand)
         cycles = 1 / (self.rates.ghz * 1e9)
         terms = dict(shared.terms)
+        # Each access's executions on the busiest SM, computed once for the three terms.
+        runs = {inst: self._runs(cand, inst, parallel)
+                for _, inst, _ in self.terms(cand.kernel).issued}
+        temps = list(self.temporary_accesses(cand, parallel))
         terms["thread"] = self.thread_issues(cand) * cycles
-        terms["warps"] = self.warp_issues(cand, parallel) / self.issue_rate(cand) * cycles
-        terms["sectors"] = (self.global_bytes(cand, parallel)
+        terms["warps"] = self.warp_issues(cand, runs, temps) / self.issue_rate(cand) * cycles
+        terms["sectors"] = (self.global_bytes(cand, runs, temps)
                             / self.gpu.l1_bytes_per_cycle_per_sm * cycles)
-        terms["shared"] = (self.shared_bytes(cand, parallel)
+        terms["shared"] = (sum(nbytes for space, _, nbytes in temps if space == MemSpace.SHARED)
                            / self.gpu.shared_bytes_per_cycle_per_sm * cycles)
         return Bound(max(terms.values()), terms)
 
@@ -210,10 +219,11 @@ class GpuModel(Model):
             total += t.volumes[inst] * self._size_product(cand, looped) / par
         return total
 
-    def warp_issues(self, cand: Candidate, parallel: Parallel) -> float:
+    def warp_issues(self, cand: Candidate, runs: dict[str, float],
+                    temps: list[tuple[str, float, float]]) -> float:
         """Warp instructions the busiest SM issues at least: each instruction's executions
-        over the most a warp covers in one (its threads, times a thread's vector for memory
-        accesses)."""
+        (``runs``) over the most a warp covers in one (its threads, times a thread's vector
+        for memory accesses), and the accesses to temporaries in memory (``temps``)."""
         k = cand.kernel
         t = self.terms(k)
         total = 0.0
@@ -221,8 +231,8 @@ class GpuModel(Model):
             per_issue = self._threads_of(cand, t.own[inst])
             if kind != "arith":
                 per_issue *= self._per_thread(cand, k, inst)
-            total += self._runs(cand, inst, parallel) / per_issue
-        return total + sum(issues for _, issues, _ in self.temporary_accesses(cand, parallel))
+            total += runs[inst] / per_issue
+        return total + sum(issues for _, issues, _ in temps)
 
     def stride(self, k: Kernel, inst: str, logical: str) -> int | None:
         key = (k.structural_hash, inst, logical)
@@ -274,20 +284,15 @@ class GpuModel(Model):
             best = max(best, sectors * g.sector_bytes / moved)
         return best
 
-    def global_bytes(self, cand: Candidate, parallel: Parallel) -> float:
+    def global_bytes(self, cand: Candidate, runs: dict[str, float],
+                     temps: list[tuple[str, float, float]]) -> float:
         """Bytes the busiest SM's L1 moves for the kernel's loads and stores of its arrays
-        (:meth:`bytes_per_element` each) and of temporaries certainly in global memory."""
+        (``runs`` of each, :meth:`bytes_per_element` each) and of temporaries certainly in
+        global memory (``temps``, from :meth:`temporary_accesses`)."""
         t = self.terms(cand.kernel)
-        arrays = sum(self._runs(cand, inst, parallel) * self.bytes_per_element(cand, inst)
+        arrays = sum(runs[inst] * self.bytes_per_element(cand, inst)
                      for kind, inst, _ in t.issued if kind != "arith")
-        return arrays + sum(nbytes for space, _, nbytes in self.temporary_accesses(cand, parallel)
-                            if space == MemSpace.GLOBAL)
-
-    def shared_bytes(self, cand: Candidate, parallel: Parallel) -> float:
-        """Bytes the busiest SM reads and writes in temporaries certainly in shared memory
-        (:meth:`temporary_accesses`)."""
-        return sum(nbytes for space, _, nbytes in self.temporary_accesses(cand, parallel)
-                   if space == MemSpace.SHARED)
+        return arrays + sum(nbytes for space, _, nbytes in temps if space == MemSpace.GLOBAL)
 
     def temporary_accesses(self, cand: Candidate, parallel: Parallel
                            ) -> Iterator[tuple[str, float, float]]:
