@@ -178,10 +178,15 @@ class GpuModel(Model):
         proven to repeat it and the blocks that each run it (:meth:`block_copies`), times
         the SM's share."""
         t = self.terms(cand.kernel)
+        k = cand.kernel
         copies, blocks = self.block_copies(cand, inst)
-        logicals = {cand.kernel.dim(d).logical for d in blocks}
+        logicals = {k.dim(d).logical for d in blocks}
+        # A repeating dim of a logical dimension counted in blocks, or that may be fused with
+        # a block counted, is that block: counted once.
         over = tuple(d for d in self._repeated(cand, t.own[inst], t.foreign[inst])
-                     if cand.kernel.dim(d).logical not in logicals)
+                     if k.dim(d).logical not in logicals and not any(
+                         k.mergeable(d, b) and cand.allows("order", (d, b), Order.MERGED)
+                         for b in blocks))
         parallel_names = {d.name for d, _ in parallel}
         share = self.work_share(cand, inst, parallel,
                                 tuple(d for d in (*over, *blocks) if d in parallel_names))
