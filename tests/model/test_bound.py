@@ -564,7 +564,7 @@ def test_gpu_bound_is_finite_and_never_decreases(name: str, params: dict, seed: 
         b = bound.time_s
         assert previous * (1 - 1e-12) <= b < math.inf
         # The terms of the hierarchy never decrease either, each on its own.
-        for term in ("thread", "warps", "sectors", "shared"):
+        for term in ("thread", "hiding", "warps", "sectors", "shared"):
             assert terms[term] * (1 - 1e-12) <= bound.terms[term], term
         previous, terms = b, bound.terms
 

@@ -37,11 +37,13 @@ def _build(cand: Candidate, prefer: Prefer) -> Candidate | None:
 
 
 def _matmul(m: int, n: int, k: int, *, rows: int, cols: int, rows_kind: str,
-            x: str = "i", shared: tuple[str, ...] = ()) -> Candidate:
+            x: str = "i", shared: tuple[str, ...] = (), rows_outside: bool = False
+            ) -> Candidate:
     """A matmul implementation: blocks of ``rows`` x ``cols`` outputs, the ``cols`` along j
-    on threads and the ``rows`` along i on threads or unrolled in each thread, the
-    reduction a loop, values in registers (those of the ``shared`` temporaries in shared
-    memory); ``x``: the dim on ``threadIdx.x``."""
+    on threads and the ``rows`` along i on threads or unrolled in each thread (around the
+    reduction loop with ``rows_outside``, else inside it), the reduction a loop, values in
+    registers (those of the ``shared`` temporaries in shared memory); ``x``: the dim on
+    ``threadIdx.x``."""
     tiles = {"i": {0: "BLOCK", 1: "LOOP", 2: rows_kind}, "j": {0: "BLOCK", 1: "LOOP", 2: "THREAD"}}
 
     def prefer(choice: str, args: tuple[str, ...]) -> list[Any] | None:
@@ -57,6 +59,8 @@ def _matmul(m: int, n: int, k: int, *, rows: int, cols: int, rows_kind: str,
             return ["IN" if args[0].startswith(x) else "OUT"]
         if choice == "mem_space":
             return ["SHARED" if args[0] in shared else "REGISTER"]
+        if choice == "order" and rows_outside and {a[:2] for a in args} == {"i.", "r."}:
+            return ["OUT" if args[0].startswith("i.") else "IN"]
         if choice == "order":
             return ["MERGED"]
         return None
@@ -77,18 +81,20 @@ def _launch(source: str) -> tuple[int, int]:
 
 
 def _roofline(blocks: int, threads: int, per_thread: int, l1_cycles_per_warp: float,
-              dram_bytes: int) -> float:
+              dram_bytes: int, chain: int = 0) -> float:
     """The least time of ``blocks`` blocks of ``threads`` threads, each thread issuing
     ``per_thread`` instructions and each warp keeping the L1 busy ``l1_cycles_per_warp``
     cycles: the busiest SM's blocks, their warps' instructions at one per scheduler and
     cycle (one per warp, where an SM holds fewer than four) and their L1 cycles; one thread's
-    instructions at one per cycle; the DRAM traffic at the datasheet bandwidth."""
+    instructions at one per cycle, and its ``chain`` dependent FMAs at their latency; the
+    DRAM traffic at the datasheet bandwidth."""
     g = H100
     per_sm = -(-blocks // g.sms)
     warps = -(-threads // g.warp_size)
     resident = min(g.max_warps_per_sm, warps * min(per_sm, g.max_blocks_per_sm))
     issue = per_sm * warps * per_thread / min(g.schedulers_per_sm, resident)
-    cycles = max(issue, per_sm * warps * l1_cycles_per_warp, per_thread)
+    cycles = max(issue, per_sm * warps * l1_cycles_per_warp, per_thread,
+                 (chain - 1) * g.fma_latency_cycles)
     return max(cycles / (g.boost_ghz * 1e9), dram_bytes / (g.dram_gbs * 1e9))
 
 
@@ -113,11 +119,28 @@ def test_a_matmul_is_bounded_below_its_roofline(rows_kind: str, x: str, threads:
     copies = 8 if rows_kind == "UNROLL" else 1
     assert source.count("__ldca(") == copies + 1 and source.count("__stcg(") == copies
     # Each warp load and store takes a cycle of the L1 at least (at most 128 bytes per cycle).
+    # The accumulators a thread holds (8 with unrolled rows) are updated in turn inside the
+    # reduction loop: one run of k dependent FMAs.
+    assert "r_0 < 32; ++r_0) {\n" in source
     roof = _roofline(m * n // 256, threads, loads + fmas + stores, loads + stores,
-                     4 * (m * k + k * n + m * n))
+                     4 * (m * k + k * n + m * n), chain=k)
     bound = GpuModel(H100).bound(impl)
     assert bound.time_s <= roof * (1 + 1e-9), (bound.terms, roof)
-    assert {"thread", "warps", "sectors", "shared"} <= set(bound.terms)
+    assert bound.terms["hiding"] == pytest.approx((k - 1) * 4 / 1.98e9)
+    assert {"thread", "hiding", "warps", "sectors", "shared"} <= set(bound.terms)
+
+
+def test_accumulators_updated_one_after_the_other_expose_their_latency() -> None:
+    """The 8 unrolled rows around the reduction loop: each thread runs 8 chains of 32
+    dependent FMAs one after the other, 8 x 31 latencies of 4 cycles."""
+    impl = _matmul(256, 256, 32, rows=8, cols=32, rows_kind="UNROLL", rows_outside=True)
+    source = print_cuda(impl).source
+    assert source.index("/* i.2 = 0 */") < source.index("r_0 < 32")
+    assert source.count("r_0 < 32") == 8
+    bound = GpuModel(H100).bound(impl)
+    assert bound.terms["hiding"] == pytest.approx(8 * 31 * 4 / 1.98e9)
+    inside = GpuModel(H100).bound(_matmul(256, 256, 32, rows=8, cols=32, rows_kind="UNROLL"))
+    assert inside.terms["hiding"] == pytest.approx(31 * 4 / 1.98e9)
 
 
 def test_an_axpy_is_bounded_by_its_stream() -> None:

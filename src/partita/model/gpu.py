@@ -14,6 +14,9 @@ decision at the value most favourable to it; docs/targets.md says why each holds
     A warp issues one instruction per cycle: the first thread of the first block runs every
     instruction, its share of each spread over at most the threads and blocks its dims can
     still be.
+``hiding``
+    An accumulator's chain of dependent updates runs in one thread, in order: the runs of
+    the accumulators a thread interleaves each take the chain's latencies.
 ``warps``
     An SM issues at most one warp instruction per scheduler and cycle, and one per resident
     warp: a block of few threads, in a grid of few blocks, leaves schedulers idle. Every
@@ -63,8 +66,8 @@ def gpu_rates(gpu: GpuCapabilities, dtype: str = "float32") -> Rates:
 
 class GpuModel(Model):
     """The lower-bound model of one kernel on a GPU: the shared terms with ``gpu``'s rates,
-    and the ``thread``, ``warps``, ``sectors`` and ``shared`` terms of the hierarchy (see
-    the module)."""
+    and the ``thread``, ``hiding``, ``warps``, ``sectors`` and ``shared`` terms of the
+    hierarchy (see the module)."""
 
     def __init__(self, gpu: GpuCapabilities, dtype: str = "float32",
                  sizes: dict[str, int] | None = None) -> None:
@@ -82,6 +85,7 @@ class GpuModel(Model):
                 for _, inst, _ in self.terms(cand.kernel).issued}
         temps = list(self.temporary_accesses(cand, parallel))
         terms["thread"] = self.thread_issues(cand) * cycles
+        terms["hiding"] = self.hiding_cycles(cand) * cycles
         terms["warps"] = self.warp_issues(cand, runs, temps) / self.issue_rate(cand) * cycles
         terms["sectors"] = (self.global_bytes(cand, runs, temps)
                             / self.gpu.l1_bytes_per_cycle_per_sm * cycles)
@@ -196,33 +200,71 @@ class GpuModel(Model):
         """Instructions one thread issues in sequence at least, one per cycle at most (a
         warp issues one instruction per cycle): the first thread of the first block runs
         every instruction (the printers guard an instruction with ``tid == 0`` only, and
-        index 0 is in range along every dim), each its share of its iterations, over the
-        most threads and blocks its dims can spread them on (times a thread's widest access,
-        for loads and stores), times the loops proven to repeat it."""
+        index 0 is in range along every dim), each its :meth:`thread_runs`."""
+        t = self.terms(cand.kernel)
+        return sum(self.thread_runs(cand, inst, kind != "arith") for kind, inst, _ in t.issued)
+
+    def thread_runs(self, cand: Candidate, inst: str, memory: bool) -> float:
+        """The executions of ``inst`` by the first thread at least: its iterations over the
+        most threads and blocks its dims can spread them on (times a thread's widest
+        access, for a ``memory`` access), times the loops proven to repeat it."""
         k = cand.kernel
         t = self.terms(k)
         spread = (GpuKind.THREAD, GpuKind.BLOCK)
-        total = 0.0
-        for kind, inst, _ in t.issued:
-            # Its iterations spread over at most the blocks of its dims that may be BLOCK
-            # times the threads of a block of those that may be THREAD.
-            both = blocks = threads = 1
-            for d in t.own[inst]:
-                size = self.dim_size_range(cand, d)[1]
-                block = cand.allows("dim_kind", (d,), GpuKind.BLOCK)
-                thread = cand.allows("dim_kind", (d,), GpuKind.THREAD)
-                both *= size if block or thread else 1
-                blocks *= size if block else 1
-                threads *= size if thread else 1
-            par = min(both, blocks * min(threads, self.gpu.max_threads_per_block))
-            if kind != "arith":
-                par *= self._per_thread(cand, k, inst)
-            # Loops that repeat it each thread runs; a repeating thread or block dim gives
-            # every thread or block its own copy, no more work per thread.
-            looped = tuple(d for d in self._repeated(cand, t.own[inst], t.foreign[inst])
-                           if not any(cand.allows("dim_kind", (d,), kd) for kd in spread))
-            total += t.volumes[inst] * self._size_product(cand, looped) / par
-        return total
+        # Its iterations spread over at most the blocks of its dims that may be BLOCK times
+        # the threads of a block of those that may be THREAD.
+        both = blocks = threads = 1
+        for d in t.own[inst]:
+            size = self.dim_size_range(cand, d)[1]
+            block = cand.allows("dim_kind", (d,), GpuKind.BLOCK)
+            thread = cand.allows("dim_kind", (d,), GpuKind.THREAD)
+            both *= size if block or thread else 1
+            blocks *= size if block else 1
+            threads *= size if thread else 1
+        par = min(both, blocks * min(threads, self.gpu.max_threads_per_block))
+        if memory:
+            par *= self._per_thread(cand, k, inst)
+        # Loops that repeat it each thread runs; a repeating thread or block dim gives every
+        # thread or block its own copy, no more work per thread.
+        looped = tuple(d for d in self._repeated(cand, t.own[inst], t.foreign[inst])
+                       if not any(cand.allows("dim_kind", (d,), kd) for kd in spread))
+        return t.volumes[inst] * self._size_product(cand, looped) / par
+
+    def hiding_cycles(self, cand: Candidate) -> float:
+        """The cycles the first thread's chains of dependent updates take at least.
+
+        A reduction dim is never a thread or block dim, so every accumulator's chain (the
+        reduction's length ``R``) runs in one thread, and a warp issues in order. A dim the
+        thread iterates that certainly encloses every reduction dim runs whole chains in each
+        of its iterations, one iteration after the other where they are apart: a LOOP's, or
+        an unrolled dim's copies each holding a loop over a reduction dim (nvcc schedules
+        the copies of straight code together, never across a rolled loop). Each iteration
+        then runs the chains of at most ``P`` accumulators (the sizes of the thread's other
+        dims) in ``R - 1`` latencies at least, and the thread's ``C`` accumulators take at
+        least ``C / P`` such runs, however many warps the SM holds."""
+        k = cand.kernel
+        t = self.terms(k)
+        loops = (GpuKind.LOOP, GpuKind.UNROLL)
+        longest = 0.0
+        for inst in k.reducing_insts:
+            red, other = t.chain_dims[inst]
+            length = self.reduction_length(k, inst)
+            if not red or length <= 1:
+                continue
+            rolled = any(cand.is_only("dim_kind", (e,), GpuKind.LOOP)
+                         and self.dim_size_range(cand, e)[0] > 1 for e in red)
+            interleaved = 1
+            for d in other:
+                if not any(cand.allows("dim_kind", (d,), kd) for kd in loops):
+                    continue  # a thread or block dim: not iterated by the thread
+                apart = all(cand.is_only("order", (d, e), Order.OUT) for e in red) and (
+                    rolled or cand.is_only("dim_kind", (d,), GpuKind.LOOP))
+                if not apart:
+                    interleaved *= self.dim_size_range(cand, d)[1]
+            chains = self.thread_runs(cand, inst, False) / length
+            runs = max(1.0, chains / interleaved)
+            longest = max(longest, runs * (length - 1) * self.rates.fma_latency_cycles)
+        return longest
 
     def warp_issues(self, cand: Candidate, runs: dict[str, float],
                     temps: list[tuple[str, float, float]]) -> float:
