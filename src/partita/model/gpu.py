@@ -249,7 +249,10 @@ class GpuModel(Model):
         for inst in k.reducing_insts:
             red, other = t.chain_dims[inst]
             length = self.reduction_length(k, inst)
-            if not red or length <= 1:
+            op = k.inst(inst)
+            # Without fast-math nvcc keeps the order of floating-point sums and products; it
+            # may reassociate integer operations and min or max (exact), breaking the chain.
+            if not red or length <= 1 or not op.dtype.is_float or op.op in ("max", "min"):
                 continue
             rolled = any(cand.is_only("dim_kind", (e,), GpuKind.LOOP)
                          and self.dim_size_range(cand, e)[0] > 1 for e in red)
