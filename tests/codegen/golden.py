@@ -3,7 +3,8 @@
 Refactoring the printers or the model must not change a byte of the printed code (records in
 users' databases name programs by their source digest) nor a bound. ``python -m
 tests.codegen.golden`` records the digests of the C programs (both reference vector widths),
-CUDA and OpenCL programs and the bounds of the implementations below in ``golden.json``;
+CUDA and OpenCL programs and the bounds of the implementations below (CPU and GPU, the GPU's
+priced as an H100) in ``golden.json``;
 :mod:`tests.codegen.test_golden` checks them.
 """
 
@@ -20,10 +21,12 @@ from partita.codegen.c import CodegenError, print_c
 from partita.codegen.gpu import print_cuda, print_opencl
 from partita.model import Model
 from partita.model.cpu import cpu_rates
+from partita.model.gpu import GpuModel
 from partita.search.sampling import sample_implementations
 from partita.space.candidate import Candidate
 from partita.targets import AVX2_REFERENCE, AVX512_REFERENCE
 from partita.targets.cpu.description import CpuDescription
+from partita.targets.gpu.device import H100
 from tests.gpu import samples
 
 GOLDEN = Path(__file__).with_name("golden.json")
@@ -81,11 +84,15 @@ def _gpu_programs(scale: int) -> dict[str, Any]:
     for config, rows in samples.load().items():
         name, params, _ = samples.CONFIGS[config]
         space = partita.space(partita.kernel(name, **params), "gpu")
+        model = GpuModel(H100, space.kernel.compute_dtype.value)
         for row in [r for r in rows if r["status"] == "printed"][:GPU_REPLAYED * scale]:
             cand = space.replay(row["decisions"])
             assert isinstance(cand, Candidate)
+            half = space.replay(row["decisions"][:len(row["decisions"]) // 2])
+            assert isinstance(half, Candidate)
             out[f"gpu/{config}/{row['seed']}"] = {
-                "cuda": print_cuda(cand).digest, "opencl": print_opencl(cand).digest}
+                "cuda": print_cuda(cand).digest, "opencl": print_opencl(cand).digest,
+                "bound": model.bound(cand).time_s, "half_bound": model.bound(half).time_s}
     return out
 
 

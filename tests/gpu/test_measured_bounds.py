@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from partita.api import kernel, space
-from partita.model.bound import Model
-from partita.model.gpu import gpu_rates
+from partita.model.gpu import GpuModel
 from partita.space.candidate import DeadEnd, Decision
 from partita.targets.gpu.device import capabilities_of
 
@@ -55,7 +54,7 @@ def test_the_bound_never_exceeds_a_measured_time(case: tuple) -> None:
     label, device, spec, impls = case
     k = kernel(spec["name"], **spec["params"])
     sp = space(k, "gpu")
-    model = Model(gpu_rates(capabilities_of(device), k.compute_dtype.value))
+    model = GpuModel(capabilities_of(device), k.compute_dtype.value)
     violations, replayed = [], 0
     for impl in impls:
         cand = sp.replay([Decision.from_json(d) for d in impl["decisions"]], lenient=True)

@@ -545,31 +545,36 @@ GPU_KERNELS = [("axpy", {"n": 1 << 20}), ("matmul", {"m": 64, "n": 64, "k": 32})
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=3, deadline=None)
 def test_gpu_bound_is_finite_and_never_decreases(name: str, params: dict, seed: int) -> None:
-    from partita.model.gpu import gpu_rates
+    from partita.model.gpu import GpuModel
     from partita.targets.gpu.device import H100
 
-    model = Model(gpu_rates(H100))
+    model = GpuModel(H100)
     cand = partita.space(partita.kernel(name, **params), "gpu").root()
     assert isinstance(cand, Candidate)
     rng = random.Random(seed)
-    previous = model.bound(cand).time_s
+    first = model.bound(cand)
+    previous, terms = first.time_s, first.terms
     assert 0 < previous < math.inf
     while not cand.is_implementation:
         live = [c for _, c in cand.children(cand.open_slots()[0]) if isinstance(c, Candidate)]
         if not live:
             break
         cand = rng.choice(live)
-        b = model.bound(cand).time_s
+        bound = model.bound(cand)
+        b = bound.time_s
         assert previous * (1 - 1e-12) <= b < math.inf
-        previous = b
+        # The terms of the hierarchy never decrease either, each on its own.
+        for term in ("thread", "hiding", "warps", "sectors", "shared"):
+            assert terms[term] * (1 - 1e-12) <= bound.terms[term], term
+        previous, terms = b, bound.terms
 
 
 def test_gpu_bound_of_axpy_is_hbm_traffic() -> None:
-    from partita.model.gpu import gpu_rates
+    from partita.model.gpu import GpuModel
     from partita.targets.gpu.device import H100
 
     n = 1 << 26
-    b = Model(gpu_rates(H100)).bound(
+    b = GpuModel(H100).bound(
         partita.space(partita.kernel("axpy", n=n), "gpu").root())
     assert b.limiter == "memory"
     assert b.time_s == pytest.approx(12 * n / 3350e9)

@@ -37,6 +37,18 @@ class GpuCapabilities:
     """Blocks along x, y and z (compute capability 3.0 and later)."""
     registers_per_thread: int = 255
     registers_per_block: int = 65536
+    max_blocks_per_sm: int = 32
+    """Blocks resident on an SM at once."""
+    max_warps_per_sm: int = 64
+    max_threads_per_sm: int = 2048
+    registers_per_sm: int = 65536
+    shared_bytes_per_sm: int = 228 * 1024
+    schedulers_per_sm: int = 4
+    """Warp instructions an SM issues per cycle at most (one per scheduler)."""
+    shared_bytes_per_cycle_per_sm: int = 128
+    """Shared memory: 32 banks of 4 bytes, each serving one access per cycle."""
+    sector_bytes: int = 32
+    """The unit in which global memory moves between L1, L2 and DRAM."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -58,6 +70,22 @@ H100 = GpuCapabilities(
     max_grid=(2 ** 31 - 1, 65535, 65535),
     registers_per_thread=255,
     registers_per_block=65536,
+    # Compute capability 9.0: at most 32 resident blocks, 64 resident warps and 2048 resident
+    # threads per SM; 64 K 32-bit registers and 228 KiB of shared memory per SM.
+    max_blocks_per_sm=32,
+    max_warps_per_sm=64,
+    max_threads_per_sm=2048,
+    registers_per_sm=65536,
+    shared_bytes_per_sm=228 * 1024,
+    # Whitepaper, SM architecture: four partitions, each with one warp scheduler dispatching
+    # one warp instruction per clock.
+    schedulers_per_sm=4,
+    # CUDA Programming Guide, shared memory of compute capability 5.x and later: 32 banks of
+    # 4 bytes, each bank one 32-bit word per clock.
+    shared_bytes_per_cycle_per_sm=128,
+    # CUDA C++ Best Practices Guide, coalesced access: global memory is accessed in 32-byte
+    # sectors; a warp's access moves every sector its threads touch.
+    sector_bytes=32,
     # H100 whitepaper: 132 SMs on the SXM5 product.
     sms=132,
     warp_size=32,

@@ -26,7 +26,7 @@ from partita.codegen.gpulower import cross_nest_array
 from partita.codegen.program import Program
 from partita.ir.kernel import Kernel
 from partita.model.bound import Model
-from partita.model.gpu import gpu_rates
+from partita.model.gpu import GpuModel
 from partita.runtime.data import Reference
 from partita.runtime.evaluate import Measurement
 from partita.runtime.harness import TimingOptions
@@ -138,7 +138,7 @@ class GpuTarget(Target):
     def model(self, kernel: Kernel, measure: bool = True) -> Model:
         """The model with the rates of the CUDA device here (an H200's memory is faster
         than an H100's), the H100's where there is none; nothing is measured."""
-        return Model(gpu_rates(device_description(), kernel.compute_dtype.value))
+        return GpuModel(device_description(), kernel.compute_dtype.value)
 
     def check(self, kernel: Kernel) -> None:
         """:class:`UnsupportedKernel` where the printers refuse every implementation of
