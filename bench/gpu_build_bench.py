@@ -20,6 +20,7 @@ from pathlib import Path
 
 import partita
 from partita.codegen.gpu import GpuProgram, print_cuda
+from partita.search.gpu_sketch import gpu_contraction_sketches
 from partita.search.sampling import NoImplementation, random_implementation
 from partita.space.candidate import Candidate
 from partita.targets.gpu.cuda import MAX_LOCAL_BYTES_PER_THREAD
@@ -52,12 +53,8 @@ def draw(root: Candidate, n: int, seed: int) -> list[GpuProgram]:
 
 def sketch_roots(k: partita.Kernel) -> list[Candidate]:
     """The gpu sketches of ``k`` as partial candidates (none where the target has none)."""
-    try:
-        from partita.search.gpu_sketch import gpu_sketch_candidates
-    except ImportError:
-        return []
     sp = partita.space(k, target="gpu")
-    return [c for _, c in gpu_sketch_candidates(sp)]
+    return [c for c in (s.apply(sp) for s in gpu_contraction_sketches(k)) if c is not None]
 
 
 def build_time(p: GpuProgram, timeout_s: float) -> tuple[float, bool]:

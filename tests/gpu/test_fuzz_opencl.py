@@ -17,6 +17,7 @@ from partita.search.sampling import random_implementation
 from partita.targets.base import UnsupportedKernel
 from partita.targets.gpu.target import refuse_unprintable
 from tests.conftest import FUZZ_DEFAULT
+from tests.gpu.opencl_checks import assert_programs_match_numpy
 from tests.mdh.test_families import CASES as FAMILY_CASES
 
 pytest.importorskip("pyopencl")
@@ -91,10 +92,4 @@ def test_random_gpu_implementations_match_numpy(runner, fuzz_count: int,  # noqa
     rng = random.Random(zlib.crc32(f"gpu {name} {params}".encode()))
     programs = [print_opencl(random_implementation(root, rng), f"{name}_{n}")
                 for n in range(fuzz_count)]
-    kernels = runner.build(programs)
-    failures = []
-    for p in programs:
-        run = runner.run(p, 3, kernels[p.entry])
-        if not run.ok:
-            failures.append(f"{p.entry}: {run.status}: {run.reason} {run.detail[:500]}")
-    assert not failures, "\n".join(failures)
+    assert_programs_match_numpy(runner, programs)

@@ -21,6 +21,7 @@ from partita.search.sampling import random_implementation
 pytest.importorskip("pyopencl")
 
 from partita.targets.gpu.opencl import OpenclRunner
+from tests.gpu.opencl_checks import assert_programs_match_numpy
 
 
 def _ops(dtype: str) -> Kernel:
@@ -80,13 +81,7 @@ def test_random_gpu_implementations_match_numpy(runner: OpenclRunner, case: str)
                 assert f"{name}{f}(" in cuda.source
                 assert f"{name}(" in opencl.source and f"{name}f(" not in opencl.source
             assert " != 0 ? " in opencl.source
-    kernels = runner.build(programs)
-    failures = []
-    for program in programs:
-        run = runner.run(program, 3, kernels[program.entry])
-        if not run.ok:
-            failures.append(f"{program.entry}: {run.status}: {run.reason} {run.detail[:500]}")
-    assert not failures, "\n".join(failures)
+    assert_programs_match_numpy(runner, programs)
 
 
 @pytest.mark.device

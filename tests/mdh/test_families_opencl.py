@@ -19,6 +19,7 @@ from tests.mdh.test_families import FUZZED
 pytest.importorskip("pyopencl")
 
 from partita.targets.gpu.opencl import OpenclRunner, OpenclUnavailable, default_runner
+from tests.gpu.opencl_checks import assert_programs_match_numpy
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +52,4 @@ def test_random_gpu_implementations_match_numpy(runner: OpenclRunner, fuzz_count
     rng = random.Random(zlib.crc32(f"gpu {name} {params}".encode()))
     programs = [print_opencl(random_implementation(root, rng), f"{name}_{n}")
                 for n in range(fuzz_count)]
-    kernels = runner.build(programs)
-    failures = []
-    for p in programs:
-        run = runner.run(p, 3, kernels[p.entry])
-        if not run.ok:
-            failures.append(f"{p.entry}: {run.status}: {run.reason} {run.detail[:500]}")
-    assert not failures, "\n".join(failures)
+    assert_programs_match_numpy(runner, programs)
