@@ -14,6 +14,7 @@ import random
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -103,12 +104,15 @@ def main() -> int:
             times = list(pool.map(lambda p: build_time(p, args.timeout), programs))
             rows.append(summary(label, programs, times))
             print(rows[-1], f"({time.perf_counter() - t0:.0f} s)", flush=True)
-    text = (f"## Building GPU kernels\n\nMeasured with `python bench/gpu_build_bench.py "
-            f"--random {args.random} --sketched {args.sketched} --jobs {args.jobs} --write "
-            f"BENCHMARKS.md` on {time.strftime('%Y-%m-%d')}, build {git_commit()}: nvcc "
-            f"{DEFAULT_ARCH} builds of matmul 1024^3 implementations, each alone, {args.jobs} "
-            "side by side.\n\n| implementations | built | median | slowest | over 20 s | "
-            "failed | CUDA lines, median (largest) |\n|---|---|---|---|---|---|---|\n"
+    intro = (f"Measured with `python bench/gpu_build_bench.py --random {args.random} "
+             f"--sketched {args.sketched} --jobs {args.jobs} --write BENCHMARKS.md` on "
+             f"{time.strftime('%Y-%m-%d')}, build {git_commit()}: nvcc {DEFAULT_ARCH} builds "
+             f"(`-cubin`, as the tuner builds) of matmul 1024^3 implementations that fit the "
+             f"H100, each alone, {args.jobs} at a time on this host. Targets: a median under 3 s "
+             "and the slowest under 20 s.")
+    text = ("## Building GPU kernels\n\n" + textwrap.fill(intro, width=96)
+            + "\n\n| implementations | built | median | slowest | over 20 s | failed | "
+            "CUDA lines, median (largest) |\n|---|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")
     print(text)
     if args.write:
