@@ -45,14 +45,9 @@ CASES = [
     ("softmax", {"m": 3, "n": 16}),
     ("contraction", {"spec": "abc,cd->abd", "a": 2, "b": 3, "c": 4, "d": 8}),
 ]
-FAST = {"axpy", "matmul", "gemv"}
+FAST = {"axpy", "matmul", "gemv", "softmax"}
 """Kernels whose first case ``make test`` checks; ``make fuzz`` (``--fuzz`` above 8) checks
 every case (two minutes of PoCL builds on 2 cores at 8 implementations each)."""
-KNOWN = {"softmax": "the GPU space allows an implementation whose printer refuses it: a value "
-                    "computed by thread 0 alone (it also writes shared memory) read from a "
-                    "register by every thread of a block (UnsoundCandidate)"}
-"""Kernels whose random GPU implementations are known to fail, and why: the test fails as
-soon as they pass, so that this list stays true."""
 
 
 def _params() -> list[object]:
@@ -62,8 +57,6 @@ def _params() -> list[object]:
         fast = name in FAST and name not in seen
         seen.add(name)
         marks = [] if fast else [pytest.mark.fuzz_only]
-        if name in KNOWN:
-            marks.append(pytest.mark.xfail(reason=KNOWN[name], strict=True))
         out.append(pytest.param(name, params, id=f"{name}-{zlib.crc32(str(params).encode())}",
                                 marks=marks))
     return out

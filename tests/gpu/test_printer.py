@@ -93,3 +93,24 @@ def test_loops_stay_rolled_in_cuda() -> None:
             assert cuda[i - 1].strip() == "#pragma unroll 1", cuda[i - 1: i + 1]
         assert "#pragma unroll" not in print_opencl(impl).source
     assert seen > 0
+
+
+def test_a_value_every_thread_needs_is_computed_by_all_and_copied_by_thread_0() -> None:
+    """softmax's exponentials are copied to shared memory for the scaling, and also summed
+    into the row's total, which every thread of a scaling along threadIdx.x reads from a
+    register: every thread computes them, thread 0 alone writes the copy (guarding the
+    whole instruction left the other threads without the sum)."""
+    root = space(kernel("softmax", m=3, n=16), "gpu").root()
+    rng = random.Random(1)
+    found = 0
+    for _ in range(60):
+        impl = random_implementation(root, rng)
+        printer = CudaPrinter(impl, "k")
+        guarded = {i: hw for i, hw in printer.plan.write_guard_hw.items() if hw}
+        if not guarded:
+            continue
+        found += 1
+        assert all(not printer.plan.guard_hw[i] & hw for i, hw in guarded.items())
+        source = printer.print().source
+        assert any(f"tid_{'xyz'[h]} == 0" in source for hw in guarded.values() for h in hw)
+    assert found > 0

@@ -396,8 +396,18 @@ class CFamilyPrinter:
         lanes = lane[1] if lane else 1
         src = self._read_storage(self.storage[inst], env, self.plan.value_side(inst), lane_dims,
                                  lanes)
+        guard = self.copy_guard(inst)
+        if guard:
+            self.emit(indent, f"if ({guard}) {{")
         for tst in self.plan.copies_of(inst):
-            self._emit_write(indent, tst, env, "p", lane_dims, lanes, src)
+            self._emit_write(indent + bool(guard), tst, env, "p", lane_dims, lanes, src)
+        if guard:
+            self.emit(indent, "}")
+
+    def copy_guard(self, inst: str) -> str:
+        """The condition under which ``inst``'s copies for other nests are written (empty:
+        always)."""
+        return ""
 
     def _print_promoted(self, node: Node, env: dict[str, str], indent: int,
                         kept: dict[str, list[Element]]) -> None:

@@ -410,8 +410,13 @@ class GpuPrinter(CFamilyPrinter):
             targets = [st for (p, _), st in self.temps.items() if p == inst.name]
             if own.temp is not None:
                 targets.insert(0, own)
+            guard = self.copy_guard(inst.name)
+            if guard:
+                self.emit(indent, f"if ({guard}) {{")
             for st in targets:
-                self._vec_write(st, env, "p", lane_dims, lanes, val, indent)
+                self._vec_write(st, env, "p", lane_dims, lanes, val, indent + bool(guard))
+            if guard:
+                self.emit(indent, "}")
             return
         op = inst.operands[0]
         assert isinstance(op, Value)
@@ -427,6 +432,12 @@ class GpuPrinter(CFamilyPrinter):
             self.emit(indent, self.array_store(inst, arr, _lane_index(base, step, i), parts[i]))
 
     # -- instructions ------------------------------------------------------------------------
+
+    def copy_guard(self, inst: str) -> str:
+        """Thread 0 alone writes the copies of a value every thread computes (the plan's
+        ``write_guard_hw``)."""
+        return " && ".join(f"{self._hw_var(GpuKind.THREAD, h)} == 0"
+                           for h in sorted(self.plan.write_guard_hw.get(inst, set())))
 
     def print_inst(self, inst: Instruction, env: dict[str, str], indent: int,
                     lane: tuple[Node, int] | None) -> None:

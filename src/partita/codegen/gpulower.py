@@ -135,6 +135,9 @@ class GpuPlan(LoweredPlan):
         self.tnodes: dict[str, dict[int, Node]] = {}
         self.guard_hw: dict[str, set[int]] = {}
         """Per instruction, the hardware dims along which only thread 0 runs it."""
+        self.write_guard_hw: dict[str, set[int]] = {}
+        """Per instruction, the hardware dims along which every thread computes its value but
+        only thread 0 writes it to memory (its copies for consumers in other nests)."""
         self.valid: dict[str, dict[int, str | frozenset[str]]] = {}
         self.barriers: dict[int, set[int]] = {}
         """Per loop (by ``id``), the positions among its children that a barrier precedes."""
@@ -292,15 +295,26 @@ class GpuPlan(LoweredPlan):
 
     def _analyse_threads(self) -> None:
         """Per instruction: the hardware dims it is guarded on, and which threads hold its
-        value along each (``ALL``, ``ZERO`` or the set of its own dims the thread index is)."""
+        value along each (``ALL``, ``ZERO`` or the set of its own dims the thread index is).
+
+        An instruction with no thread dim along a hardware dim that writes memory other
+        threads see runs in thread 0 alone there, unless threads along that dim need its value
+        in their registers (:meth:`_register_demand`): then every thread computes it and only
+        thread 0 writes its copies to memory."""
         self.tnodes = {i.name: self._thread_nodes(i.name) for i in self.k.instructions}
         self.guard_hw.clear()
+        self.write_guard_hw.clear()
         self.valid.clear()
         active = self.active()
+        demand = self._register_demand(active)
         for inst in self.k.instructions:  # producers come first
             name = inst.name
             nodes = self.tnodes[name]
-            guard = {h for h in active if h not in nodes and self.writes_memory(inst)}
+            writes = {h for h in active if h not in nodes and self.writes_memory(inst)}
+            own = self.storage.get(name)
+            replicable = inst.op != "store" and (own is None or own.space not in MEMORY_SPACES)
+            guard = writes - demand[name] if replicable else writes
+            self.write_guard_hw[name] = writes - guard
             for writer, st, pairs in self._reads(inst):
                 if writer == name or st.space in MEMORY_SPACES:
                     continue
@@ -315,21 +329,33 @@ class GpuPlan(LoweredPlan):
                                                 "only its thread 0 along that dimension "
                                                 "computes it (it writes shared memory)")
                         guard.add(h)
+                        self.write_guard_hw[name].discard(h)
                     elif node is None or not self._paired(frozenset(held), name, node, pairs):
                         raise self._unsound(writer, name, st, h,
                                             f"threads along it compute it for different "
                                             f"iterations of {sorted(held)}")
             self.guard_hw[name] = guard
             valid: dict[int, str | frozenset[str]] = {}
-            own = set(self.k.iteration_dims(name))
+            mine_all = set(self.k.iteration_dims(name))
             for h in active:
                 node = nodes.get(h)
                 if node is None:
                     valid[h] = "ZERO" if h in guard else "ALL"
                 else:
-                    mine = frozenset(set(node.dims) & own)
+                    mine = frozenset(set(node.dims) & mine_all)
                     valid[h] = mine if mine else "ALL"
             self.valid[name] = valid
+
+    def _register_demand(self, active: list[int]) -> dict[str, set[int]]:
+        """Per instruction, the hardware dims along which threads read its value from
+        registers, directly or through the instructions that read it so (consumers first)."""
+        demand: dict[str, set[int]] = {i.name: set() for i in self.k.instructions}
+        for inst in reversed(self.k.instructions):
+            along = {h for h in active if h in self.tnodes[inst.name]} | demand[inst.name]
+            for writer, st, _ in self._reads(inst):
+                if writer != inst.name and st.space not in MEMORY_SPACES:
+                    demand[writer] |= along
+        return demand
 
     def _unsound(self, writer: str, reader: str, st: Storage, h: int,
                  why: str) -> UnsoundCandidate:
@@ -376,7 +402,9 @@ class GpuPlan(LoweredPlan):
         (``ZERO``), or every thread (``ALL``)."""
         node = self.tnodes[inst].get(h)
         if node is None:
-            return "ZERO" if h in self.guard_hw[inst] else "ALL"
+            only_zero = h in self.guard_hw[inst] or (
+                side == "p" and h in self.write_guard_hw.get(inst, set()))
+            return "ZERO" if only_zero else "ALL"
         slots = frozenset(i for i, s in enumerate(st.slots)
                           if (s.producer_dim if side == "p" else s.consumer_dim) in node.dims)
         return slots or "ALL"
