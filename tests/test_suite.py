@@ -81,6 +81,7 @@ def best_evaluation_status(db: Path, k: partita.Kernel) -> str:
     return row.status
 
 
+@pytest.mark.slow
 def test_a_suite_tunes_each_job_once_and_a_rerun_reports_the_records(tmp_path: Path) -> None:
     db, suite = tmp_path / "records.sqlite", write(tmp_path, TINY)
     out = run_cli(["tune-suite", str(suite), "--db", str(db), "--json"])

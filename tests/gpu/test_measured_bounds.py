@@ -35,7 +35,7 @@ def _cases() -> list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]]:
 
 
 CASES = _cases()
-FAST = ("matmul 256x256x32", "axpy")
+FAST = ("axpy",)
 """The cases the fast subset checks (``-m 'not slow'``); ``make test`` checks them all."""
 
 

@@ -95,6 +95,7 @@ def test_loops_stay_rolled_in_cuda() -> None:
     assert seen > 0
 
 
+@pytest.mark.slow
 def test_a_value_every_thread_needs_is_computed_by_all_and_copied_by_thread_0() -> None:
     """softmax's exponentials are copied to shared memory for the scaling, and also summed
     into the row's total, which every thread of a scaling along threadIdx.x reads from a

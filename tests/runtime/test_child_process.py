@@ -34,6 +34,7 @@ def broken() -> Sleeper:
     raise OSError("no device")
 
 
+@pytest.mark.slow
 def test_calls_run_in_one_child_until_one_hangs() -> None:
     with ChildProcess(functools.partial(Sleeper, "a")) as child:
         tag, value, pid = child.call("echo", 2, times=3, limit_s=60)
