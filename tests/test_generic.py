@@ -52,7 +52,8 @@ def operands(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndar
             rng.standard_normal((k, n), dtype=np.float32))
 
 
-@pytest.mark.parametrize("size", [(8, 8, 8), (40, 24, 16), *UNTRAINED])
+@pytest.mark.parametrize("size", [(8, 8, 8), pytest.param((40, 24, 16), marks=pytest.mark.slow),
+                                  *UNTRAINED])
 def test_every_version_and_the_dispatcher_match_numpy(generic: partita.GenericTuned,
                                                       size: tuple[int, int, int]) -> None:
     a, b = operands(*size)

@@ -332,6 +332,7 @@ def test_show_points_to_cold_records_and_prints_dates(db: Path) -> None:
     assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", out), out
 
 
+@pytest.mark.slow
 def test_a_search_in_another_choice_order_finds_verified_implementations(tmp_path: Path
                                                                           ) -> None:
     """The reverse order walks another tree over the same implementations: the search still

@@ -80,8 +80,8 @@ def test_both_sketches_replay(config: str) -> None:
     assert set(drawn(config).sketches) == {"staged", "vector"}
 
 
-@pytest.mark.parametrize("config", [c if c == "matmul" else pytest.param(c, marks=pytest.mark.slow)
-                                    for c in CONFIGS])
+@pytest.mark.slow
+@pytest.mark.parametrize("config", list(CONFIGS))
 def test_completions_match_numpy_on_opencl(config: str, runner: OpenclRunner) -> None:
     programs = [print_opencl(c, f"{config}_{i}") for i, (_, c) in
                 enumerate(drawn(config).completions)]

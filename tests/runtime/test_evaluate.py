@@ -87,6 +87,7 @@ def test_faulty_programs_get_their_status_and_the_evaluator_goes_on(
     _assert_ok(evaluator.evaluate([good])[0])
 
 
+@pytest.mark.slow
 def test_a_dead_worker_is_replaced(evaluator: Evaluator) -> None:
     evaluator.evaluate([P.axpy()])
     pid, restarts = evaluator.worker_pid, evaluator.restarts
