@@ -64,10 +64,11 @@ GPU_SKETCH_DRAWS = 16
 least bound that the device can launch."""
 
 
-def _fitting(root: Candidate | DeadEnd, model: Model, device: CudaDevice, rng: random.Random,
-             draws: int) -> list[tuple[float, Candidate]]:
+def fitting_implementations(root: Candidate | DeadEnd, model: Model, device: CudaDevice,
+                            rng: random.Random, draws: int) -> list[tuple[float, Candidate]]:
     """(bound, implementation) of the random completions of ``root`` among ``draws`` that
-    ``device`` can launch, in the order drawn."""
+    ``device`` can launch, in the order drawn (a :func:`~partita.targets.gpu.cuda
+    .described_device` stands for a device where there is none)."""
     out: list[tuple[float, Candidate]] = []
     for _ in range(draws):
         try:
@@ -104,7 +105,8 @@ def gpu_first_batch(space: Space, model: Model, device: CudaDevice, seed: int, s
     ``device`` (a :class:`~partita.targets.gpu.cuda.CudaDevice`). Random GPU implementations
     of a matmul 1024^3 are bounded at 9 to 50,000 times the root (a uniformly random first
     batch ran one launch for 57 s), and a third ask for more shared memory than a block has."""
-    return _least(_fitting(space.root(), model, device, random.Random(seed), draws), size)
+    return _least(fitting_implementations(space.root(), model, device, random.Random(seed),
+                                          draws), size)
 
 
 def gpu_sketch_candidates(space: Space, model: Model, seed: int, size: int,
@@ -120,7 +122,7 @@ def gpu_sketch_candidates(space: Space, model: Model, seed: int, size: int,
     if size <= 0:
         return seeds, []
     rng = random.Random(seed)
-    ranked = [r for c in seeds for r in _fitting(c, model, device, rng, draws)]
+    ranked = [r for c in seeds for r in fitting_implementations(c, model, device, rng, draws)]
     return seeds, _least(ranked, size)
 
 
