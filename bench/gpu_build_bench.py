@@ -24,17 +24,14 @@ from partita.codegen.gpu import GpuProgram, print_cuda
 from partita.search.gpu_sketch import gpu_contraction_sketches
 from partita.search.sampling import NoImplementation, random_implementation
 from partita.space.candidate import Candidate
-from partita.targets.gpu.cuda import MAX_LOCAL_BYTES_PER_THREAD
+from partita.targets.gpu.cuda import described_device
 from partita.targets.gpu.device import H100
 from partita.targets.gpu.nvcc import DEFAULT_ARCH, compile_module, find_nvcc
 from results import git_commit
 from sections import replace_section
 
-
-def fits(p: GpuProgram) -> bool:
-    """Whether an H100 can launch ``p`` (what the tuner builds)."""
-    return p.shared_bytes <= H100.shared_bytes_per_block \
-        and p.private_bytes <= MAX_LOCAL_BYTES_PER_THREAD
+H100_DEVICE = described_device(H100)
+"""What the tuner builds: programs an H100 can launch (:meth:`CudaDevice.misfit`)."""
 
 
 def draw(root: Candidate, n: int, seed: int) -> list[GpuProgram]:
@@ -47,7 +44,7 @@ def draw(root: Candidate, n: int, seed: int) -> list[GpuProgram]:
         except NoImplementation:
             continue
         program = print_cuda(impl, f"partita_k{len(out)}")
-        if fits(program):
+        if H100_DEVICE.misfit(program) is None:
             out.append(program)
     return out
 
