@@ -306,7 +306,8 @@ class GpuPlan(LoweredPlan):
         self.write_guard_hw.clear()
         self.valid.clear()
         active = self.active()
-        demand = self._register_demand(active)
+        reads = {i.name: self._reads(i) for i in self.k.instructions}
+        demand = self._register_demand(active, reads)
         for inst in self.k.instructions:  # producers come first
             name = inst.name
             nodes = self.tnodes[name]
@@ -315,7 +316,7 @@ class GpuPlan(LoweredPlan):
             replicable = inst.op != "store" and (own is None or own.space not in MEMORY_SPACES)
             guard = writes - demand[name] if replicable else writes
             self.write_guard_hw[name] = writes - guard
-            for writer, st, pairs in self._reads(inst):
+            for writer, st, pairs in reads[name]:
                 if writer == name or st.space in MEMORY_SPACES:
                     continue
                 for h in active:
@@ -346,13 +347,15 @@ class GpuPlan(LoweredPlan):
                     valid[h] = mine if mine else "ALL"
             self.valid[name] = valid
 
-    def _register_demand(self, active: list[int]) -> dict[str, set[int]]:
+    def _register_demand(self, active: list[int],
+                         reads: dict[str, list[tuple[str, Storage, set[tuple[str, str]]]]]
+                         ) -> dict[str, set[int]]:
         """Per instruction, the hardware dims along which threads read its value from
         registers, directly or through the instructions that read it so (consumers first)."""
         demand: dict[str, set[int]] = {i.name: set() for i in self.k.instructions}
         for inst in reversed(self.k.instructions):
             along = {h for h in active if h in self.tnodes[inst.name]} | demand[inst.name]
-            for writer, st, _ in self._reads(inst):
+            for writer, st, _ in reads[inst.name]:
                 if writer != inst.name and st.space not in MEMORY_SPACES:
                     demand[writer] |= along
         return demand

@@ -90,7 +90,7 @@ def _least(ranked: list[tuple[float, Candidate]], size: int) -> list[Candidate]:
 
 
 @functools.cache
-def device_description() -> GpuCapabilities:
+def local_capabilities() -> GpuCapabilities:
     """The description of this machine's CUDA device (:func:`capabilities_of`), or the
     H100's where there is none."""
     try:
@@ -116,7 +116,7 @@ def gpu_sketch_candidates(space: Space, model: Model, seed: int, size: int,
     completions of least bound among ``draws`` random ones of each sketch that fit
     ``device``, the H100 as described where None). No device is needed: the first batch can
     be drawn ahead, and tests draw it."""
-    device = device if device is not None else described_device(device_description())
+    device = device if device is not None else described_device(local_capabilities())
     seeds = [c for c in (s.apply(space) for s in gpu_contraction_sketches(space.kernel))
              if c is not None]
     if size <= 0:
@@ -140,7 +140,7 @@ class GpuTarget(Target):
     def model(self, kernel: Kernel, measure: bool = True) -> Model:
         """The model with the rates of the CUDA device here (an H200's memory is faster
         than an H100's), the H100's where there is none; nothing is measured."""
-        return GpuModel(device_description(), kernel.compute_dtype.value)
+        return GpuModel(local_capabilities(), kernel.compute_dtype.value)
 
     def check(self, kernel: Kernel) -> None:
         """:class:`UnsupportedKernel` where the printers refuse every implementation of
