@@ -103,6 +103,10 @@ class Model:
         self.rates = rates
         self.sizes = sizes or {}
         self._static: dict[str, KernelTerms] = {}
+        self._repeats_of: Candidate | None = None
+        self._repeats: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
+        """:meth:`_repeated` of the candidate last bounded: several terms ask it the same
+        question about one access (candidates do not change once made)."""
 
     def terms(self, k: Kernel) -> KernelTerms:
         """What the bound needs of a kernel alone, computed once per kernel (lowering adds
@@ -521,6 +525,16 @@ class Model:
     def _repeated(self, cand: Candidate, varying: tuple[str, ...],
                   reusing: tuple[str, ...]) -> tuple[str, ...]:
         """The dims whose sizes :meth:`repetition` multiplies."""
+        if self._repeats_of is not cand:
+            self._repeats_of, self._repeats = cand, {}
+        found = self._repeats.get((varying, reusing))
+        if found is None:
+            found = self._repeats[(varying, reusing)] = self._repeated_dims(cand, varying,
+                                                                              reusing)
+        return found
+
+    def _repeated_dims(self, cand: Candidate, varying: tuple[str, ...],
+                       reusing: tuple[str, ...]) -> tuple[str, ...]:
         loops = [d for d in varying if not any(
             cand.allows("dim_kind", (d,), kind) for kind in self._unrolled_kinds(cand))
             and self.dim_size_range(cand, d)[0] > self._peeled(cand, d)]
