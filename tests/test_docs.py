@@ -14,6 +14,7 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
 
 
+@pytest.mark.slow  # tunes every kernel of the guide: 9 s
 def test_the_kernels_of_the_guide_tune_and_match_numpy(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:

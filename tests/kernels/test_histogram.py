@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tests.fuzzing import (
     assert_random_implementations_verify,
 )
+from tests.host import MEASURED_HOST, measured_host
 from tests.model.test_bound import RATES
 
 import partita
@@ -203,15 +204,15 @@ def test_one_axis_at_most_is_indirect() -> None:
 
 
 @pytest.mark.slow
+@MEASURED_HOST
 def test_the_bound_is_below_the_measured_time() -> None:
     """Compiled and timed on this machine, implementations of a histogram run no faster than
     the bound from the measured rates."""
     if shutil.which("gcc") is None:
         pytest.skip("no gcc")
     from partita.model.cpu import cpu_rates
-    from partita.targets.cpu.measure import measure
 
-    model = Model(cpu_rates(measure(quick=True)))
+    model = Model(cpu_rates(measured_host()))
     k = kernel("histogram", n=1 << 16, bins=64)
     root = partita.space(k).root()
     rng = random.Random(5)

@@ -142,6 +142,7 @@ def _assert_running_sum(tuned: object, seed: int) -> None:
     np.testing.assert_array_equal(np.asarray(got), np.cumsum(x))
 
 
+@pytest.mark.slow  # a tune: 7 s; the fast subset runs random implementations of the same kernel
 def test_a_chunked_prefix_sum_tunes_and_matches_numpy(tmp_path: Path) -> None:
     k = partita.kernel("prefix_sum", n=1 << 16, chunks=2)
     tuned = partita.tune(k, evaluations=4, db=tmp_path / "p.sqlite", model=Model(RATES),

@@ -23,6 +23,7 @@ from partita.search.sampling import random_implementation
 from partita.space.candidate import Candidate
 from partita.targets import AVX512_REFERENCE
 from partita.targets.cpu.machine import CpuCapabilities
+from tests.host import MEASURED_HOST, measured_host
 
 RATES = Rates(cores=2, ghz=3.5, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
               stores_per_cycle=1, fma_latency_cycles=4,
@@ -826,6 +827,7 @@ def test_cpu_rates_charge_fresh_pages_at_the_measured_rate_with_a_margin() -> No
 
 
 @pytest.mark.slow
+@MEASURED_HOST
 def test_a_heap_temporary_runs_no_faster_than_its_pages_are_charged() -> None:
     """Compiled and timed on this machine: implementations that carry x through a 64 MiB
     heap temporary take at least the time the bound charges for faulting its pages in (the
@@ -837,9 +839,8 @@ def test_a_heap_temporary_runs_no_faster_than_its_pages_are_charged() -> None:
     from partita.codegen.c import print_c
     from partita.model.cpu import cpu_rates
     from partita.runtime import Evaluator, TimingOptions
-    from partita.targets.cpu.measure import measure
 
-    model = Model(cpu_rates(measure(quick=True)))
+    model = Model(cpu_rates(measured_host()))
     assert model.rates.fresh_page_s > 0
     cand = _through_a_temporary(1 << 24, cpu=None)
     heap = cand.restrict("mem_space", ("tmp_ld_x_acc",), ["GLOBAL"])

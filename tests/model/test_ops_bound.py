@@ -19,6 +19,7 @@ from partita.model import Model
 from partita.search.sampling import random_implementation
 from partita.space.candidate import Candidate
 from partita.targets import AVX512_REFERENCE
+from tests.host import MEASURED_HOST, measured_host
 from tests.model.test_bound import RATES
 
 N = 1 << 14
@@ -84,9 +85,8 @@ def _timed_ops() -> tuple[Model, dict[str, list[tuple[Candidate, Any]]]]:
     from partita.codegen.c import print_c
     from partita.model.cpu import cpu_rates
     from partita.runtime import Evaluator, TimingOptions
-    from partita.targets.cpu.measure import measure
 
-    model = Model(cpu_rates(measure(quick=True)))
+    model = Model(cpu_rates(measured_host()))
     rng = random.Random(5)
     impls: dict[str, list[Candidate]] = {}
     for fn in OPS:
@@ -104,6 +104,7 @@ def _timed_ops() -> tuple[Model, dict[str, list[tuple[Candidate, Any]]]]:
 
 
 @pytest.mark.slow
+@MEASURED_HOST
 @pytest.mark.parametrize("fn", OPS)
 def test_the_bound_is_below_the_measured_time(fn: str) -> None:
     """Compiled and timed on this machine, scalar and vector implementations of ``y = fn(x)``

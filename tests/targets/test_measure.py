@@ -8,7 +8,6 @@ DRAM slower than L1, latencies of at least a cycle), never absolute speeds.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import replace
 from itertools import pairwise
 
@@ -34,6 +33,7 @@ from partita.targets.cpu.measure import (
     summarize,
     working_sets,
 )
+from tests.host import MEASURED_HOST, measured_host
 
 REQUIRED_KEYS = {"cores", "peak_gflops_fp32", "peak_gflops_fp64", "stream_triad_gbs"}
 
@@ -66,9 +66,7 @@ def fake_measure(monkeypatch, nominal):
 
 @pytest.fixture(scope="module")
 def measured() -> CpuDescription:
-    if shutil.which("gcc") is None:
-        pytest.skip("no gcc")
-    return measure_mod.measure(quick=True)
+    return measured_host()
 
 
 # ---------------------------------------------------------------------- JSON
@@ -89,6 +87,7 @@ def test_json_rejects_other_layouts(nominal):
 
 
 @pytest.mark.slow  # measures this machine (about 5 s)
+@MEASURED_HOST
 def test_measured_round_trip(measured):
     data = json.loads(measured.dumps())
     assert CpuDescription.from_json(data) == measured
@@ -240,6 +239,7 @@ def test_nominal_is_marked_and_sane(nominal):
 
 
 @pytest.mark.slow  # measures this machine (about 5 s)
+@MEASURED_HOST
 def test_measured_numbers_are_sane(measured):
     d = measured
     assert d.source == "measured" and d.quick

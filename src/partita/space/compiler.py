@@ -512,8 +512,18 @@ class CompiledSpace:
         elif len(args) == 1:
             table = [fact(predicate, o) if i in members[0] else None for i, o in enumerate(objs)]
         elif len(args) == 2:
-            table = [[fact(predicate, a, b) if i in members[0] and j in members[1] and i != j
-                      else None for j, b in enumerate(objs)] for i, a in enumerate(objs)]
+            # Rows outside the first set are all None; within a row, only the second set's
+            # members are asked (the tables of every layout are built anew: this is hot).
+            n = len(objs)
+            seconds = sorted(members[1])
+            table = []
+            for i, a in enumerate(objs):
+                row: list[Any] = [None] * n
+                if i in members[0]:
+                    for j in seconds:
+                        if j != i:
+                            row[j] = fact(predicate, a, objs[j])
+                table.append(row)
         else:
             raise SpaceError("static conditions take at most two objects")
         self._static_tables[key] = table
