@@ -11,6 +11,7 @@ in :mod:`partita.targets.gpu.limits`.
 from __future__ import annotations
 
 from partita.ir.kernel import Kernel
+from partita.ir.operands import Reduce
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
 from partita.space.memory import carries, declare_memory_dependences
 from partita.space.nest import (
@@ -191,6 +192,24 @@ def _declare_register_temporaries(S: SpaceDef) -> None:
               carried, to_consumer, in_memory,
               Is("dim_kind", ("b",), NOT_THREAD),
               Is("dim_kind", ("a",), values(DimKind.THREAD)))
+    u = Var("u", "Temporaries")
+    S.require("a reduction accumulated in memory passes its value on in memory", [t, u],
+              Static(lambda k, acc, out: not _accumulates_before(k, acc, out), ("t", "u")),
+              Is("mem_space", ("t",), values(MemSpace.REGISTER)),
+              Is("mem_space", ("u",), values(MemSpace.SHARED, MemSpace.GLOBAL)),
+              doc="Threads cannot all accumulate into one element of memory: along a hardware "
+                  "thread dim the reduction has none of, its thread 0 alone accumulates, and a "
+                  "consumer run by every thread there (inside a thread dim of another nest) "
+                  "would find its value in thread 0's registers only.")
+
+
+def _accumulates_before(k: Kernel, acc: str, out: str) -> bool:
+    """Whether temporary ``acc`` is the accumulator of the reduction whose value temporary
+    ``out`` carries to a consumer."""
+    init, reduction = k.array(acc).carries or ("", "")
+    producer, _ = k.array(out).carries or ("", "")
+    return producer == reduction != "" and any(
+        isinstance(op, Reduce) and op.init == init for op in k.inst(reduction).operands)
 
 
 def _declare_memory(S: SpaceDef) -> None:
