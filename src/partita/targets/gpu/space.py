@@ -3,7 +3,8 @@
 Choices: ``dim_kind`` (LOOP, UNROLL, VECTOR, BLOCK, THREAD), ``size``, ``order``,
 ``thread_mapping`` (how thread dims of different nests share hardware thread dimensions),
 ``mem_space`` of temporaries, ``cache`` of memory instructions, and the ``layout`` of
-temporaries. A counter bounds the unrolling around an instruction; the device's launch limits
+temporaries. Counters bound the code that unrolling prints: the copies of an instruction, and
+the copies of a LOOP's ``for`` (what nvcc's build time grows with); the device's launch limits
 (threads per block, hardware dimensions, blocks per grid dimension, shared memory) are declared
 in :mod:`partita.targets.gpu.limits`.
 """
@@ -38,6 +39,7 @@ __all__ = ["CHOICE_ORDER", "Cache", "DimKind", "MemSpace", "ThreadMapping", "gpu
 NOT_VECTOR = values(DimKind.LOOP, DimKind.UNROLL, DimKind.BLOCK, DimKind.THREAD)
 NOT_THREAD = values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR, DimKind.BLOCK)
 NOT_BLOCK = values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR, DimKind.THREAD)
+NOT_LOOP = values(DimKind.UNROLL, DimKind.VECTOR, DimKind.BLOCK, DimKind.THREAD)
 CHOICE_ORDER = ("layout", "size", "dim_kind", "thread_mapping", "mem_space", "order", "cache")
 """The fixed choice order of Beaugnon's thesis, §6.1."""
 
@@ -115,6 +117,20 @@ def _declare_kinds(S: SpaceDef, gpu: GpuCapabilities) -> None:
               quotient="merged", doc="Copies of an instruction in unrolled loops.")
     S.require("unroll factor", [Var("i", "Insts")],
               Compare("unroll", ("i",), "<=", gpu.max_unroll))
+    x = Var("x", "Dims")
+    S.counter("loop_copies", [x], "mul", Var("d", "Dims"),
+              value="size", default=lambda k, d: k.dim(d).static_size or 1,
+              when=(Is("order", ("x", "d"), values(Order.IN)),
+                    Is("dim_kind", ("d",), values(DimKind.UNROLL))),
+              quotient="merged",
+              doc="Copies of a dimension's code in the unrolled dims around it: for a LOOP, "
+                  "the for loops printed for it.")
+    S.require("loop copies", [x],
+              Is("dim_kind", ("x",), NOT_LOOP),
+              Compare("tile_extent", ("x",), "==", 1),
+              Compare("loop_copies", ("x",), "<=", gpu.max_loop_copies),
+              doc="nvcc's build time grows with the for loops a kernel prints (a LOOP of one "
+                  "iteration prints none).")
 
 
 def _declare_thread_mapping(S: SpaceDef) -> None:
