@@ -227,3 +227,39 @@ def test_shared_memory_accesses_are_charged_at_the_banks_rate() -> None:
     assert "__shared__ __align__(16) float tmp_ld_b_acc[1024]" in source
     per_sm = 2 * (32 * 32 + 32 * 32) * 4
     assert model.bound(impl).terms["shared"] == pytest.approx(per_sm / 128 / 1.98e9)
+
+
+def test_open_block_kinds_weigh_every_grid_they_still_allow() -> None:
+    """Rows of 8 threads, each with 4 columns unrolled: ``i.0`` (32 tiles) and ``j.0`` (64)
+    may each still be a BLOCK or a LOOP, a grid of 1, 32, 64 or 2,048 blocks. The busiest of
+    132 SMs gets a share of at least 16 of 2,048 (the least of ``ceil(n / 132) / n`` over
+    those grids), not 1/132; and each of the four ways the kinds turn out bounds no lower."""
+    model = GpuModel(H100)
+    root = partita.space(partita.kernel("matmul", m=256, n=256, k=32), "gpu").root()
+    assert isinstance(root, Candidate)
+    cand: Candidate = root
+    for choice, dim, value in [("size", "i.1", 1), ("size", "i.2", 8), ("size", "j.1", 1),
+                               ("size", "j.2", 4), ("dim_kind", "i.2", "THREAD"),
+                               ("dim_kind", "j.2", "UNROLL"), ("dim_kind", "i.1", "LOOP"),
+                               ("dim_kind", "j.1", "LOOP")]:
+        nxt = cand.restrict(choice, (dim,), [value])
+        assert isinstance(nxt, Candidate), (choice, dim)
+        cand = nxt
+    assert set(cand.domain("dim_kind", "i.0")) == set(cand.domain("dim_kind", "j.0")) == {
+        "LOOP", "BLOCK"}
+    parallel = model.parallel_dims(cand)
+    assert model.work_share(cand, "acc", parallel) == pytest.approx(16 / 2048)
+    # The FMAs of the 8 threads fill 8 lanes of each warp: 32 of an SM's 128 per cycle.
+    fmas = 256 * 256 * 32 / 32 * 16 / 2048 / 1.98e9
+    bound = model.bound(cand)
+    assert bound.terms["issue"] == pytest.approx(fmas)
+    for rows in ("LOOP", "BLOCK"):
+        for cols in ("LOOP", "BLOCK"):
+            below = cand.restrict("dim_kind", ("i.0",), [rows])
+            assert isinstance(below, Candidate)
+            below = below.restrict("dim_kind", ("j.0",), [cols])
+            if not isinstance(below, Candidate):
+                continue
+            kinds = model.bound(below)
+            assert kinds.time_s >= bound.time_s * (1 - 1e-12), (rows, cols)
+            assert all(kinds.terms[t] >= bound.terms[t] * (1 - 1e-12) for t in bound.terms)

@@ -79,6 +79,17 @@ __all__ = ["PEELED", "Bound", "Model", "Rates"]
 CACHE_LINE = 64
 SEQUENTIAL = frozenset({CommonKind.LOOP, CpuKind.PARALLEL})
 PAGE = 4096
+EXACT_SHARE_DIMS = 8
+"""The most undecided parallel dims whose 2^n outcomes :meth:`Model.work_share` weighs
+one by one (beyond, it takes the optimistic ``1 / cores``)."""
+
+
+def _products(base: int, factors: list[int]) -> set[int]:
+    """``base`` times the product of every subset of ``factors``."""
+    out = {base}
+    for f in factors:
+        out |= {m * f for m in out}
+    return out
 
 
 @dataclass
@@ -302,9 +313,10 @@ class Model:
 
     def work_share(self, cand: Candidate, inst: str | None,
                parallel: list[tuple[Any, tuple[str, ...]]],
-               repeated: tuple[str, ...] = ()) -> float:
+               repeated: tuple[str, ...] = (), copies: int = 1) -> float:
         """:meth:`parallel_share` of work that :meth:`repetition` multiplied by the sizes of
-        the ``repeated`` dims."""
+        the ``repeated`` dims, and that ``copies`` parallel iterations each run whole (a
+        GPU's blocks, :meth:`partita.model.gpu.GpuModel.block_copies`)."""
         k = cand.kernel
         cores = self.rates.cores
         optimistic = 1 / cores
@@ -312,8 +324,10 @@ class Model:
         # Its own dims that may be parallel loops of more than one iteration: a loop fused
         # with none of them cannot share its work (a fused loop of one iteration shares none).
         own_parallel = [d.name for d, _ in parallel if own is not None and d.name in own]
-        n = 1
+        n = copies
         counted: list[str] = []
+        # The sizes of the dims that may or may not divide the work (Rates.exact_shares).
+        optional: list[int] = []
         for dim, kinds in parallel:
             encloses = True
             if own is not None and inst is not None and dim.name not in own:
@@ -325,18 +339,33 @@ class Model:
                         for d in own_parallel):
                     continue  # the instruction would run whole in each of its iterations
                 encloses = cand.is_only("order", (dim.name, inst), Order.OUT)
-            if len(kinds) > 1 or not encloses or (
-                    dim.sizes is not None and len(cand.domain("size", dim.name)) > 1):
+            exact = self.rates.exact_shares
+            open_kind = len(kinds) > 1 or not encloses
+            if (dim.sizes is not None and len(cand.domain("size", dim.name)) > 1) or (
+                    open_kind and not exact):
                 return optimistic
             fused = [cand.domain("order", dim.name, c) for c in counted
                      if k.mergeable(dim.name, c)]
             if (Order.MERGED,) in fused:
                 continue
-            if any(Order.MERGED in dom for dom in fused):
-                return optimistic
+            if open_kind or any(Order.MERGED in dom for dom in fused):
+                lo, hi = self.dim_size_range(cand, dim.name)
+                if not exact or lo != hi:
+                    return optimistic
+                if own is not None and dim.name not in own and dim.name not in repeated:
+                    # Fused with one of its own dims, it is that dim (weighed on its own);
+                    # apart, it runs the instruction whole in each of its iterations: the
+                    # share of the instruction's own work is no smaller.
+                    continue
+                # Not counted: a later dim fused with it is counted on its own, and the
+                # choice of 1 here covers their fusion.
+                optional.append(lo)
+                continue
             counted.append(dim.name)
             n *= self.dim_size_range(cand, dim.name)[0]
-        return math.ceil(n / cores) / n
+        if len(optional) > EXACT_SHARE_DIMS:
+            return optimistic
+        return min(math.ceil(m / cores) / m for m in _products(n, optional))
 
     def memory_time(self, cand: Candidate,
                     parallel: list[tuple[Any, tuple[str, ...]]] | None = None) -> float:

@@ -61,6 +61,9 @@ def gpu_rates(gpu: GpuCapabilities, dtype: str = "float32") -> Rates:
         # The CUDA printer keeps every LOOP rolled (``#pragma unroll 1``): nvcc unrolls only
         # the UNROLL dimensions, so no LOOP is peeled and hoisted from.
         rolled_loops=True,
+        # A grid's blocks go to SMs whole: the busiest SM's share is weighed for each grid
+        # the open kinds still allow.
+        exact_shares=True,
     )
 
 
@@ -192,8 +195,10 @@ class GpuModel(Model):
                          k.mergeable(d, b) and cand.allows("order", (d, b), Order.MERGED)
                          for b in blocks))
         parallel_names = {d.name for d, _ in parallel}
+        # The blocks counted are ``copies`` parallel iterations (fewer than their sizes'
+        # product where the other tiles' sizes are open), each running the work whole.
         share = self.work_share(cand, inst, parallel,
-                                tuple(d for d in (*over, *blocks) if d in parallel_names))
+                                tuple(d for d in over if d in parallel_names), copies)
         return t.volumes[inst] * self._size_product(cand, over) * copies * share
 
     def thread_issues(self, cand: Candidate) -> float:

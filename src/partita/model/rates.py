@@ -66,6 +66,13 @@ class Rates:
     is what :func:`partita.model.body.body_time` prices. Otherwise loops of up to
     :data:`PEELED` iterations may be unrolled by the compiler."""
 
+    exact_shares: bool = False
+    """Where some dims may or may not divide the work over the cores (a kind, a fusion or an
+    enclosure still open), take the busiest core's least share over every way they can
+    still turn out (``ceil(n / c) / n`` for each possible count ``n`` of parallel
+    iterations) rather than ``1 / c``: a grid of ``n`` blocks, not a multiple of the SMs,
+    leaves some SM ``ceil(n / c)`` of them."""
+
     lane_calls: tuple[str, ...] = ()
     """Operations the printed code computes one lane at a time with a call to the C library
     (``exp`` and ``log`` on a CPU: without -ffast-math, glibc declares no vector variants).
