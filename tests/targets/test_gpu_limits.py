@@ -292,6 +292,36 @@ def test_local_memory_limit_removes_exactly_the_large_register_arrays() -> None:
     assert outcomes[True] >= 3 and outcomes[False] >= 3, outcomes
 
 
+def test_register_elements_count_the_printed_private_array() -> None:
+    """The counter ``register_elements(t)`` of a REGISTER temporary is the length of the
+    array the printers declare for it: a slot per tile, less those of fused pairs and of
+    pairs of thread dims on one hardware dimension (here A's row tile, loaded by the threads
+    that consume it, in a nest of its own)."""
+    k = partita.kernel("matmul", m=8, n=8, k=4)
+    root = Space(gpu_space(H100), k).root()
+    for choice, args, value in (("dim_kind", ("i_a.2",), "THREAD"),
+                                ("dim_kind", ("i.2",), "THREAD"),
+                                ("order", ("i_a.2", "i.2"), "BEFORE")):
+        assert isinstance(root, Candidate)
+        root = root.restrict(choice, args, [value])
+    assert isinstance(root, Candidate)
+    rng = random.Random(1)
+    checked: set[str] = set()
+    for _ in range(40):
+        leaf, _, _ = random_descent(root, rng)
+        if not isinstance(leaf, Candidate):
+            continue
+        program = print_opencl(leaf)
+        arrays = private_arrays(program)
+        for t in (a.name for a in leaf.kernel.arrays if a.carries):
+            if leaf.domain("mem_space", t) == ("REGISTER",):
+                itemsize = leaf.kernel.array(t).dtype.itemsize
+                elements = arrays.get(t, itemsize) // itemsize
+                assert leaf.counter("register_elements", t) == (elements, elements), t
+                checked.add(t)
+    assert "tmp_ld_a_acc" in checked, checked
+
+
 @pytest.mark.parametrize("kernel,params", [
     ("matmul", {"m": 16, "n": 16, "k": 8}),
     pytest.param("atax", {"m": 16, "n": 8}, marks=pytest.mark.slow),
