@@ -419,8 +419,8 @@ def test_a_block_over_the_shared_memory_limit_is_refused_before_any_build(
     assert "4,259,840 bytes of shared memory" in results[0].reason
     assert "232,448" in results[0].reason
     assert results[1].status == "ok" and built == ["axpy_cuda"] and len(fake.launches) >= 1
-    # A register temporary indexed by loop counters is an array in local memory, which a
-    # thread may have up to 512 KiB of.
+    # Register temporaries indexed by loop counters are arrays in local memory, which a
+    # thread may have up to 512 KiB of (the space bounds each, not their sum).
     local = dataclasses.replace(fits, entry="axpy_local", private_bytes=4 << 20)
     with CudaRunner() as runner:
         m = runner.measure(local, b"cubin", timeout_s=10.0)

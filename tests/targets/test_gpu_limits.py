@@ -2,7 +2,8 @@
 
 Every implementation a random descent reaches prints with both printers and fits the device:
 threads per block (in total and along each hardware dimension), blocks along each grid
-dimension, hardware dimensions, and shared memory per temporary. The limits are checked on the
+dimension, hardware dimensions, shared memory per temporary and local memory per register
+temporary. The limits are checked on the
 printed programs, against :class:`~partita.targets.gpu.device.GpuCapabilities`, not against
 the space's counters. On small instances, the constraints remove exactly the implementations
 that break a limit: those of the space without them that the printers refuse or whose
@@ -30,6 +31,7 @@ from partita.targets.gpu.limits import LIMITS, REDUNDANT
 from partita.targets.gpu.space import gpu_space
 
 LOCAL_ARRAY = re.compile(r"__local (\w+) (\w+)\[(\d+)\]")
+PRIVATE_ARRAY = re.compile(r"^ *(\w+) (\w+)\[(\d+)\] __attribute__", re.MULTILINE)
 ITEMSIZE = {"float": 4, "double": 8, "int": 4, "long": 8}
 
 
@@ -39,10 +41,18 @@ def shared_arrays(program: GpuProgram) -> dict[str, int]:
             for ctype, name, n in LOCAL_ARRAY.findall(program.source)}
 
 
+def private_arrays(program: GpuProgram) -> dict[str, int]:
+    """Bytes of every private array of a thread an OpenCL program declares (``T name[n]``,
+    REGISTER temporaries)."""
+    return {name: int(n) * ITEMSIZE[ctype]
+            for ctype, name, n in PRIVATE_ARRAY.findall(program.source)}
+
+
 def misfits(program: GpuProgram, gpu: GpuCapabilities) -> list[str]:
     """The limits of ``gpu`` a printed program's launch breaks, read from the program: its
-    grid, block, hardware dimensions and shared arrays. Hardware dimensions may be permuted
-    (the printers put a large class on x), so extents are compared sorted, largest on x."""
+    grid, block, hardware dimensions, shared arrays and private arrays. Hardware dimensions
+    may be permuted (the printers put a large class on x), so extents are compared sorted,
+    largest on x."""
     out = []
     grid, block = program.launch()
     hardware = [name for name, _ in program.hardware]
@@ -61,6 +71,9 @@ def misfits(program: GpuProgram, gpu: GpuCapabilities) -> list[str]:
     for name, nbytes in shared_arrays(program).items():
         if nbytes > gpu.shared_bytes_per_block:
             out.append(f"{name}: {nbytes} bytes of shared memory")
+    for name, nbytes in private_arrays(program).items():
+        if nbytes > gpu.local_bytes_per_thread:
+            out.append(f"{name}: {nbytes} bytes of local memory")
     return out
 
 
@@ -75,11 +88,12 @@ def on_device(program: GpuProgram, gpu: GpuCapabilities) -> list[str]:
 
 
 SMALL = replace(H100, name="small", max_threads_per_block=4, max_thread_dims=2,
-                max_block_dims=2, max_grid=(8, 2, 2), shared_bytes_per_block=32)
+                max_block_dims=2, max_grid=(8, 2, 2), shared_bytes_per_block=32,
+                local_bytes_per_thread=16)
 """Limits small enough that the implementations of small kernels reach them."""
 
 MEDIUM = replace(H100, name="medium", max_threads_per_block=16, max_block_dims=2,
-                 max_grid=(4, 2, 2), shared_bytes_per_block=128)
+                 max_grid=(4, 2, 2), shared_bytes_per_block=128, local_bytes_per_thread=64)
 """Limits that about half the implementations of small matrix products reach."""
 
 
@@ -242,6 +256,72 @@ def test_constraints_remove_exactly_what_breaks_a_limit(kernel: str, params: dic
     assert outcomes[True] >= 2 and outcomes[False] >= 2, outcomes
 
 
+LOCAL = replace(H100, name="local", local_bytes_per_thread=8)
+"""The H100 with 2 floats of local memory per thread: only that limit bites on small kernels."""
+
+
+def test_local_memory_limit_removes_exactly_the_large_register_arrays() -> None:
+    """Random implementations of the space without the local memory limit replay in the
+    space with it exactly when no private array of the printed program (a REGISTER
+    temporary, its slots kept unless fused or on one hardware thread dimension) exceeds the
+    thread's local memory."""
+    k = partita.kernel("matmul", m=8, n=8, k=4)
+    sdef = gpu_space(LOCAL)
+    free = Space(replace(sdef, constraints=[c for c in sdef.constraints if c.name !=
+                                            "local memory of a register temporary"]), k).root()
+    limited = Space(sdef, k)
+    assert isinstance(free, Candidate)
+    rng = random.Random(9)
+    outcomes = {True: 0, False: 0}
+    for _ in range(60):
+        leaf, _, _ = random_descent(free, rng)
+        if not isinstance(leaf, Candidate):
+            continue
+        try:
+            program = print_opencl(leaf)
+        except UnsoundCandidate:
+            continue
+        bad = max(private_arrays(program).values(), default=0) > LOCAL.local_bytes_per_thread
+        replayed = limited.replay(list(leaf.decisions))
+        if bad:
+            assert isinstance(replayed, DeadEnd), leaf.decisions_json()
+        else:
+            assert isinstance(replayed, Candidate), (replayed, leaf.decisions_json())
+            assert replayed.is_implementation and assignment(replayed) == assignment(leaf)
+        outcomes[bad] += 1
+    assert outcomes[True] >= 3 and outcomes[False] >= 3, outcomes
+
+
+def test_register_elements_count_the_printed_private_array() -> None:
+    """The counter ``register_elements(t)`` of a REGISTER temporary is the length of the
+    array the printers declare for it: a slot per tile, less those of fused pairs and of
+    pairs of thread dims on one hardware dimension (here A's row tile, loaded by the threads
+    that consume it, in a nest of its own)."""
+    k = partita.kernel("matmul", m=8, n=8, k=4)
+    root = Space(gpu_space(H100), k).root()
+    for choice, args, value in (("dim_kind", ("i_a.2",), "THREAD"),
+                                ("dim_kind", ("i.2",), "THREAD"),
+                                ("order", ("i_a.2", "i.2"), "BEFORE")):
+        assert isinstance(root, Candidate)
+        root = root.restrict(choice, args, [value])
+    assert isinstance(root, Candidate)
+    rng = random.Random(1)
+    checked: set[str] = set()
+    for _ in range(40):
+        leaf, _, _ = random_descent(root, rng)
+        if not isinstance(leaf, Candidate):
+            continue
+        program = print_opencl(leaf)
+        arrays = private_arrays(program)
+        for t in (a.name for a in leaf.kernel.arrays if a.carries):
+            if leaf.domain("mem_space", t) == ("REGISTER",):
+                itemsize = leaf.kernel.array(t).dtype.itemsize
+                elements = arrays.get(t, itemsize) // itemsize
+                assert leaf.counter("register_elements", t) == (elements, elements), t
+                checked.add(t)
+    assert "tmp_ld_a_acc" in checked, checked
+
+
 @pytest.mark.parametrize("kernel,params", [
     ("matmul", {"m": 16, "n": 16, "k": 8}),
     pytest.param("atax", {"m": 16, "n": 8}, marks=pytest.mark.slow),
@@ -270,15 +350,16 @@ def test_redundant_limit_clauses_lose_no_implementation(kernel: str, params: dic
 
 
 def test_limits_never_decided() -> None:
-    """The extents of tiles and the slots of shared temporaries follow from the other
-    decisions: no descent in the default order decides them."""
+    """The extents of tiles and the slots of shared and register temporaries follow from the
+    other decisions: no descent in the default order decides them."""
     root = partita.space(partita.kernel("matmul", m=64, n=64, k=16), "gpu").root()
     assert isinstance(root, Candidate)
     rng = random.Random(2)
     for _ in range(20):
         leaf, _, _ = random_descent(root, rng)
         if isinstance(leaf, Candidate):
-            assert not {d.choice for d in leaf.decisions} & {"tile_extent", "shared_slot"}
+            assert not {d.choice for d in leaf.decisions} & {"tile_extent", "shared_slot",
+                                                             "register_slot"}
 
 
 def test_a_device_whose_per_dimension_limits_the_product_does_not_imply() -> None:

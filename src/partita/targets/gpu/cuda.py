@@ -67,7 +67,7 @@ from partita.targets.gpu.check import (
     host_arguments,
     launch_of,
 )
-from partita.targets.gpu.device import GpuCapabilities
+from partita.targets.gpu.device import CUDA_LOCAL_BYTES_PER_THREAD, GpuCapabilities
 from partita.targets.gpu.nvcc import DEFAULT_ARCH, arch_of, compile_module, find_nvcc, nvcc_version
 
 
@@ -124,11 +124,6 @@ def _call(drv: Any, name: str, *args: Any) -> Any:
 # -- the device ------------------------------------------------------------------------------
 
 
-MAX_LOCAL_BYTES_PER_THREAD = 512 * 1024
-"""Local memory a thread may use on every architecture since compute capability 2.0 (CUDA C++
-Programming Guide, "Technical Specifications per Compute Capability")."""
-
-
 @dataclass(frozen=True)
 class CudaDevice:
     """A CUDA device: its ordinal, driver handle, name and compute capability."""
@@ -148,18 +143,19 @@ class CudaDevice:
 
     def misfit(self, program: GpuProgram) -> str | None:
         """Why ``program`` cannot be launched on this device (None: it fits). The space
-        bounds a block's shared memory from below only (a temporary's size depends on the
-        loops fused around it, decided last), and a thread's register temporaries not at all,
-        so an implementation may ask for more than the hardware has: the driver would refuse
-        its launch with a bare INVALID_VALUE."""
+        bounds each SHARED temporary's shared memory and each REGISTER temporary's local
+        memory, but not their sums over a block's or a thread's temporaries (the declaration
+        language has no counter whose terms are other counters), so an implementation may ask
+        for more than the hardware has: the driver would refuse its launch with a bare
+        INVALID_VALUE."""
         if program.shared_bytes > self.max_shared_bytes_optin:
             return (f"needs {program.shared_bytes:,} bytes of shared memory per block; "
                     f"{self.name} allows {self.max_shared_bytes_optin:,}")
-        if program.private_bytes > MAX_LOCAL_BYTES_PER_THREAD:
+        if program.private_bytes > CUDA_LOCAL_BYTES_PER_THREAD:
             # The driver refuses such a launch with a bare INVALID_VALUE (seen on an H100:
             # a 4 MiB array of a register temporary indexed by loop counters).
             return (f"needs {program.private_bytes:,} bytes of local memory per thread; "
-                    f"CUDA allows {MAX_LOCAL_BYTES_PER_THREAD:,}")
+                    f"CUDA allows {CUDA_LOCAL_BYTES_PER_THREAD:,}")
         return None
 
 

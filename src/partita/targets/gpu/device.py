@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+CUDA_LOCAL_BYTES_PER_THREAD = 512 * 1024
+"""Local memory a thread may use on every architecture since compute capability 2.0 (CUDA C++
+Programming Guide, "Technical Specifications per Compute Capability")."""
+
 
 @dataclass(frozen=True)
 class GpuCapabilities:
@@ -51,6 +55,9 @@ class GpuCapabilities:
     """Shared memory: 32 banks of 4 bytes, each serving one access per cycle."""
     sector_bytes: int = 32
     """The unit in which global memory moves between L1, L2 and DRAM."""
+    local_bytes_per_thread: int = CUDA_LOCAL_BYTES_PER_THREAD
+    """Local memory per thread: where the arrays of REGISTER temporaries live when indexed by
+    loop counters (the driver refuses a launch that asks for more)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -88,6 +95,8 @@ H100 = GpuCapabilities(
     # CUDA C++ Best Practices Guide, coalesced access: global memory is accessed in 32-byte
     # sectors; a warp's access moves every sector its threads touch.
     sector_bytes=32,
+    # CUDA Programming Guide, compute capability 9.0: 512 KiB of local memory per thread.
+    local_bytes_per_thread=CUDA_LOCAL_BYTES_PER_THREAD,
     # H100 whitepaper: 132 SMs on the SXM5 product.
     sms=132,
     warp_size=32,

@@ -17,7 +17,10 @@ driver:
   one class of fused BLOCK dims counts more than ``max_grid[1]`` (the printers move that one
   to ``x``);
 - shared memory: the bytes of every ``SHARED`` temporary, its elements being the product of
-  the tiles it keeps a slot for, at most ``shared_bytes_per_block``.
+  the tiles it keeps a slot for, at most ``shared_bytes_per_block``;
+- local memory: the bytes of every ``REGISTER`` temporary, a private array of each thread
+  whose elements are the product of the tiles it keeps a slot for, at most
+  ``local_bytes_per_thread``.
 
 Some clauses are redundant (implied by the counters): they are stated so that propagation
 removes a value before a search draws it, where the counters alone would only find the limit
@@ -44,10 +47,18 @@ class SharedSlot(StrEnum):
     FUSED = "FUSED"
 
 
+class RegisterSlot(StrEnum):
+    """The values of ``register_slot(t, a)`` (see :func:`declare_local_memory`)."""
+
+    KEPT = "KEPT"
+    DROPPED = "DROPPED"
+
+
 NOT_BLOCK = values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR, DimKind.THREAD)
 NOT_THREAD = values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR, DimKind.BLOCK)
 APART_OR_NONE = values(ThreadMapping.NOT_THREADS, ThreadMapping.MAPPED)
 """A pair of dims that is not on two different hardware thread dimensions."""
+NOT_MAPPED = values(ThreadMapping.NOT_THREADS, ThreadMapping.IN, ThreadMapping.OUT)
 
 MAX_STRIP_FACTORS = 32
 """Strip-mining factors of a logical dimension whose outer tile's extent the space tracks
@@ -69,6 +80,7 @@ LIMITS = (
     "one block dimension beyond the y and z limits",
     "shared memory of a temporary",
     "shared memory capacity",
+    "local memory of a register temporary",
 )
 """The constraints that state the launch limits."""
 
@@ -299,6 +311,47 @@ def declare_shared_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
               Compare("shared_bytes", (), "<=", gpu.shared_bytes_per_block))
 
 
-__all__ = ["LIMITS", "REDUNDANT", "SharedSlot", "block_chains_overflow", "declare_block_limits",
-           "declare_shared_memory", "declare_thread_limits", "declare_tile_extents",
-           "extent_known"]
+def declare_local_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
+    """Local memory per thread.
+
+    ``register_slot(t, a)`` says whether temporary ``t`` is indexed by the pair of its
+    producer tile ``a`` (KEPT) or not (DROPPED): as the printers lay it out, a REGISTER
+    temporary, private to a thread, drops the slot of a fused pair and of a pair of THREAD
+    dims on one hardware thread dimension (``MAPPED``: the pair is the thread itself). It is
+    never decided: ``order`` and ``thread_mapping`` fix it. ``register_elements(t)``
+    multiplies the extents of the kept tiles: the elements of the thread's array."""
+    S.enum("register_slot", ["Temporaries", "Dims"], RegisterSlot,
+           requires={RegisterSlot.DROPPED: lambda k, t, d: d in temporary_dims(k, t)},
+           doc="Whether a temporary in registers is indexed by a tile (never decided).")
+    t, a = Var("t", "Temporaries"), Var("a", "TempDims", of="t")
+    b = Var("b", "Partners", of="a")
+    pair = (Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b")),
+            Static(lambda k, tt, q: not _consumer_dim(k, tt, q), ("t", "b")))
+    kept, dropped = values(RegisterSlot.KEPT), values(RegisterSlot.DROPPED)
+    # thread_mapping has no instance for a dynamic dim (never a THREAD dim): no condition on
+    # it holds there, so a clause that needs MAPPED to fail is stated for static pairs only.
+    S.require("a pair apart keeps its register slot", [t, a, b], *pair,
+              Is("register_slot", ("t", "a"), kept), Is("order", ("a", "b"), values(Order.MERGED)),
+              Is("thread_mapping", ("a", "b"), values(ThreadMapping.MAPPED)))
+    S.require("a fused pair drops its register slot", [t, a, b], *pair,
+              Is("register_slot", ("t", "a"), dropped), Is("order", ("a", "b"), NOT_MERGED))
+    S.require("a pair on one thread dimension drops its register slot", [t, a, b],
+              Static(lambda k, p, q: not (produces_into(k, p, q) and k.dim(p).is_static
+                                          and k.dim(q).is_static), ("a", "b")),
+              pair[1], Is("register_slot", ("t", "a"), dropped),
+              Is("thread_mapping", ("a", "b"), NOT_MAPPED))
+    S.counter("register_elements", [t], "mul", a, value="tile_extent",
+              when=(Is("register_slot", ("t", "a"), kept),),
+              doc="Elements of a temporary in registers, per thread.")
+    S.require("local memory of a register temporary", [t],
+              Is("mem_space", ("t",), values(MemSpace.SHARED, MemSpace.GLOBAL)),
+              Compare("register_elements", ("t",), "<=",
+                      lambda k, x: gpu.local_bytes_per_thread // k.array(x).dtype.itemsize,
+                      ("t",)),
+              doc="A thread's array in local memory where loop counters index it; the driver "
+                  "refuses a launch that needs more than the device allows.")
+
+
+__all__ = ["LIMITS", "REDUNDANT", "RegisterSlot", "SharedSlot", "block_chains_overflow",
+           "declare_block_limits", "declare_local_memory", "declare_shared_memory",
+           "declare_thread_limits", "declare_tile_extents", "extent_known"]

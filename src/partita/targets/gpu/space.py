@@ -5,8 +5,8 @@ Choices: ``dim_kind`` (LOOP, UNROLL, VECTOR, BLOCK, THREAD), ``size``, ``order``
 ``mem_space`` of temporaries, ``cache`` of memory instructions, and the ``layout`` of
 temporaries. Counters bound the code that unrolling prints: the copies of an instruction, and
 the copies of a LOOP's ``for`` (what nvcc's build time grows with); the device's launch limits
-(threads per block, hardware dimensions, blocks per grid dimension, shared memory) are declared
-in :mod:`partita.targets.gpu.limits`.
+(threads per block, hardware dimensions, blocks per grid dimension, shared memory, local
+memory) are declared in :mod:`partita.targets.gpu.limits`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from partita.targets.gpu.decisions import Cache, DimKind, MemSpace, ThreadMappin
 from partita.targets.gpu.device import GpuCapabilities
 from partita.targets.gpu.limits import (
     declare_block_limits,
+    declare_local_memory,
     declare_shared_memory,
     declare_thread_limits,
     declare_tile_extents,
@@ -84,6 +85,7 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
     declare_thread_limits(S, gpu)
     declare_block_limits(S, gpu)
     declare_shared_memory(S, gpu)
+    declare_local_memory(S, gpu)
     return S
 
 
