@@ -273,7 +273,7 @@ def test_local_memory_limit_removes_exactly_the_large_register_arrays() -> None:
     assert isinstance(free, Candidate)
     rng = random.Random(9)
     outcomes = {True: 0, False: 0}
-    for _ in range(60):
+    for _ in range(30):
         leaf, _, _ = random_descent(free, rng)
         if not isinstance(leaf, Candidate):
             continue
