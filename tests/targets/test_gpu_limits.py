@@ -246,14 +246,20 @@ def test_constraints_remove_exactly_what_breaks_a_limit(kernel: str, params: dic
         bad = violates(leaf, MEDIUM)
         if bad is None:
             continue
-        replayed = limited.replay(list(leaf.decisions))
-        if bad:
-            assert isinstance(replayed, DeadEnd), leaf.decisions_json()
-        else:
-            assert isinstance(replayed, Candidate), (replayed, leaf.decisions_json())
-            assert replayed.is_implementation and assignment(replayed) == assignment(leaf)
+        assert_replays_exactly_when_within(limited, leaf, bad)
         outcomes[bad] += 1
     assert outcomes[True] >= 2 and outcomes[False] >= 2, outcomes
+
+
+def assert_replays_exactly_when_within(limited: Space, leaf: Candidate, bad: bool) -> None:
+    """``leaf``, drawn without a limit, is a dead end of ``limited`` if it breaks the limit
+    (``bad``), and else the same implementation there."""
+    replayed = limited.replay(list(leaf.decisions))
+    if bad:
+        assert isinstance(replayed, DeadEnd), leaf.decisions_json()
+    else:
+        assert isinstance(replayed, Candidate), (replayed, leaf.decisions_json())
+        assert replayed.is_implementation and assignment(replayed) == assignment(leaf)
 
 
 LOCAL = replace(H100, name="local", local_bytes_per_thread=8)
@@ -282,12 +288,7 @@ def test_local_memory_limit_removes_exactly_the_large_register_arrays() -> None:
         except UnsoundCandidate:
             continue
         bad = max(private_arrays(program).values(), default=0) > LOCAL.local_bytes_per_thread
-        replayed = limited.replay(list(leaf.decisions))
-        if bad:
-            assert isinstance(replayed, DeadEnd), leaf.decisions_json()
-        else:
-            assert isinstance(replayed, Candidate), (replayed, leaf.decisions_json())
-            assert replayed.is_implementation and assignment(replayed) == assignment(leaf)
+        assert_replays_exactly_when_within(limited, leaf, bad)
         outcomes[bad] += 1
     assert outcomes[True] >= 3 and outcomes[False] >= 3, outcomes
 
