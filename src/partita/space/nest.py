@@ -345,3 +345,15 @@ def declare_enclosing_kind(S: SpaceDef, kind: str, others: tuple[str, ...]) -> N
               Static(lambda k, p, q: not k.mergeable(p, q), ("x", "e")),
               Is("dim_kind", ("x",), values(*others)),
               Is("dim_kind", ("e",), values(kind)))
+
+
+def declare_copies_counter(S: SpaceDef, name: str, of: Var, kinds: frozenset[str],
+                           doc: str) -> None:
+    """``name(x)``: the product of the sizes of the dims of ``kinds`` around statement ``x``
+    of ``of``'s set (fused dims counted once), the copies of ``x`` that unrolling (or
+    vectorising) prints or keeps live. A dynamic dim counts one until its size is known."""
+    S.counter(name, [of], "mul", Var("d", "Dims"),
+              value="size", default=lambda k, d: k.dim(d).static_size or 1,
+              when=(Is("order", (of.name, "d"), values(Order.IN)),
+                    Is("dim_kind", ("d",), kinds)),
+              quotient="merged", doc=doc)

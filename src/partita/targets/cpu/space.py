@@ -51,6 +51,7 @@ from partita.space.nest import (
     NOT_IN,
     Order,
     can_enclose_inst,
+    declare_copies_counter,
     declare_nest,
     declare_sets,
     foreign_to_reduction,
@@ -424,23 +425,16 @@ def _declare_parallel(S: SpaceDef, cpu: CpuCapabilities) -> None:
 
 
 def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None:
-    S.counter("register_values", [Var("i", "Insts")], "mul", Var("d", "Dims"),
-              value="size", default=lambda k, d: k.dim(d).static_size or 1,
-              when=(Is("order", ("i", "d"), values(Order.IN)),
-                    Is("dim_kind", ("d",), REGISTER_KINDS)),
-              quotient="merged",
-              doc="Copies of an instruction's value that unrolled and vector dims keep live.")
+    declare_copies_counter(S, "register_values", Var("i", "Insts"), REGISTER_KINDS,
+                           "Copies of an instruction's value that unrolled and vector dims "
+                           "keep live.")
     limit = cpu.lanes(itemsize) * cpu.vector_registers
     S.require("unrolled values fit the vector registers", [Var("i", "Insts")],
               Compare("register_values", ("i",), "<=", limit),
               doc="Beyond the register file, unrolling spills: never the fastest code.")
-    S.counter("unrolled_copies", [Var("i", "Insts")], "mul", Var("d", "Dims"),
-              value="size", default=lambda k, d: k.dim(d).static_size or 1,
-              when=(Is("order", ("i", "d"), values(Order.IN)),
-                    Is("dim_kind", ("d",), values(DimKind.UNROLL))),
-              quotient="merged",
-              doc="Copies of an instruction in the source, one per iteration of its unrolled "
-                  "loops.")
+    declare_copies_counter(S, "unrolled_copies", Var("i", "Insts"), values(DimKind.UNROLL),
+                           "Copies of an instruction in the source, one per iteration of its "
+                           "unrolled loops.")
     S.require("unrolled copies fit the vector registers", [Var("i", "Insts")],
               Compare("unrolled_copies", ("i",), "<=", cpu.vector_registers),
               doc="Each copy of a register tile holds at least one register; more copies "

@@ -19,6 +19,7 @@ from partita.space.nest import (
     NOT_IN,
     Order,
     can_enclose_everything,
+    declare_copies_counter,
     declare_enclosing_kind,
     declare_nest,
     declare_sets,
@@ -112,21 +113,15 @@ def _declare_kinds(S: SpaceDef, gpu: GpuCapabilities) -> None:
               Static(lambda k, m, d: not _strided(k, m, d), ("m", "d")),
               Is("order", ("m", "d"), NOT_IN),
               Is("dim_kind", ("d",), NOT_VECTOR))
-    S.counter("unroll", [Var("i", "Insts")], "mul", Var("d", "Dims"),
-              value="size", default=lambda k, d: k.dim(d).static_size or 1,
-              when=(Is("order", ("i", "d"), values(Order.IN)),
-                    Is("dim_kind", ("d",), values(DimKind.UNROLL))),
-              quotient="merged", doc="Copies of an instruction in unrolled loops.")
+    unrolled = values(DimKind.UNROLL)
+    declare_copies_counter(S, "unroll", Var("i", "Insts"), unrolled,
+                           "Copies of an instruction in unrolled loops.")
     S.require("unroll factor", [Var("i", "Insts")],
               Compare("unroll", ("i",), "<=", gpu.max_unroll))
     x = Var("x", "Dims")
-    S.counter("loop_copies", [x], "mul", Var("d", "Dims"),
-              value="size", default=lambda k, d: k.dim(d).static_size or 1,
-              when=(Is("order", ("x", "d"), values(Order.IN)),
-                    Is("dim_kind", ("d",), values(DimKind.UNROLL))),
-              quotient="merged",
-              doc="Copies of a dimension's code in the unrolled dims around it: for a LOOP, "
-                  "the for loops printed for it.")
+    declare_copies_counter(S, "loop_copies", x, unrolled,
+                           "Copies of a dimension's code in the unrolled dims around it: for "
+                           "a LOOP, the for loops printed for it.")
     S.require("loop copies", [x],
               Is("dim_kind", ("x",), NOT_LOOP),
               Compare("tile_extent", ("x",), "==", 1),
