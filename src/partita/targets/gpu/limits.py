@@ -270,6 +270,14 @@ def _consumer_dim(k: Kernel, t: str, b: str) -> bool:
     return b in k.iteration_dims((k.array(t).carries or ("", ""))[1])
 
 
+def _carried_pair() -> tuple[Static, Static]:
+    """Conditions that hold except where tile ``a`` of temporary ``t`` and tile ``b`` are a
+    producer-consumer pair it carries (``b`` a tile of the consumer that ``a`` produces
+    into): a clause on the pair lists them first."""
+    return (Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b")),
+            Static(lambda k, tt, q: not _consumer_dim(k, tt, q), ("t", "b")))
+
+
 def declare_shared_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
     """Shared memory per block.
 
@@ -283,8 +291,7 @@ def declare_shared_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
            doc="Whether a temporary in shared memory is indexed by a tile (never decided).")
     t, a = Var("t", "Temporaries"), Var("a", "TempDims", of="t")
     b = Var("b", "Partners", of="a")
-    pair = (Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b")),
-            Static(lambda k, tt, q: not _consumer_dim(k, tt, q), ("t", "b")))
+    pair = _carried_pair()
     kept, fused = values(SharedSlot.KEPT), values(SharedSlot.FUSED)
     S.require("an unfused pair keeps its slot", [t, a, b], *pair,
               Is("shared_slot", ("t", "a"), kept), Is("order", ("a", "b"), values(Order.MERGED)))
@@ -325,8 +332,7 @@ def declare_local_memory(S: SpaceDef, gpu: GpuCapabilities) -> None:
            doc="Whether a temporary in registers is indexed by a tile (never decided).")
     t, a = Var("t", "Temporaries"), Var("a", "TempDims", of="t")
     b = Var("b", "Partners", of="a")
-    pair = (Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b")),
-            Static(lambda k, tt, q: not _consumer_dim(k, tt, q), ("t", "b")))
+    pair = _carried_pair()
     kept, dropped = values(RegisterSlot.KEPT), values(RegisterSlot.DROPPED)
     # thread_mapping has no instance for a dynamic dim (never a THREAD dim): no condition on
     # it holds there, so a clause that needs MAPPED to fail is stated for static pairs only.
