@@ -197,7 +197,7 @@ def _partial_tile_candidates(params: dict, count: int, seed: int):
 @pytest.mark.parametrize("params", [{"m": 6, "n": 37, "k": 19},
                                     {"m": 5, "n": 21, "k": 11, "transpose_b": 1}],
                          ids=["row-major", "b-transposed"])
-@pytest.mark.parametrize("march", ["native", "x86-64-v2"])
+@pytest.mark.parametrize("march", ["native", pytest.param("x86-64-v2", marks=pytest.mark.slow)])
 def test_partial_vectors_compute_on_whole_vectors_with_masked_accesses(
         params: dict, march: str) -> None:
     """The last, partial vector of j runs on whole vectors: its loads from the kernel's
@@ -427,8 +427,9 @@ def test_a_global_copy_that_a_parallel_loop_does_not_index_is_one_per_thread(
     assert report.verified == 6, report.failed[:3]
 
 
-@pytest.mark.parametrize("name,params", [("matmul", {"m": 64, "n": 64, "k": 16}),
-                                         ("batched_matmul", {"b": 4, "m": 16, "n": 16, "k": 8})])
+@pytest.mark.parametrize("name,params", [
+    ("matmul", {"m": 64, "n": 64, "k": 16}),
+    pytest.param("batched_matmul", {"b": 4, "m": 16, "n": 16, "k": 8}, marks=pytest.mark.slow)])
 def test_every_parallel_loop_is_in_the_collapsed_nest(name: str, params: dict) -> None:
     """OpenMP shares one work-shared nest: each parallel loop is the only statement of the
     parallel loop around it, so the printer runs every loop decided PARALLEL in parallel

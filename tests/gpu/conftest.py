@@ -113,8 +113,14 @@ def _start_nvcc_early(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("cuda_build")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests awaiting the nvcc run go last, so that it overlaps the OpenCL tests."""
+    """Tests awaiting the nvcc run go last, so that it overlaps the OpenCL tests. A test that
+    asks for :func:`printed` is slow: the replay takes 12 s on both cores (``make test`` runs
+    it; the fast subset checks the GPU printers on fresh random draws)."""
+    for item in items:
+        if "printed" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: "cuda_build" in getattr(item, "fixturenames", ()))
 
 

@@ -48,6 +48,8 @@ CASES = [
 FAST = {"axpy", "matmul", "gemv", "softmax"}
 """Kernels whose first case ``make test`` checks; ``make fuzz`` (``--fuzz`` above 8) checks
 every case (two minutes of PoCL builds on 2 cores at 8 implementations each)."""
+LEFT_TO_MAKE_TEST = {"softmax"}
+"""Of those, the ones the fast subset (``-m "not slow"``) leaves out."""
 
 
 def _params() -> list[object]:
@@ -57,6 +59,8 @@ def _params() -> list[object]:
         fast = name in FAST and name not in seen
         seen.add(name)
         marks = [] if fast else [pytest.mark.fuzz_only]
+        if fast and name in LEFT_TO_MAKE_TEST:
+            marks = [pytest.mark.slow]
         out.append(pytest.param(name, params, id=f"{name}-{zlib.crc32(str(params).encode())}",
                                 marks=marks))
     return out

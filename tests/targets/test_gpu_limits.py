@@ -266,6 +266,7 @@ LOCAL = replace(H100, name="local", local_bytes_per_thread=8)
 """The H100 with 2 floats of local memory per thread: only that limit bites on small kernels."""
 
 
+@pytest.mark.slow
 def test_local_memory_limit_removes_exactly_the_large_register_arrays() -> None:
     """Random implementations of the space without the local memory limit replay in the
     space with it exactly when no private array of the printed program (a REGISTER
