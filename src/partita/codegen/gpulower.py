@@ -37,6 +37,10 @@ Barriers
     between the nest that writes it and the nest that reads it; when a loop around both
     iterates, a second barrier after the reading nest keeps the next iteration's writes from
     overtaking slow readers (not for ``GLOBAL`` temporaries, whose elements are written once).
+    A kernel array that one nest stores and another accesses (a histogram's bins, cleared,
+    then counted) gets a barrier between the two nests, whichever threads touch it: the
+    space keeps such a kernel in one block (blocks cannot wait for each other), and a
+    barrier also orders the block's accesses to global memory.
     Barriers sit between statements of a loop body, never inside a guard, so every thread of
     the block reaches them.
 
@@ -56,9 +60,10 @@ from dataclasses import dataclass
 from partita.codegen.expr import CodegenError, fold_product
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Slot, Storage
-from partita.ir.kernel import Array, Kernel
+from partita.ir.kernel import Array
 from partita.ir.operands import Instruction, Reduce, Value
 from partita.space.candidate import Candidate
+from partita.space.memory import arrays_across_nests
 from partita.space.nest import CommonKind
 from partita.space.temporaries import CommonPlace, permutation
 from partita.targets.gpu.space import DimKind as GpuKind
@@ -151,7 +156,6 @@ class GpuPlan(LoweredPlan):
         self._map_hardware()
         self._plan_storage()
         self._plan_prefetches()
-        self._check_arrays()
         self._analyse_threads()
         self._place_barriers()
         for node in walk_loops(self.tree):
@@ -223,11 +227,6 @@ class GpuPlan(LoweredPlan):
                 x = next(o for o in self.block_nodes if self.hw_of[id(o)] == 0)
                 self.hw_of[id(x)], self.hw_of[id(b)] = h, 0
                 return
-
-    def _check_arrays(self) -> None:
-        reason = cross_nest_array(self.k)
-        if reason is not None:
-            raise CodegenError(reason)
 
     def kind(self, d: str) -> str:
         return str(self.cand.domain("dim_kind", d)[0])
@@ -443,7 +442,10 @@ class GpuPlan(LoweredPlan):
     def _place_barriers(self) -> None:
         """Barriers between accesses of a shared temporary by different threads: after a
         write and before the reads of it, after reads and before a later overwrite, and
-        at the end of a loop body when the next iteration's accesses would race."""
+        at the end of a loop body when the next iteration's accesses would race. A kernel
+        array that one nest stores and another accesses gets a barrier between the two
+        nests: which thread touches which of its elements is not tracked (a histogram's
+        index is data), and the space keeps such a kernel in one block."""
         for st, accesses in self._memory_accesses():
             writes = [(i, side) for i, side, w in accesses if w]
             reads = [(i, side) for i, side, w in accesses if not w]
@@ -451,25 +453,36 @@ class GpuPlan(LoweredPlan):
                 for r in reads:
                     if w[0] == r[0] or self._same_thread(st, w, r):
                         continue
-                    top = self.lca({w[0], r[0]})
-                    if top.kind == CommonKind.VECTOR:
-                        raise CodegenError(f"{st.name} crosses threads inside vector dim "
-                                           f"{top.name}")
-                    x = self._child_towards(top, w[0])
-                    y = self._child_towards(top, r[0])
-                    marks = self.barriers.setdefault(id(top), set())
-                    again = self._iterates_around(top)
                     # Each element of a GLOBAL temporary is written once: no overwrite.
-                    overwrites = st.space != CommonPlace.GLOBAL
-                    if x < y:
-                        marks.add(y)
-                        if again and overwrites:
-                            marks.add(y + 1)
-                    else:
-                        if overwrites:
-                            marks.add(x)
-                        if again:
-                            marks.add(x + 1)
+                    self._mark_barrier(st.name, w[0], r[0],
+                                       overwrites=st.space != CommonPlace.GLOBAL)
+        for array in arrays_across_nests(self.k):
+            insts = [i for i in self.k.instructions
+                     if i.access is not None and i.access.array == array]
+            for w in (i for i in insts if i.op == "store"):
+                for r in insts:
+                    if r.dims != w.dims:
+                        self._mark_barrier(array, w.name, r.name, overwrites=True)
+
+    def _mark_barrier(self, what: str, writer: str, reader: str, *, overwrites: bool) -> None:
+        """A barrier between ``writer`` and ``reader`` in the loop body that holds both (and
+        at the end of that body when a loop around it iterates)."""
+        top = self.lca({writer, reader})
+        if top.kind == CommonKind.VECTOR:
+            raise CodegenError(f"{what} crosses threads inside vector dim {top.name}")
+        x = self._child_towards(top, writer)
+        y = self._child_towards(top, reader)
+        marks = self.barriers.setdefault(id(top), set())
+        again = self._iterates_around(top)
+        if x < y:
+            marks.add(y)
+            if again and overwrites:
+                marks.add(y + 1)
+        else:
+            if overwrites:
+                marks.add(x)
+            if again:
+                marks.add(x + 1)
 
     def speculated(self, inst: Instruction, logical: str) -> bool:
         """Every instruction keeps its guards (threads past the end stay idle)."""
@@ -539,20 +552,3 @@ class GpuPlan(LoweredPlan):
                 moving[index] = moving.get(index, 0) + coeff
         return base % lanes == 0 and all(c % lanes == 0 for c in moving.values())
 
-
-def cross_nest_array(kernel: Kernel) -> str | None:
-    """Why no GPU implementation of ``kernel`` can be printed, or None: an array one nest
-    stores and another accesses would carry values between threads (and blocks) with no
-    synchronisation, in every implementation (a histogram's bins, cleared then counted).
-    Within one nest (axpy's ``y``) a load and a store of an element share their iteration,
-    hence their thread."""
-    for a in kernel.arrays:
-        if a.is_temporary:
-            continue
-        insts = [i for i in kernel.instructions
-                 if i.access is not None and i.access.array == a.name]
-        stores = [i for i in insts if i.op == "store"]
-        if any(s.dims != i.dims for s in stores for i in insts if i is not s):
-            return (f"array {a.name} is written in one nest and accessed in another: GPU "
-                    "kernels cannot order them across threads")
-    return None

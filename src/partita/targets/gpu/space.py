@@ -6,7 +6,9 @@ Choices: ``dim_kind`` (LOOP, UNROLL, VECTOR, BLOCK, THREAD), ``size``, ``order``
 temporaries. Counters bound the code that unrolling prints: the copies of an instruction, and
 the copies of a LOOP's ``for`` (what nvcc's build time grows with); the device's launch limits
 (threads per block, hardware dimensions, blocks per grid dimension, shared memory, local
-memory) are declared in :mod:`partita.targets.gpu.limits`.
+memory) are declared in :mod:`partita.targets.gpu.limits`. A kernel array that one nest
+stores and another accesses keeps the kernel in one block (no ``BLOCK`` dimension): blocks
+cannot wait for each other, and the printers order the nests with a barrier of the block.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
-from partita.space.memory import carries, declare_memory_dependences
+from partita.space.memory import arrays_across_nests, carries, declare_memory_dependences
 from partita.space.nest import (
     NOT_IN,
     Order,
@@ -71,7 +73,10 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
                                 and _innermost_tile(k, d) and d not in k.indirect_dims
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in gpu.vector_sizes)),
-        DimKind.BLOCK: lambda k, d: not carries(k, d) and can_enclose_everything(k, d),
+        # Blocks cannot wait for each other: an array that one nest stores and another
+        # accesses keeps the kernel in one block, whose threads a barrier orders.
+        DimKind.BLOCK: lambda k, d: (not carries(k, d) and can_enclose_everything(k, d)
+                                     and not arrays_across_nests(k)),
         DimKind.THREAD: lambda k, d: k.dim(d).is_static and not carries(k, d),
     }, doc="How a dimension is implemented (Beaugnon's thesis, Listing 4.2).")
     declare_nest(S)

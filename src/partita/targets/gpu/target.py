@@ -22,7 +22,6 @@ from typing import Any, cast
 from partita import config
 from partita.codegen.c import CodegenError
 from partita.codegen.gpu import GpuProgram, print_cuda, print_opencl
-from partita.codegen.gpulower import cross_nest_array
 from partita.codegen.program import Program
 from partita.ir.kernel import Kernel
 from partita.model.bound import Model
@@ -40,7 +39,6 @@ from partita.targets.base import (
     Sampling,
     Target,
     TargetUnavailable,
-    UnsupportedKernel,
 )
 from partita.targets.cpu.machine import CpuCapabilities
 from partita.targets.gpu.check import GpuRun
@@ -143,10 +141,8 @@ class GpuTarget(Target):
         return GpuModel(local_capabilities(), kernel.compute_dtype.value)
 
     def check(self, kernel: Kernel) -> None:
-        """:class:`UnsupportedKernel` where the printers refuse every implementation of
-        ``kernel``; :class:`~partita.targets.gpu.cuda.CudaUnavailable` where there is no CUDA
-        device or no nvcc to tune on."""
-        refuse_unprintable(kernel)
+        """:class:`~partita.targets.gpu.cuda.CudaUnavailable` where there is no CUDA device or
+        no nvcc to tune on (every kernel has GPU implementations to print)."""
         tuning_device()
 
     def evaluator(self, *, seed: int, timing: TimingOptions,
@@ -188,7 +184,6 @@ class GpuTarget(Target):
     @contextmanager
     def sampling(self, kernel: Kernel, *, seed: int, timeout_s: float) -> Iterator[Sampling]:
         """OpenCL run on PoCL (the CPU) to check GPU code; not timed."""
-        refuse_unprintable(kernel)
 
         def evaluate(programs: list[Program]) -> list[GpuRun]:
             try:
@@ -197,14 +192,6 @@ class GpuTarget(Target):
                 raise TargetUnavailable(f"no OpenCL device to run GPU code on: {exc}") from exc
 
         yield Sampling(evaluate, print_opencl, " on OpenCL (PoCL)")
-
-
-def refuse_unprintable(kernel: Kernel) -> None:
-    """:class:`UnsupportedKernel` naming ``kernel`` where no GPU implementation of it can be
-    printed (:func:`~partita.codegen.gpulower.cross_nest_array`)."""
-    reason = cross_nest_array(kernel)
-    if reason is not None:
-        raise UnsupportedKernel(f"the gpu target cannot run {kernel.name}: {reason}")
 
 
 GPU = GpuTarget()
