@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import statistics
@@ -51,9 +52,10 @@ class Case:
     kernel: str
     params: dict[str, Any]
     reference: str
-    """'torch' (PyTorch's convolution, numpy's reference without torch), 'numpy' or
-    'einsum' (the library reference), or 'triad' (bandwidth against the STREAM triad, numpy's
-    time in the details)."""
+    """'torch' (PyTorch's convolution or softmax, numpy's reference without torch), 'numpy'
+    or 'einsum' (the library reference), 'bincount' (``np.bincount`` alone, on as many
+    indices in range), or 'triad' (bandwidth against the STREAM triad, numpy's time in the
+    details)."""
     target: tuple[str, float] | None = None
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -71,14 +73,22 @@ CASES = [
          {"n": 1, "h": 114, "w": 114, "c": 32, "r": 3, "s": 3}, "torch"),
     Case("contraction gdab,efgc->abcdef, every index 16", "contraction",
          {"spec": "gdab,efgc->abcdef", **CCSD_T}, "einsum", ("<=", 0.5)),
+    Case("contraction dega,gfbc->abcdef, every index 16", "contraction",
+         {"spec": "dega,gfbc->abcdef", **CCSD_T}, "einsum", ("<=", 0.5)),
+    Case("contraction dfgb,geac->abcdef, every index 16", "contraction",
+         {"spec": "dfgb,geac->abcdef", **CCSD_T}, "einsum", ("<=", 0.5)),
     Case("jacobi1d 2^24, one sweep", "jacobi1d", {"n": 1 << 24}, "triad"),
     Case("jacobi2d 4096^2, one sweep", "jacobi2d", {"n": 4096}, "triad", (">=", 0.9)),
     Case("jacobi3d 256^3, one sweep", "jacobi3d", {"n": 256}, "triad", (">=", 0.85)),
     Case("transpose 4096^2", "transpose", {"m": 4096, "n": 4096}, "numpy"),
+    Case("softmax 4096x1024 (rows)", "softmax", {"m": 4096, "n": 1024}, "torch",
+         notes="each row's max, exponentials and sum; PyTorch's torch.softmax(x, dim=1)"),
+    Case("histogram 2^26, 256 bins", "histogram", {"n": 1 << 26, "bins": 256}, "bincount",
+         ("<=", 0.5), "int32 bin indices drawn uniformly in [0, 256)"),
     Case("prefix_sum 2^26, one recurrence (chunks=1)", "prefix_sum", {"n": 1 << 26}, "triad",
          notes="x[i + 1] += x[i] in place: one chain of dependent adds, on one core"),
     Case("prefix_sum 2^26, chunks tuned (scan decomposition)", "prefix_sum", {"n": 1 << 26},
-         "triad", notes="the chunk count tuned as a variant of the order of the sum",
+         "triad", (">=", 0.8), notes="the chunk count tuned as a variant of the order of the sum",
          extra={"reassociate": True}),
 ]
 
@@ -97,14 +107,17 @@ def median_time(call: Callable[[], Any]) -> float:
 
 
 def torch_call(case: Case) -> Callable[[], Any] | None:
-    """PyTorch's convolution on the case's shapes (NHWC as channels-last), or None without
-    PyTorch."""
+    """PyTorch's convolution on the case's shapes (NHWC as channels-last), or its softmax
+    over rows, or None without PyTorch."""
     try:
         import torch  # the bench extra: a heavy, optional dependency
     except ImportError:
         return None
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     p = get_spec(case.kernel).resolve(case.params)
+    if case.kernel == "softmax":
+        rows = torch.randn(p["m"], p["n"])
+        return lambda: torch.softmax(rows, dim=1)
     depthwise = case.kernel == "depthwise_conv2d"
     image = torch.randn(p["n"], p["c"], p["h"], p["w"]).to(memory_format=torch.channels_last)
     out_channels = p["c"] if depthwise else p["k"]
@@ -140,11 +153,20 @@ def scipy_call(case: Case) -> Callable[[], Any] | None:
     return lambda: ndimage.correlate(grid, weights, output=out, mode="nearest")
 
 
+def bincount_call(case: Case) -> Callable[[], Any]:
+    """``np.bincount`` on indices already in range: what a user calls for the counts (the
+    library's reference also clips the indices, a pass over them the kernel does not need)."""
+    p = get_spec(case.kernel).resolve(case.params)
+    x = np.random.default_rng(0).integers(0, p["bins"], p["n"], dtype=np.int32)
+    return lambda: np.bincount(x, minlength=p["bins"])
+
+
 def retime(case: Case, tuned: Tuned, probe: TriadProbe, seed: int) -> dict[str, float]:
     """partita (the worker's median), the reference and, for a memory-bound case, the
     triad, in :data:`ROUNDS` alternating rounds; medians."""
     prog = Program(tuned.kernel, tuned.entry, tuned.source, tuned.params)
-    torch_conv = torch_call(case) if case.reference == "torch" else None
+    library = torch_call(case) if case.reference == "torch" else \
+        bincount_call(case) if case.reference == "bincount" else None
     scipy_stencil = scipy_call(case)
     rounds: dict[str, list[float]] = {"partita": [], "reference": [], "triad": [],
                                       "scipy": []}
@@ -158,7 +180,7 @@ def retime(case: Case, tuned: Tuned, probe: TriadProbe, seed: int) -> dict[str, 
             if not m.ok or m.median_s is None:
                 raise RuntimeError(f"timing the best again failed: {m.status} {m.reason}")
             rounds["partita"].append(m.median_s)
-            rounds["reference"].append(median_time(torch_conv) if torch_conv is not None
+            rounds["reference"].append(median_time(library) if library is not None
                                        else numpy_time(tuned.kernel, seed, reps=3,
                                                        min_s=REFERENCE_MIN_S) or math.nan)
     return {k: statistics.median(v) if v else math.nan for k, v in rounds.items()}
@@ -183,13 +205,15 @@ def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> di
             "reference_name": reference_name(case),
             "evals": len(res.evaluations) if res else 0,
             "failed": len(res.failures) if res else 0,
-            "violations": len(res.violations) if res else 0}
+            "violations": len(res.violations) if res else 0, "source": tuned.source}
 
 
 def reference_name(case: Case) -> str:
     if case.reference == "torch":
-        return "PyTorch (oneDNN)" if torch_call(case) is not None else "numpy"
-    return {"einsum": "np.einsum(optimize=True)", "numpy": "numpy",
+        if torch_call(case) is None:
+            return "numpy"
+        return "PyTorch" if case.kernel == "softmax" else "PyTorch (oneDNN)"
+    return {"einsum": "np.einsum(optimize=True)", "numpy": "numpy", "bincount": "np.bincount",
             "triad": "STREAM triad"}[case.reference]
 
 
@@ -221,11 +245,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SCIPY_SUFFIX = ", against SciPy"
+
+
 def to_records(r: dict[str, Any], command: str, machine: dict[str, Any]) -> list[Record]:
     """The case's record, and for a stencil another against ``scipy.ndimage.correlate``."""
     out = [to_record(r, command, machine)]
     if not math.isnan(r["scipy"]):
-        out.append(record(f"{r['case'].label}, against SciPy", quantity="time", unit="s",
+        out.append(record(f"{r['case'].label}{SCIPY_SUFFIX}", quantity="time", unit="s",
                           partita=r["partita"], reference_name="scipy.ndimage.correlate",
                           reference=r["scipy"], command=command, machine_desc=machine,
                           details={"gbs": r["gbs"]}))
@@ -261,23 +288,25 @@ REPORT = """## Kernel families against the libraries people call
 
 {table}
 Each case is built through `partita.mdh` (the library's `conv2d`, `depthwise_conv2d`,
-`contraction`, `jacobi2d`, `jacobi3d` and `transpose`), tuned for {budget:g} s (MCTS, seed
-{seed}, records starting empty), then timed again in the tuner's worker, alternating with the
-reference over {rounds} rounds; each figure is the median over the rounds. The references run
-in this process on the same shapes: PyTorch's `conv2d` on channels-last tensors (its CPU
-build, the `bench` extra; numpy's reference where PyTorch is not installed), `np.einsum`
-with `optimize=True`, `scipy.ndimage.correlate` (the same weights; it also writes the border,
-which the kernel keeps) and numpy's slicing for the stencils, and numpy for the transpose. The
-stencils are memory-bound: their row compares the bytes they must move (the grid read, the
-interior written) over their time with the STREAM triad timed in the same rounds. The
-convolutions are not padded: the ResNet-50 3x3 layer is given its padded 58x58 image, which
-is the same arithmetic without the border tests of a padded view (`pad=1`). The prefix sums
-(the library's `prefix_sum`, the running sum of 2^26 + 1 floats in place) are memory-bound
-too once the recurrence is split: their rows count the array read and written once (what
-`np.cumsum`, the reference, moves) against the triad, whether the kernel runs as one chain of
-dependent adds (`chunks=1`) or as the scan decomposition whose chunk count the tuner picks
-(`reassociate=True`; the per-chunk sums and the offsets are then two passes over the array,
-each parallel over the chunks).
+`contraction`, `jacobi2d`, `jacobi3d` and `transpose`; `histogram` and `prefix_sum` through the
+builder), tuned for {budget:g} s (MCTS, seed {seed}, records starting empty), then timed again
+in the tuner's worker, alternating with the reference over {rounds} rounds; each figure is the
+median over the rounds. The references run in this process on the same shapes: PyTorch's
+`conv2d` on channels-last tensors (its CPU build, the `bench` extra; numpy's reference where
+PyTorch is not installed) and its `softmax` over rows, `np.einsum` with `optimize=True` (three
+CCSD(T) contractions of the TCCG suite of Springer and Bientinesi, every index 16),
+`np.bincount` on as many int32 indices in range, `scipy.ndimage.correlate` (the same weights;
+it also writes the border, which the kernel keeps) and numpy's slicing for the stencils, and
+numpy for the transpose. The stencils are memory-bound: their row compares the bytes they must
+move (the grid read, the interior written) over their time with the STREAM triad timed in the
+same rounds. The convolutions are not padded: the ResNet-50 3x3 layer is given its padded 58x58
+image, which is the same arithmetic without the border tests of a padded view (`pad=1`). The
+prefix sums (the library's `prefix_sum`, the running sum of 2^26 + 1 floats in place) are
+memory-bound too once the recurrence is split: their rows count the array read and written once
+(what `np.cumsum`, the reference, moves) against the triad, whether the kernel runs as one
+chain of dependent adds (`chunks=1`) or as the scan decomposition whose chunk count the tuner
+picks (`reassociate=True`; the per-chunk sums and the offsets are then two passes over the
+array, each parallel over the chunks).
 """
 
 
@@ -286,6 +315,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=120.0, help="seconds per case")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", help="comma-separated substrings of case labels")
+    parser.add_argument("--keep-code", type=Path,
+                        help="write each case's best implementation (C source) into this folder")
     parser.add_argument("--write", help="rewrite the families section of this Markdown file")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR,
                         help="with --write, the folder of results (default: bench/results)")
@@ -298,20 +329,66 @@ def main() -> None:
         for case in cases:
             print(f"tuning {case.label} for {args.budget:g} s ...", flush=True)
             rows.append(run(case, args.budget, db, args.seed, probe))
+            if args.keep_code:
+                args.keep_code.mkdir(parents=True, exist_ok=True)
+                name = "".join(ch if ch.isalnum() else "_" for ch in case.label)
+                (args.keep_code / f"{name}.c").write_text(rows[-1]["source"])
             print(table(rows[-1:]), flush=True)
     text = table(rows)
     print(text)
     if args.write:
-        machine = machine_description()
-        command = COMMAND.format(budget=args.budget)
-        records = [rec for r in rows for rec in to_records(r, command, machine)]
-        replace_section(args.write, "families", REPORT.format(
-            provenance=provenance(command, records[0]), table=text, budget=args.budget,
-            seed=args.seed, rounds=ROUNDS))
-        write_results("families", "Kernel families", records, args.results,
-                      keep_other_cases=bool(args.only))
-        update_summary(args.write, args.results)
+        write_section(args, rows, text)
 
+
+def write_section(args: argparse.Namespace, rows: list[dict[str, Any]], text: str) -> None:
+    """Rewrite the families section, its results and the summary. A rerun of some cases
+    (``--only``) keeps the other cases' records; the section's table is made from every
+    record, and names the rows rerun."""
+    machine = machine_description()
+    only = f' --only "{args.only}"' if args.only else ""
+    command = COMMAND.format(budget=args.budget) + only
+    records = [rec for r in rows for rec in to_records(r, command, machine)]
+    path = write_results("families", "Kernel families", records, args.results,
+                         keep_other_cases=bool(args.only))
+    how, rerun = "", ""
+    if args.only:
+        text = table_of_records(json.loads(path.read_text())["results"])
+        how = ", the rows rerun last (named below the table; every row's date and build are in " \
+              "the summary)"
+        names = ", ".join(r["case"].label for r in rows)
+        rerun = f"\nRerun afterwards with `{command}`: {names}.\n"
+    replace_section(args.write, "families", REPORT.format(
+        provenance=provenance(COMMAND.format(budget=args.budget), records[0], how),
+        table=text + rerun, budget=args.budget, seed=args.seed, rounds=ROUNDS))
+    update_summary(args.write, args.results)
+
+
+def table_of_records(records: list[Record]) -> str:
+    """The section's table made from the recorded cases (the figures :func:`table` prints
+    from a run), in :data:`CASES` order."""
+    scipy = {r["case"].removesuffix(SCIPY_SUFFIX): r for r in records
+             if r["case"].endswith(SCIPY_SUFFIX)}
+    rows = []
+    for rec in (r for r in records if not r["case"].endswith(SCIPY_SUFFIX)):
+        case = next(c for c in CASES if rec["case"] == c.label
+                    or rec["case"].startswith(c.label + ":"))
+        d = rec["details"]
+        params = get_spec(case.kernel).resolve(case.params)
+        triad = rec["unit"] == "GB/s"
+        seconds = get_spec(case.kernel).bytes(**params) / rec["partita"] / 1e9 if triad \
+            else rec["partita"]
+        rows.append({"case": dataclasses.replace(case, label=rec["case"]), "partita": seconds,
+                     "reference": d["numpy_s"] if triad else rec["reference"]["value"],
+                     "reference_name": rec["reference"]["name"],
+                     "triad": rec["reference"]["value"] if triad else math.nan,
+                     "scipy": scipy[rec["case"]]["reference"]["value"]
+                     if rec["case"] in scipy else math.nan,
+                     "gflops": d["gflops"], "gbs": d["gbs"], "evals": d["evaluations"],
+                     "failed": d["failed"], "violations": d["bound_violations"]})
+    order = [c.label for c in CASES]
+    rows.sort(key=lambda r: next(i for i, label in enumerate(order)
+                                 if r["case"].label.startswith(label)))
+    return table(rows)
 
 if __name__ == "__main__":
     np.seterr(all="ignore")

@@ -35,7 +35,7 @@ from partita.targets.cpu.measure import TriadProbe, describe
 from partita.targets.cpu.target import sequential_reductions
 from partita.tuning import Tuned, numpy_time
 from results import RESULTS_DIR, Record, provenance, record, target, write_results
-from sections import replace_section
+from sections import replace_section, section_text, table_rows
 from summary import update as update_summary
 
 
@@ -376,17 +376,13 @@ RERUN_HOW = (", the rows rerun last (named below the table; every row's date, bu
 def kept_rows(path: str) -> tuple[dict[str, str], float]:
     """The rows of the tuning table already in ``path`` (by case label) and the budget they
     were measured with; a row from before a column was added gets "-" there."""
-    p = Path(path)
-    text = p.read_text() if p.exists() else ""
-    start, end = text.find("<!-- tune -->"), text.find("<!-- /tune -->")
-    section = text[start:end] if 0 <= start < end else ""
+    section = section_text(path, "tune")
     found = re.search(r"--budget (\d+(?:\.\d+)?)", section)
     if not found:
         return {}, 0.0
     columns = table([], 0.0).splitlines()[0].count("|")
-    rows = {line.split(" | ")[0][2:]: line + " - |" * (columns - line.count("|"))
-            for line in section.splitlines()
-            if line.startswith("| ") and not line.startswith("| case")}
+    rows = {case: line + " - |" * (columns - line.count("|"))
+            for case, line in table_rows(section).items()}
     return rows, float(found.group(1))
 
 

@@ -40,7 +40,9 @@ Barriers
     A kernel array that one nest stores and another accesses (a histogram's bins, cleared,
     then counted) gets a barrier between the two nests, whichever threads touch it: the
     space keeps such a kernel in one block (blocks cannot wait for each other), and a
-    barrier also orders the block's accesses to global memory.
+    barrier also orders the block's accesses to global memory. Within a nest that updates an
+    array in place where only thread 0 stores (no thread dim along a hardware dim that
+    other nests use), a barrier separates every thread's load from thread 0's store.
     Barriers sit between statements of a loop body, never inside a guard, so every thread of
     the block reaches them.
 
@@ -463,6 +465,24 @@ class GpuPlan(LoweredPlan):
                 for r in insts:
                     if r.dims != w.dims:
                         self._mark_barrier(array, w.name, r.name, overwrites=True)
+        self._order_updates_in_place()
+
+    def _order_updates_in_place(self) -> None:
+        """A nest that updates a kernel array in place (gemver's ``x = beta A^T y + x + z``)
+        with no thread dim along a hardware dim where others have some: every thread there
+        loads the element, only thread 0 stores the new value, and a thread that needs the
+        value in its registers (a consumer inside a thread dim of another nest) must load it
+        before thread 0 overwrites it: a barrier between the load and the store."""
+        for inst in self.k.instructions:
+            if inst.op != "store" or inst.access is None:
+                continue
+            zero_only = self.guard_hw[inst.name] | self.write_guard_hw.get(inst.name, set())
+            for load in self.k.instructions:
+                if (load.op == "load" and load.access is not None and load.dims == inst.dims
+                        and load.access.array == inst.access.array
+                        and zero_only - self.guard_hw[load.name]):
+                    self._mark_barrier(inst.access.array, inst.name, load.name,
+                                       overwrites=True)
 
     def _mark_barrier(self, what: str, writer: str, reader: str, *, overwrites: bool) -> None:
         """A barrier between ``writer`` and ``reader`` in the loop body that holds both (and
