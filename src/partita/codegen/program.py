@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from partita.ir.kernel import Kernel
-from partita.ir.operands import Reduce
+from partita.ir.operands import Reduce, Value
 from partita.ir.types import DType
 
 
@@ -33,7 +33,9 @@ class Param:
 
     ``kind`` is ``size`` (a dynamic size, ``int64_t``), ``scalar`` or ``array``. For arrays,
     ``shape`` and ``strides`` (in elements) give the logical view into a buffer of
-    ``footprint`` elements, and ``role`` is ``in``, ``out`` or ``inout``.
+    ``footprint`` elements, and ``role`` is ``in``, ``out`` or ``inout``. ``index_extent`` is
+    the extent of the axis an integer array's values index (a histogram's bins), where the
+    kernel reads them as indices.
     """
 
     name: str
@@ -43,6 +45,7 @@ class Param:
     shape: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()
     footprint: int = 0
+    index_extent: int | None = None
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -76,6 +79,7 @@ def signature(kernel: Kernel, sizes: dict[str, int] | None = None) -> tuple[Para
     values = {s.name: s.value for s in kernel.sizes if s.value is not None} | (sizes or {})
     params = [Param(s.name, "size", "int64") for s in kernel.sizes if not s.is_static]
     params += [Param(s.name, "scalar", s.dtype.value) for s in kernel.scalars]
+    extents = index_extents(kernel, values)
     for a in kernel.arrays:
         if a.is_temporary:
             continue
@@ -83,10 +87,29 @@ def signature(kernel: Kernel, sizes: dict[str, int] | None = None) -> tuple[Para
             view = a.lmad(values)
             params.append(Param(a.name, "array", a.dtype.value, a.role,
                                 tuple(view.shape), tuple(view.strides),
-                                a.footprint(values)))
+                                a.footprint(values), extents.get(a.name)))
         else:
-            params.append(Param(a.name, "array", a.dtype.value, a.role))
+            params.append(Param(a.name, "array", a.dtype.value, a.role,
+                                index_extent=extents.get(a.name)))
     return tuple(params)
+
+
+def index_extents(kernel: Kernel, values: dict[str, int]) -> dict[str, int]:
+    """The arrays whose elements an indirect access reads as indices (``x`` in
+    ``hist[x[i]]``), each with the extent of the axis they index, where it is known."""
+    found: dict[str, int] = {}
+    for inst in kernel.instructions:
+        if not inst.is_indirect or inst.access is None or inst.access.indirect is None:
+            continue
+        operand = inst.index_operand()
+        source = kernel.inst(operand.inst) if isinstance(operand, Value) else None
+        if source is None or source.op != "load" or source.access is None:
+            continue
+        axis = kernel.array(inst.access.array).shape[inst.access.indirect]
+        extent = axis if isinstance(axis, int) else values.get(axis)
+        if extent is not None:
+            found[source.access.array] = min(extent, found.get(source.access.array, extent))
+    return found
 
 
 def c_parameters(params: tuple[Param, ...] | list[Param], size_type: str = "int64_t",

@@ -132,15 +132,22 @@ def exact_limit(kernel: Kernel) -> float:
     return float(2 ** bits)
 
 
-def _signs(rng: np.random.Generator, dtype: np.dtype, count: int | None) -> Any:
+def _signs(rng: np.random.Generator, dtype: np.dtype, count: int | None,
+           extent: int | None = None) -> Any:
     return (rng.integers(0, 2, count) * 2 - 1).astype(dtype)
 
 
-def _uniform(rng: np.random.Generator, dtype: np.dtype, count: int | None) -> Any:
+def _uniform(rng: np.random.Generator, dtype: np.dtype, count: int | None,
+             extent: int | None = None) -> Any:
     if dtype.kind == "f":
         values = rng.uniform(-1.0, 1.0, count).astype(dtype)
         # Rounding to a narrower type can turn values just below 1 into 1.
         return np.minimum(values, np.nextafter(dtype.type(1), dtype.type(0)))
+    if extent is not None:
+        # Indices spread over the axis they index, and two past each end to check the
+        # clamping; the range -8..7 put half of 2^26 histogram elements in bin 0, past the
+        # counts a float32 bin holds exactly (2^24).
+        return rng.integers(-2, extent + 2, count).astype(dtype)
     return rng.integers(-8, 8, count).astype(dtype)
 
 
@@ -156,7 +163,7 @@ def generate_inputs(params: Sequence[Param], seed: int, exact: bool = False) -> 
         if p.kind == "scalar":
             values[p.name] = dt.type(draw(rng, dt, 1)[0])
         elif p.kind == "array" and p.role in ("in", "inout"):
-            values[p.name] = draw(rng, dt, p.footprint)
+            values[p.name] = draw(rng, dt, p.footprint, p.index_extent)
     return values
 
 
