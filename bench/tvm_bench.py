@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import math
 import os
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,12 +104,15 @@ def te_module(tvm: Any, case: Case) -> Any:
     return tvm.IRModule({"main": te.create_prim_func([a, b, out])})
 
 
-def host_target(tvm: Any) -> Any:
+def host_target_spec(tvm: Any) -> dict[str, Any]:
     """LLVM for this host's CPU as LLVM names it (znver4 here, AVX-512 included), on the cores
-    this process may use."""
-    cpu = tvm.target.codegen.llvm_get_system_cpu()
-    return tvm.target.Target({"kind": "llvm", "mcpu": cpu,
-                              "num-cores": len(os.sched_getaffinity(0))})
+    this process may use (TVM 0.27 takes a target as a dict, no longer as ``llvm -mcpu=``)."""
+    return {"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
+            "num-cores": len(os.sched_getaffinity(0))}
+
+
+def host_target(tvm: Any) -> Any:
+    return tvm.target.Target(host_target_spec(tvm))
 
 
 def import_intrinsics() -> None:
@@ -139,7 +144,9 @@ def tune_tvm(tvm: Any, mod: Any, budget: float, work_dir: str, seed: int) -> dic
     from tvm.s_tir import meta_schedule as ms
     tgt, cores = host_target(tvm), len(os.sched_getaffinity(0))
     start, trials, rounds = time.perf_counter(), 0, 0
-    size = min(TRIALS_PER_ROUND, max(MIN_ROUND, int(budget // 4)))
+    # the first round is sized to a tenth of the budget at a trial a second (30 trials for
+    # 300 s; MetaSchedule ran about one a second here), the next at the rate measured
+    size = min(TRIALS_PER_ROUND, max(MIN_ROUND, int(budget // 10)))
     # MetaSchedule logs every trial to the console: sent to a file of the work directory
     with open(Path(work_dir) / "console.log", "a") as log, contextlib.redirect_stdout(log), \
             quiet_logs():
@@ -276,24 +283,28 @@ REPORT = """## Against TVM MetaSchedule at equal budget
 {provenance}
 
 {table}
-Each case is tuned by partita for {budget:g} s (`partita.tune` with a wall-time stop, MCTS,
-seed {seed}, records starting empty), then by TVM's MetaSchedule (apache-tvm 0.27, the
-evolutionary search with its XGBoost cost model, local builder and runner) for the same
-wall-clock, on the same computation written in TVM's tensor expression language with the
-same layouts and dtype (row-major A m x k and B k x n; NHWC image, KRSC filter, NPQK output),
-for the target `{target}`. MetaSchedule takes a trial count, not a time: it tunes in rounds of
-at most {per_round} trials (one batch of builds) that continue one work directory, database
-and cost model, each round sized to the time left at the rate measured so far, until the
-budget has passed (a round of fewer than {min_round} trials is not started, so its
+{notes}
+"""
+
+NOTES = """Each case is tuned by partita for {budget:g} s (`partita.tune` with a wall-time
+stop, MCTS, seed {seed}, records starting empty), then by TVM's MetaSchedule (apache-tvm 0.27,
+the evolutionary search with its XGBoost cost model, local builder and runner) for the same
+wall-clock, on the same computation written in TVM's tensor expression language with the same
+layouts and dtype (row-major A m x k and B k x n; NHWC image, KRSC filter, NPQK output), for
+the target `{target}` (this host's CPU as LLVM names it). MetaSchedule takes a trial count,
+not a time: it tunes in rounds of at most {per_round} trials (one batch of builds) that
+continue one work directory, database and cost model, the first sized to a tenth of the
+budget at a trial a second, each next one to the time left at the rate measured so far, until
+the budget has passed (a round of fewer than {min_round} trials is not started, so its
 wall-clock may end short of the budget or run past it: both tuners' wall-clocks are in the
 table); the best schedule in its database is then built. Its builder's workers import TVM's
-tensor intrinsics before their first build (an initializer): MetaSchedule's default build does
-it inside the 30 s build timeout, where it took 24 s on this host and every build of a batch
-timed out. Both results are checked against numpy on the same inputs (partita's float32
-tolerance), then timed alternating over {rounds} rounds, partita in the tuner's worker and
-TVM's module in this process (compiled and warmed up outside the timed region); each figure
-is the median over the rounds. Trials count every candidate MetaSchedule sent to be built,
-measured those that built and ran.
+tensor intrinsics before their first build (an initializer): MetaSchedule's default build
+does it inside the 30 s build timeout, where it took up to 24 s on this host (2 cores,
+shared) and every build of a batch timed out. Both results are checked against numpy on the
+same inputs (partita's float32 tolerance), then timed alternating over {rounds} rounds,
+partita in the tuner's worker and TVM's module in this process (compiled and warmed up
+outside the timed region); each figure is the median over the rounds. Trials count every
+candidate MetaSchedule sent to be built, measured those that built and ran.
 """
 
 
@@ -329,12 +340,13 @@ def main() -> None:
     print(text)
     if args.write:
         command = COMMAND.format(budget=args.budget)
-        target_str = str(host_target(tvm))
+        target_str = json.dumps(host_target_spec(tvm), separators=(",", ":"))
         records = [to_record(r, command, machine, target_str) for r in rows]
         replace_section(args.write, "tvm", REPORT.format(
-            provenance=provenance(command, records[0]), table=text, budget=args.budget,
-            seed=args.seed, target=target_str, per_round=TRIALS_PER_ROUND,
-            min_round=MIN_ROUND, rounds=ROUNDS))
+            provenance=provenance(command, records[0]), table=text, notes=textwrap.fill(
+                NOTES.format(budget=args.budget, seed=args.seed, target=target_str,
+                             per_round=TRIALS_PER_ROUND, min_round=MIN_ROUND, rounds=ROUNDS),
+                width=96, break_long_words=False, break_on_hyphens=False)))
         write_results("tvm", "Against TVM MetaSchedule", records, args.results,
                       keep_other_cases=bool(args.only))
         update_summary(args.write, args.results)
