@@ -144,9 +144,9 @@ def tune_tvm(tvm: Any, mod: Any, budget: float, work_dir: str, seed: int) -> dic
     from tvm.s_tir import meta_schedule as ms
     tgt, cores = host_target(tvm), len(os.sched_getaffinity(0))
     start, trials, rounds = time.perf_counter(), 0, 0
-    # the first round is sized to a tenth of the budget at a trial a second (30 trials for
-    # 300 s; MetaSchedule ran about one a second here), the next at the rate measured
-    size = min(TRIALS_PER_ROUND, max(MIN_ROUND, int(budget // 10)))
+    # the first round has a trial per 20 s of budget (15 for 300 s: a round of 8 trials took
+    # 104 to 268 s on this shared 2-core host), the next ones the rate measured so far
+    size = min(TRIALS_PER_ROUND, max(MIN_ROUND, int(budget // 20)))
     # MetaSchedule logs every trial to the console: sent to a file of the work directory
     with open(Path(work_dir) / "console.log", "a") as log, contextlib.redirect_stdout(log), \
             quiet_logs():
@@ -293,9 +293,9 @@ wall-clock, on the same computation written in TVM's tensor expression language 
 layouts and dtype (row-major A m x k and B k x n; NHWC image, KRSC filter, NPQK output), for
 the target `{target}` (this host's CPU as LLVM names it). MetaSchedule takes a trial count,
 not a time: it tunes in rounds of at most {per_round} trials (one batch of builds) that
-continue one work directory, database and cost model, the first sized to a tenth of the
-budget at a trial a second, each next one to the time left at the rate measured so far, until
-the budget has passed (a round of fewer than {min_round} trials is not started, so its
+continue one work directory, database and cost model, the first of a trial per 20 s of
+budget (at least {min_round}), each next one sized to the time left at the rate measured so
+far, until the budget has passed (a round of fewer than {min_round} trials is not started, so its
 wall-clock may end short of the budget or run past it: both tuners' wall-clocks are in the
 table); the best schedule in its database is then built. Its builder's workers import TVM's
 tensor intrinsics before their first build (an initializer): MetaSchedule's default build
