@@ -57,7 +57,8 @@ demo: $(STAMP)
 	$(VENV)/bin/partita export matmul m=256 n=256 k=32 --db demo/records.sqlite --out demo/c
 
 # numpy is timed with OpenBLAS's own core detection: the two overrides are unset here only.
-# The bench extra brings the libraries the kernel families are compared with (PyTorch).
+# The bench extra brings the libraries the kernel families are compared with (PyTorch) and
+# TVM's MetaSchedule, the tuner partita is compared with at equal budget.
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) bench/space_bench.py --write BENCHMARKS.md
@@ -70,6 +71,7 @@ bench: $(STAMP)
 	  --write BENCHMARKS.md
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/generic_bench.py --budget 600 \
 	  --alone-budget 120 --write BENCHMARKS.md
+	$(PY) bench/tvm_bench.py --budget 300 --write BENCHMARKS.md
 	$(PY) bench/cluster_bench.py --write BENCHMARKS.md
 	$(PY) bench/gpu_bench.py --budget 600 --write BENCHMARKS.md
 

@@ -132,7 +132,7 @@ def plot(sections: list[tuple[str, list[Record]]], path: Path) -> int:
     ys = list(range(len(cases)))[::-1]
     height = 0.38
     ax.barh([y + height / 2 for y in ys], [1.0] * len(cases), height, color="#9e9e9e",
-            label="reference = 1 (numpy/OpenBLAS or the STREAM triad)")
+            label="reference = 1 (named on each row)")
     ax.barh([y - height / 2 for y in ys], [c[1] for c in cases], height, color="#1f77b4",
             label="partita")
     for y, (_, _, tgt, _) in zip(ys, cases, strict=True):
