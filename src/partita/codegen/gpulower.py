@@ -461,10 +461,10 @@ class GpuPlan(LoweredPlan):
         for array in arrays_across_nests(self.k):
             insts = [i for i in self.k.instructions
                      if i.access is not None and i.access.array == array]
-            for w in (i for i in insts if i.op == "store"):
-                for r in insts:
-                    if r.dims != w.dims:
-                        self._mark_barrier(array, w.name, r.name, overwrites=True)
+            for store in (i for i in insts if i.op == "store"):
+                for other in insts:
+                    if other.dims != store.dims:
+                        self._mark_barrier(array, store.name, other.name, overwrites=True)
         self._order_updates_in_place()
 
     def _order_updates_in_place(self) -> None:
