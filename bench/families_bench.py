@@ -306,7 +306,8 @@ memory-bound too once the recurrence is split: their rows count the array read a
 (what `np.cumsum`, the reference, moves) against the triad, whether the kernel runs as one
 chain of dependent adds (`chunks=1`) or as the scan decomposition whose chunk count the tuner
 picks (`reassociate=True`; the per-chunk sums and the offsets are then two passes over the
-array, each parallel over the chunks).
+array, each parallel over the chunks). What stands between each row and its target is in
+[docs/benchmark-notes.md](docs/benchmark-notes.md#kernel-families).
 """
 
 
@@ -348,6 +349,8 @@ def write_section(args: argparse.Namespace, rows: list[dict[str, Any]], text: st
     only = f' --only "{args.only}"' if args.only else ""
     command = COMMAND.format(budget=args.budget) + only
     records = [rec for r in rows for rec in to_records(r, command, machine)]
+    if args.only:
+        forget_variants(args.results / "families.json", rows)
     path = write_results("families", "Kernel families", records, args.results,
                          keep_other_cases=bool(args.only))
     how, rerun = "", ""
@@ -363,6 +366,25 @@ def write_section(args: argparse.Namespace, rows: list[dict[str, Any]], text: st
     update_summary(args.write, args.results)
 
 
+def forget_variants(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Drop from the results the records of the cases rerun whose label names the variant
+    the tuner found (``prefix_sum ..., chunks tuned: chunks=32``): the rerun's own record,
+    under another variant's name, replaces them."""
+    if not path.exists():
+        return
+    data = json.loads(path.read_text())
+    rerun = {case_of(r["case"].label).label for r in rows}
+    data["results"] = [rec for rec in data["results"]
+                       if case_of(rec["case"].removesuffix(SCIPY_SUFFIX)).label not in rerun
+                       or rec["case"] in {r["case"].label for r in rows}]
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+
+
+def case_of(label: str) -> Case:
+    """The case a row's label names (a variant's label extends its case's)."""
+    return next(c for c in CASES if label == c.label or label.startswith(c.label + ":"))
+
+
 def table_of_records(records: list[Record]) -> str:
     """The section's table made from the recorded cases (the figures :func:`table` prints
     from a run), in :data:`CASES` order."""
@@ -370,8 +392,7 @@ def table_of_records(records: list[Record]) -> str:
              if r["case"].endswith(SCIPY_SUFFIX)}
     rows = []
     for rec in (r for r in records if not r["case"].endswith(SCIPY_SUFFIX)):
-        case = next(c for c in CASES if rec["case"] == c.label
-                    or rec["case"].startswith(c.label + ":"))
+        case = case_of(rec["case"])
         d = rec["details"]
         params = get_spec(case.kernel).resolve(case.params)
         triad = rec["unit"] == "GB/s"
