@@ -305,8 +305,8 @@ prefix sums (the library's `prefix_sum`, the running sum of 2^26 + 1 floats in p
 memory-bound too once the recurrence is split: their rows count the array read and written once
 (what `np.cumsum`, the reference, moves) against the triad, whether the kernel runs as one
 chain of dependent adds (`chunks=1`) or as the scan decomposition whose chunk count the tuner
-picks (`reassociate=True`; the per-chunk sums and the offsets are then two passes over the
-array, each parallel over the chunks). What stands between each row and its target is in
+picks (`reassociate=True`; each chunk scanned in place, then its offset added: two passes
+over the array, each parallel over the chunks). What stands between each row and its target is in
 [docs/benchmark-notes.md](docs/benchmark-notes.md#kernel-families).
 """
 
