@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -237,18 +238,27 @@ def test_constraints_remove_exactly_what_breaks_a_limit(kernel: str, params: dic
     free = Space(without_limits(MEDIUM, keep=COUNTS), k).root()
     limited = Space(gpu_space(MEDIUM), k)
     assert isinstance(free, Candidate)
-    rng = random.Random(5)
+    outcomes = replay_outcomes(free, limited, random.Random(5), 80,
+                               lambda leaf: violates(leaf, MEDIUM))
+    assert outcomes[True] >= 2 and outcomes[False] >= 2, outcomes
+
+
+def replay_outcomes(free: Candidate, limited: Space, rng: random.Random, draws: int,
+                    breaks: Callable[[Candidate], bool | None]) -> dict[bool, int]:
+    """Draw ``draws`` random descents of ``free`` (the space without a limit); each
+    implementation ``breaks`` judges (None: it cannot tell) must replay in ``limited``
+    exactly when it keeps the limit. Returns how many broke it and how many kept it."""
     outcomes = {True: 0, False: 0}
-    for _ in range(80):
+    for _ in range(draws):
         leaf, _, _ = random_descent(free, rng)
         if not isinstance(leaf, Candidate):
             continue
-        bad = violates(leaf, MEDIUM)
+        bad = breaks(leaf)
         if bad is None:
             continue
         assert_replays_exactly_when_within(limited, leaf, bad)
         outcomes[bad] += 1
-    assert outcomes[True] >= 2 and outcomes[False] >= 2, outcomes
+    return outcomes
 
 
 def assert_replays_exactly_when_within(limited: Space, leaf: Candidate, bad: bool) -> None:
@@ -278,19 +288,15 @@ def test_local_memory_limit_removes_exactly_the_large_register_arrays() -> None:
                                             "local memory of a register temporary"]), k).root()
     limited = Space(sdef, k)
     assert isinstance(free, Candidate)
-    rng = random.Random(9)
-    outcomes = {True: 0, False: 0}
-    for _ in range(30):
-        leaf, _, _ = random_descent(free, rng)
-        if not isinstance(leaf, Candidate):
-            continue
+
+    def too_large(leaf: Candidate) -> bool | None:
         try:
             program = print_opencl(leaf)
         except UnsoundCandidate:
-            continue
-        bad = max(private_arrays(program).values(), default=0) > LOCAL.local_bytes_per_thread
-        assert_replays_exactly_when_within(limited, leaf, bad)
-        outcomes[bad] += 1
+            return None
+        return max(private_arrays(program).values(), default=0) > LOCAL.local_bytes_per_thread
+
+    outcomes = replay_outcomes(free, limited, random.Random(9), 30, too_large)
     assert outcomes[True] >= 3 and outcomes[False] >= 3, outcomes
 
 
