@@ -406,9 +406,7 @@ def table_of_records(records: list[Record]) -> str:
                      if rec["case"] in scipy else math.nan,
                      "gflops": d["gflops"], "gbs": d["gbs"], "evals": d["evaluations"],
                      "failed": d["failed"], "violations": d["bound_violations"]})
-    order = [c.label for c in CASES]
-    rows.sort(key=lambda r: next(i for i, label in enumerate(order)
-                                 if r["case"].label.startswith(label)))
+    rows.sort(key=lambda r: CASES.index(case_of(r["case"].label)))
     return table(rows)
 
 if __name__ == "__main__":

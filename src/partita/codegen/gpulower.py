@@ -65,7 +65,7 @@ from partita.codegen.lower import LoweredPlan, Slot, Storage
 from partita.ir.kernel import Array
 from partita.ir.operands import Instruction, Reduce, Value
 from partita.space.candidate import Candidate
-from partita.space.memory import arrays_across_nests
+from partita.space.memory import accesses_across_nests
 from partita.space.nest import CommonKind
 from partita.space.temporaries import CommonPlace, permutation
 from partita.targets.gpu.space import DimKind as GpuKind
@@ -458,13 +458,8 @@ class GpuPlan(LoweredPlan):
                     # Each element of a GLOBAL temporary is written once: no overwrite.
                     self._mark_barrier(st.name, w[0], r[0],
                                        overwrites=st.space != CommonPlace.GLOBAL)
-        for array in arrays_across_nests(self.k):
-            insts = [i for i in self.k.instructions
-                     if i.access is not None and i.access.array == array]
-            for store in (i for i in insts if i.op == "store"):
-                for other in insts:
-                    if other.dims != store.dims:
-                        self._mark_barrier(array, store.name, other.name, overwrites=True)
+        for array, store, other in accesses_across_nests(self.k):
+            self._mark_barrier(array, store, other, overwrites=True)
         self._order_updates_in_place()
 
     def _order_updates_in_place(self) -> None:

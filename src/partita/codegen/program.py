@@ -99,7 +99,7 @@ def index_extents(kernel: Kernel, values: dict[str, int]) -> dict[str, int]:
     ``hist[x[i]]``), each with the extent of the axis they index, where it is known."""
     found: dict[str, int] = {}
     for inst in kernel.instructions:
-        if not inst.is_indirect or inst.access is None or inst.access.indirect is None:
+        if inst.access is None or inst.access.indirect is None:  # not an indirect access
             continue
         operand = inst.index_operand()
         source = kernel.inst(operand.inst) if isinstance(operand, Value) else None

@@ -21,21 +21,25 @@ def carries(k: Kernel, d: str) -> bool:
     return d in k.reduction_dims or dependences(k).carried(d)
 
 
-def arrays_across_nests(k: Kernel) -> tuple[str, ...]:
-    """The kernel arrays one nest stores and another nest accesses (a histogram's bins,
-    cleared then counted; an array updated in place by two nests). Within one nest (axpy's
-    ``y``) a load and a store of an element share their iteration; across nests, an
-    implementation that runs them on different threads must order them (a barrier of the
-    threads that share the array)."""
+def accesses_across_nests(k: Kernel) -> tuple[tuple[str, str, str], ...]:
+    """``(array, store, access)``: a store of a kernel array and an access to it from another
+    nest (a histogram's bins, cleared then counted; an array updated in place by two nests).
+    Within one nest (axpy's ``y``) a load and a store of an element share their iteration;
+    across nests, an implementation that runs them on different threads must order them (a
+    barrier of the threads that share the array)."""
     found = []
     for a in k.arrays:
         if a.is_temporary:
             continue
         insts = [i for i in k.instructions if i.access is not None and i.access.array == a.name]
-        stores = [i for i in insts if i.op == "store"]
-        if any(s.dims != i.dims for s in stores for i in insts if i is not s):
-            found.append(a.name)
+        found += [(a.name, s.name, i.name) for s in insts if s.op == "store"
+                  for i in insts if i.dims != s.dims]
     return tuple(found)
+
+
+def arrays_across_nests(k: Kernel) -> tuple[str, ...]:
+    """The kernel arrays of :func:`accesses_across_nests`."""
+    return tuple(dict.fromkeys(a for a, _, _ in accesses_across_nests(k)))
 
 
 def reduced_along(k: Kernel, d: str) -> tuple[str, ...]:
