@@ -361,7 +361,8 @@ def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
     earlier iteration runs ahead of)."""
     m = 16
     cand = _pinned({"m": m, "n": 32, "k": 32, "stride_a": 32}, PREFETCHED_A)
-    for n, impl in enumerate(sample_implementations(cand, 4, random.Random(23))):
+    checked = 0
+    for n, impl in enumerate(sample_implementations(cand, 6, random.Random(23))):
         printer = CPrinter(impl, "probed")
         (plan,) = [p for plans in printer.prefetches.values() for p in plans
                    if p.temp == "tmp_ld_a_acc"]
@@ -375,9 +376,13 @@ def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
         view = {i * a.strides[0] + j * a.strides[1]
                 for i in range(a.shape[0]) for j in range(a.shape[1])}
         fetched_a = set(fetched)
+        if blocks < 2:  # one block of rows: no next copy, no prefetch runs
+            assert not fetched_a
+            continue
+        checked += 1
         assert fetched_a and fetched_a <= view, sorted(fetched_a - view)[:5]
-        assert blocks >= 2
         assert len(fetched_a) >= len(view) * (blocks - 1) // blocks, (len(fetched_a), len(view))
+    assert checked >= 3
 
 
 def test_a_copy_inside_foreign_loops_prefetches_each_element_once(tmp_path) -> None:

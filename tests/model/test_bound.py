@@ -504,10 +504,16 @@ def test_an_operand_packed_across_the_vector_is_loaded_element_by_element() -> N
 def test_accumulation_chain_bounds_a_dot_product() -> None:
     """One chain of 2^20 dependent FMAs, cut into pieces on both cores where its loop may
     be parallel (``i.0`` of 3 iterations: one core runs 2 of the 3 pieces); a split
-    reduction also pays for its private copies, joined one core after the other."""
+    reduction also pays for its private copies, joined one core after the other. Its
+    innermost tile may also be a vector whose lanes are partial sums: the chain is then a
+    vector's lanes (16) shorter; the rest of the test keeps that tile out of the vector."""
     model = Model(RATES)
-    root = _root("dot", {"n": 1 << 20})
+    lanes = _root("dot", {"n": 1 << 20})
     chain = (1 << 20) * 4 / 3.5e9
+    assert model.bound(_without_parallel(lanes)).terms["latency"] == pytest.approx(chain / 16)
+    assert model.bound(lanes).terms["latency"] == pytest.approx(chain / 32)
+    root = lanes.restrict("dim_kind", ("i.2",), ["LOOP", "UNROLL"])
+    assert isinstance(root, Candidate)
     assert model.bound(_without_parallel(root)).terms["latency"] == pytest.approx(chain)
     assert model.bound(root).terms["latency"] == pytest.approx(chain / 2)
     cand = root.restrict("dim_kind", ("i.0",), ["PARALLEL"])

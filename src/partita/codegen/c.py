@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from partita.codegen.cfamily import CFamilyPrinter
 from partita.codegen.expr import CodegenError, c_literal, c_name, fold_product, fold_sum
+from partita.codegen.lanes import identity_literal
 from partita.codegen.looptree import Node
 from partita.codegen.lower import Prefetch, Slot, SplitReduction, Storage
 from partita.codegen.program import Param, Program, packed_args, prototype, signature
@@ -44,8 +43,7 @@ from partita.codegen.vector import (
     needs_x86_intrinsics,
     vector_header,
 )
-from partita.ir.operands import COMBINE_IDENTITY, Instruction, Reduce
-from partita.ir.types import DType
+from partita.ir.operands import Instruction, Reduce
 from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind
 from partita.targets.cpu.space import MemSpace
@@ -244,10 +242,11 @@ class CPrinter(CFamilyPrinter):
         self.emit(indent, f"{{ /* {names} written after the parallel reduction */")
         env = dict.fromkeys(reduction, "0")
         depth = indent + 1
-        # Its vector dim (innermost) copies whole vectors, as the accumulation computes them.
+        # Its vector dim (innermost) copies whole vectors, as the accumulation computes them
+        # (unless the vector runs along the reduction: its lanes are joined by then).
         lane = next(((n, int(self.sizes[n.dims[0]])) for n in self.plan.loops_to(
-            inst, self.tree)[:-1] if n.kind == CommonKind.VECTOR and self.plan.iterates(inst, n)),
-            None)
+            inst, self.tree)[:-1] if n.kind == CommonKind.VECTOR and self.plan.iterates(inst, n)
+            and not set(n.dims) & reduction), None)
         for d in k.iteration_dims(inst):
             if d in reduction:
                 continue
@@ -341,17 +340,6 @@ class CPrinter(CFamilyPrinter):
             self.emit(indent + 2, "}")
             self.emit(indent + 1, "}")
         self.emit(indent, "}")
-
-
-def identity_literal(op: str, dtype: DType) -> str:
-    """The identity of a combine operation as a C constant of ``dtype`` (the extremes of an
-    integer type for ``max`` and ``min``)."""
-    value = COMBINE_IDENTITY[op]
-    if not dtype.is_float and math.isinf(value):
-        info = np.iinfo(dtype.numpy)
-        # INT_MIN has no literal: -2147483648 is the negation of an out-of-range int.
-        return f"({info.min + 1} - 1)" if value < 0 else str(info.max)
-    return c_literal(value, dtype)
 
 
 def print_c(cand: Candidate, entry: str | None = None) -> Program:

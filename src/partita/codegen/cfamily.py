@@ -37,6 +37,7 @@ from partita.codegen.expr import (
     fold_sum,
     math_call,
 )
+from partita.codegen.lanes import LanePartial, partial_lanes, print_lane_scope
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Prefetch, Storage
 from partita.codegen.padded import padded_load
@@ -94,6 +95,9 @@ class CFamilyPrinter:
         self.sunk: set[str] = set()
         """The accumulations whose copies for their consumers are written after the reduction
         loop being printed rather than at each of its steps."""
+        self.open_partials: dict[str, LanePartial] = {}
+        """The accumulations updating a partial vector where the printer is (inside the
+        scope of a :class:`~partita.codegen.lanes.LanePartial`), by name."""
 
     def extent(self, logical: str) -> int | str:
         """A logical dimension's size: its value, or the C parameter of a dynamic size."""
@@ -264,6 +268,13 @@ class CFamilyPrinter:
             self.print_node(child, env, indent)
 
     def print_node(self, node: Node, env: dict[str, str], indent: int) -> None:
+        partials = self.plan.lane_partials.get(id(node))
+        if partials:
+            print_lane_scope(self, node, partials, env, indent)
+        else:
+            self._print_node(node, env, indent)
+
+    def _print_node(self, node: Node, env: dict[str, str], indent: int) -> None:
         if node.inst is not None:
             self.print_inst(self.k.inst(node.inst), env, indent, None)
             return
@@ -470,7 +481,9 @@ class CFamilyPrinter:
         if not partial:
             self._print_whole_vectors(node, venv, indent, lanes)
             return
-        masked = self.plan.masked_lanes_safe(node, self.full_tiles)
+        # Lanes of a partial vector past the end would join the accumulator: lane by lane.
+        masked = self.plan.masked_lanes_safe(node, self.full_tiles) and not any(
+            lp.vector is node for lp in self.open_partials.values())
         if masked and not self.plan.masks(node, self.full_tiles):
             # On whole vectors, and nothing inside reads or writes the kernel's arrays along
             # the lanes: the last tile prints as the others.
@@ -576,8 +589,12 @@ class CFamilyPrinter:
                                   inst.dtype, lanes, count)
             else:
                 expr = self.arith(inst, ops, vt)
-            self._emit_write(indent, self.storage[inst.name], env, self.plan.value_side(inst.name),
-                             lane_dims, lanes, expr)
+            partial = self.open_partials.get(inst.name)
+            if partial is not None:
+                self.emit(indent, f"{partial_lanes(partial, env, lane is not None)} = {expr};")
+            else:
+                self._emit_write(indent, self.storage[inst.name], env,
+                                 self.plan.value_side(inst.name), lane_dims, lanes, expr)
             if inst.name not in self.sunk:
                 self._write_copies(inst.name, env, indent, lane)
         if guards:
@@ -651,6 +668,8 @@ class CFamilyPrinter:
             coeff = self.lane_coeff(op.dim, lane_dims)
             lanes_init = ", ".join(str(coeff * i) for i in range(lanes))
             return f"(({vt}){{{lanes_init}}} + {base})"
+        if isinstance(op, Reduce) and inst.name in self.open_partials:
+            return partial_lanes(self.open_partials[inst.name], env, bool(lane_dims))
         producer = op.inst if isinstance(op, Value) else op.init
         # Readers index temporaries by their own (consumer-side) dims: the value of a
         # producer, the temporary between them, or the accumulator of this instruction.

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partita.codegen.expr import CodegenError, fold_product
+from partita.codegen.lanes import LanePartial, lane_partials
 from partita.codegen.looptree import Node, dim_size, loop_tree
 from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Instruction, Reduce, Value, combine_op
@@ -241,6 +242,9 @@ class LoweredPlan:
         """The loops (by ``id`` of their node) that stop at the size of their dims' logical
         dims rather than guarding the instructions inside them, each with those logical
         dims, which it keeps in range (see :meth:`clamped`)."""
+        self.lane_partials: dict[int, list[LanePartial]] = {}
+        """The partial vectors of accumulations along a vector dim of their reduction, by
+        ``id`` of the loop around which each lives (:mod:`partita.codegen.lanes`)."""
         self._lower()
         if self.clamps_loops:
             self._plan_loop_clamps()
@@ -257,6 +261,7 @@ class LoweredPlan:
         self._plan_storage()
         self._plan_prefetches()
         self._place_heap()
+        self.lane_partials = lane_partials(self)
 
     def _place_heap(self) -> None:
         """Which buffers go to the heap, and which of them are per thread: big buffers of the

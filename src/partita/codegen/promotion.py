@@ -71,7 +71,10 @@ def promotion(plan: LoweredPlan, node: Node, sunk: AbstractSet[str] = frozenset(
     stores = plan.promotable(node, sunk)
     while stores:
         walk = _Walk({st.name: st for st in stores}, {st.name: [] for st in stores})
-        _Walker(plan, walk, node).loop(node, {}, frozenset(full_tiles), False, set(sunk))
+        walker = _Walker(plan, walk, node)
+        # ``node`` may be the scope of partial vectors: inside it, they are what is updated.
+        walker.open = {lp.inst for lp in plan.lane_partials.get(id(node), ())}
+        walker.loop(node, {}, frozenset(full_tiles), False, set(sunk) | walker.open)
         count = sum(len(v) for v in walk.elements.values())
         if walk.moving or count > PROMOTED_VALUES_MAX or not all(
                 disjoint(v) for v in walk.elements.values()):
@@ -102,9 +105,31 @@ class _Walker:
         self.k = plan.k
         self.walk = walk
         self.inner = {id(n) for n in plan.subtree(top) if n.inst is None}
+        self.open: set[str] = set()
+        """The accumulations updating partial vectors where the walk is."""
 
     def node(self, n: Node, env: dict[str, object], full: frozenset[str], partial: bool,
              sunk: set[str]) -> None:
+        partials = [lp.inst for lp in self.plan.lane_partials.get(id(n), ())]
+        if not partials:
+            self._node(n, env, full, partial, sunk)
+            return
+        # The scope of partial vectors (print_lane_scope): the accumulations update them,
+        # then join their accumulators and write their copies after the loop.
+        self.open |= set(partials)
+        try:
+            self._node(n, env, full, partial, sunk | set(partials))
+        finally:
+            self.open -= set(partials)
+        for inst in partials:
+            st = self.plan.storage[inst]
+            side = self.plan.value_side(inst)
+            self.write(st, env, side, None, self.read(st, env, side, None))
+            if inst not in sunk:
+                self.copies(inst, env, None)
+
+    def _node(self, n: Node, env: dict[str, object], full: frozenset[str], partial: bool,
+              sunk: set[str]) -> None:
         if n.inst is not None:
             self.inst(self.k.inst(n.inst), env, None, sunk)
             return
@@ -186,8 +211,9 @@ class _Walker:
     def inst(self, inst: Instruction, env: dict[str, object], lane: tuple[Node, int] | None,
              sunk: set[str]) -> None:
         ops = []
+        in_lanes = inst.name in self.open  # updates its partial vector, not its storage
         for op in inst.operands:
-            if isinstance(op, Const | Scalar | Index):
+            if isinstance(op, Const | Scalar | Index) or (in_lanes and isinstance(op, Reduce)):
                 ops.append(False)
                 continue
             producer = op.inst if isinstance(op, Value) else op.init
@@ -195,6 +221,8 @@ class _Walker:
                   else self.plan.temps.get((producer, inst.name), self.plan.storage[producer]))
             ops.append(self.read(st, env, "c", lane))
         if inst.op == "store":
+            return
+        if in_lanes:
             return
         value = inst.op == "mov" and ops[0]
         self.write(self.plan.storage[inst.name], env, self.plan.value_side(inst.name), lane,

@@ -199,12 +199,16 @@ class Model:
 
     def latency_time(self, cand: Candidate, parallel: Parallel) -> float:
         """The longest chain of dependent updates one core runs: an accumulation's reduction
-        length times the latency, times its :meth:`chain_share`."""
+        length times the latency, times its :meth:`chain_share`, over the lanes of a vector
+        that may run along its reduction (each lane a partial result of its own: see
+        :mod:`partita.codegen.lanes`)."""
         k = cand.kernel
         r = self.rates
+        t = self.terms(k)
         return max((self.reduction_length(k, inst) * r.fma_latency_cycles / (r.ghz * 1e9)
-                    * self.chain_share(cand, inst, parallel) for inst in k.reducing_insts),
-                   default=0.0)
+                    * self.chain_share(cand, inst, parallel)
+                    / self.lanes(cand, t.chain_dims[inst][0], t.widest)
+                    for inst in k.reducing_insts), default=0.0)
 
     def split_costs(self, cand: Candidate) -> tuple[float, float, float, float]:
         """(arithmetic, loads and stores per element of a vector, on one core; serialised
@@ -444,7 +448,10 @@ class Model:
         for e in red:
             if any(cand.is_only("order", (f, e), Order.IN) for f in red if f != e):
                 continue  # not the innermost reduction tile
-            n = size(cand, e)[0]
+            # A vector's lanes along the reduction are partial results: one update.
+            lane_kinds = self.rates.lane_kinds
+            n = 1 if any(cand.allows("dim_kind", (e,), kind) for kind in lane_kinds) \
+                else size(cand, e)[0]
             for f in red:
                 if f != e and cand.is_only("order", (e, f), Order.IN) and not any(
                         inside(g, f) and cand.allows("order", (g, e), Order.OUT) for g in other):

@@ -20,6 +20,8 @@ On top of the shared loop-nest structure (``size``, ``order``), a dimension is i
   the array after the loop in a critical section. Only outer tiles are parallel: an inner
   tile would need its outer tiles parallel too, a collapsed nest no faster than the outer
   tile alone, and random kinds would fill the parallel nest past its limit (dead ends).
+  ``VECTOR`` may run along such a reduction too, each lane accumulating a partial result
+  joined after the reduction loops (:mod:`partita.codegen.lanes`).
 
 Values communicated between unfused nests live in temporaries placed in ``REGISTER``s (all
 their dims unrolled or vectorised, like the accumulator tile of a register-blocked
@@ -253,6 +255,16 @@ def _consumes(k: Kernel, user: str, inst: str) -> bool:
                if isinstance(op, Value | Reduce))
 
 
+def _lanes_split(k: Kernel, d: str, vec_sizes: tuple[int, ...]) -> bool:
+    """Tile dim ``d`` may be a vector along the reductions it carries, each lane accumulating
+    a partial result (:mod:`partita.codegen.lanes`): it splits them (splits_reduction), and
+    its logical dim's extent is a multiple of every vector size, so that no vector is ever
+    partly past the end (its lanes past the end would join the accumulator)."""
+    extent = k.static_size(k.logical(k.dim(d).logical).size)
+    return (splits_reduction(k, d) and extent is not None
+            and all(extent % v == 0 for v in vec_sizes))
+
+
 def _strided_access(k: Kernel, m: str, d: str) -> bool:
     """Memory instruction ``m`` moves along ``d``'s logical dimension with a non-unit stride."""
     stride = k.element_stride(m, k.dim(d).logical)
@@ -264,15 +276,17 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
     """The CPU space for a machine; ``itemsize`` sets the vector lanes. Without
     ``memory_dependences`` (for tests only) the space ignores dependences through memory and
     holds illegal implementations of kernels that update arrays in place. Without
-    ``parallel_reductions`` no loop that carries a reduction is parallel (the space before
-    reductions were split across cores, to compare with)."""
+    ``parallel_reductions`` no loop that carries a reduction is parallel or a vector (the
+    space before reductions were split across cores and lanes, to compare with)."""
     S = SpaceDef("cpu", choice_order=CHOICE_ORDER)
     declare_sets(S)
     vec_sizes = cpu.vector_sizes(itemsize)
     carried = carries if memory_dependences else (lambda k, d: d in k.reduction_dims)
     S.enum("dim_kind", ["Dims"], DimKind, requires={
         DimKind.UNROLL: lambda k, d: k.dim(d).is_static,
-        DimKind.VECTOR: lambda k, d: (k.dim(d).is_static and not carried(k, d)
+        DimKind.VECTOR: lambda k, d: (k.dim(d).is_static
+                                and (not carried(k, d) or (parallel_reductions
+                                                           and _lanes_split(k, d, vec_sizes)))
                                 and _innermost_tile(k, d) and d not in k.indirect_dims
                                 and (k.dim(d).sizes is not None
                                      or k.dim(d).static_size in vec_sizes)),
