@@ -3,6 +3,8 @@ partial vector (AVX-512 masked moves where the ISA has them, a lane loop elsewhe
 
 from __future__ import annotations
 
+import math
+
 from partita.ir.types import DType
 
 
@@ -48,9 +50,11 @@ def masked_access(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
 def lane_helper(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
     """A lane-wise helper ``op_vt``. ``select_vt(c, a, b)`` blends through a comparison mask
     (GCC's ``?:`` on vectors is C++ only); ``abs`` clears the sign bit of a float (exact for
-    every value, ``-0.0`` included) and negates the negative lanes of an integer. ``exp``,
-    ``log`` and ``sqrt`` call the C library lane by lane: without -ffast-math glibc declares
-    no vector variants, and the lanes' calls cost what the scalar code's do."""
+    every value, ``-0.0`` included) and negates the negative lanes of an integer. A float
+    ``exp`` runs on whole vectors (:func:`vector_exp`); ``log`` and ``sqrt`` call the C
+    library lane by lane (``sqrt`` is the vector instruction where the ISA has it): without
+    -ffast-math glibc declares no vector variants, and the lanes' calls cost what the scalar
+    code's do."""
     c = dtype.c_type
     bits = dtype.itemsize * 8
     mask = f"typedef int{bits}_t m_t __attribute__((vector_size({lanes * dtype.itemsize})));"
@@ -64,6 +68,8 @@ def lane_helper(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
     if op == "abs":
         return [f"static inline {vt} abs_{vt}({vt} v) {{ {mask}",
                 f"m_t k = v < ({vt}){{}}; return (-v & k) | (v & ~k); }}"]
+    if op == "exp" and dtype.is_float:
+        return vector_exp(vt, dtype)
     fn = op + ("f" if c == "float" else "")
     loop = [f"#pragma GCC unroll {lanes}",
             f"for (int l = 0; l < {lanes}; ++l) r[l] = {fn}(v[l]); return r;"]
@@ -79,6 +85,53 @@ def lane_helper(op: str, vt: str, dtype: DType, lanes: int) -> list[str]:
     return [head, f"#if defined({need})",
             f"r = ({vt}){prefix}_sqrt_{suffix}((__m{nbytes * 8}{reg})v); return r;", "#else",
             *loop, "#endif", "}"]
+
+
+EXP_CONSTANTS = {
+    # (clamp low, clamp high, round-to-nearest magic 1.5 * 2^mantissa, ln 2 high and low parts
+    # (Cody and Waite: the high part has trailing zero bits, so n * high is exact), exponent
+    # bias, mantissa bits, Taylor degree)
+    "float": (-104.0, 89.0, "12582912.0f", "0.693359375f", "-2.12194440e-4f", 127, 23, 7),
+    "double": (-746.0, 710.0, "6755399441055744.0", "6.93147180369123816490e-01",
+               "1.90821492927058770002e-10", 1023, 52, 13),
+}
+
+
+def vector_exp(vt: str, dtype: DType) -> list[str]:
+    """``exp_vt``: e^x on whole vectors, without a call per lane (glibc declares no vector
+    variants without -ffast-math, and 16 scalar calls cost 8x a vector's arithmetic).
+
+    ``x = n ln 2 + r`` with ``n`` the nearest integer to ``x / ln 2`` (rounded by adding and
+    subtracting 1.5 * 2^p) and ``|r| <= ln 2 / 2`` (Cody and Waite's two-part ``ln 2``);
+    ``e^r`` by its Taylor polynomial (degree 7 for float, 13 for double: truncation below
+    1e-8 and 1e-17 relative); ``2^n`` as two exponent fields ``2^(n/2) 2^(n - n/2)``, so
+    that an ``n`` past the exponent range overflows to infinity or underflows through the
+    subnormals as ``exp`` does. ``x`` is clamped where the result is already infinite or
+    zero; a NaN stays NaN."""
+    c = dtype.c_type
+    bits = dtype.itemsize * 8
+    lo, hi, magic, ln2_hi, ln2_lo, bias, mantissa, degree = EXP_CONSTANTS[c]
+    suffix = "f" if c == "float" else ""
+    terms = [f"{1 / math.factorial(k)!r}{suffix}" for k in range(degree, -1, -1)]
+    horner = [f"p = p * r + (({vt}){{}} + {t});" for t in terms[1:]]
+    return [f"static inline {vt} exp_{vt}({vt} v) {{",
+            f"typedef int{bits}_t m_t __attribute__((vector_size(sizeof({vt}))));",
+            f"{vt} x = v;",
+            f"m_t big = x > (({vt}){{}} + {hi}{suffix}), small = x < (({vt}){{}} + {lo}{suffix});",
+            f"x = ({vt})((big & (m_t)(({vt}){{}} + {hi}{suffix})) | (~big & (m_t)x));",
+            f"x = ({vt})((small & (m_t)(({vt}){{}} + {lo}{suffix})) | (~small & (m_t)x));",
+            f"{vt} t = x * (({vt}){{}} + {1 / math.log(2):.17g}{suffix});",
+            f"{vt} n = (t + {magic}) - {magic};",
+            f"{vt} r = x - n * {ln2_hi};",
+            f"r = r - n * {ln2_lo};",
+            f"{vt} p = ({vt}){{}} + {terms[0]};",
+            *horner,
+            "m_t e = __builtin_convertvector(n, m_t), half = e >> 1;",
+            f"{vt} s1 = ({vt})((half + {bias}) << {mantissa});",
+            f"{vt} s2 = ({vt})((e - half + {bias}) << {mantissa});",
+            f"{vt} y = p * s1 * s2;",
+            "m_t nan = v != v;",
+            f"return ({vt})((nan & (m_t)v) | (~nan & (m_t)y)); }}"]
 
 
 def vector_header(vector_types: dict[tuple[DType, int], str],

@@ -75,7 +75,8 @@ class Rates:
 
     lane_calls: tuple[str, ...] = ()
     """Operations the printed code computes one lane at a time with a call to the C library
-    (``exp`` and ``log`` on a CPU: without -ffast-math, glibc declares no vector variants).
+    (``log`` on a CPU: without -ffast-math, glibc declares no vector variants; ``exp`` is
+    printed on whole vectors, :func:`partita.codegen.vector.vector_exp`).
     Each is priced one arithmetic instruction per element, not per vector: a call runs a
     dozen or more (a range reduction and a polynomial), so the price stays below what the
     printed code runs at. Other operations cost one instruction per vector, which is
