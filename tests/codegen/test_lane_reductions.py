@@ -142,3 +142,17 @@ def test_the_chain_bound_counts_lanes(cpu) -> None:
     four = lanes.restrict("size", (_reduction_vectors(k)[0],), [4])
     impl = next(sample_implementations(four, 1, random.Random(1)))
     assert model.bound(impl).terms["latency"] <= seq / 4 * 1.0001
+
+
+def test_the_bound_charges_the_joins_of_the_lanes() -> None:
+    """Each row of a gemv joins its partial vector once at least: 15 scalar additions per row
+    on 16 lanes, on the busiest core; nothing while the vector is not decided."""
+    k = partita.kernel("gemv", m=512, n=64)
+    model = Model(cpu_rates(CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)))
+    vec = _lanes_along_reduction(k).restrict("size", (_reduction_vectors(k)[0],), [16])
+    assert isinstance(vec, Candidate)
+    scalar = model.rates.issue_rates(1, 16)[0]
+    # one thread at least runs half of the rows' joins
+    want = 512 * 15 / scalar / 2 / (model.rates.ghz * 1e9)
+    assert model.bound(vec).terms["issue"] >= want * 0.999
+    assert model.lane_joins(_root(k), []) == 0.0

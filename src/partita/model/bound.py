@@ -27,7 +27,10 @@ as decisions are taken:
   its accumulators only as many at once as the loop nest interleaves: with ``P`` accumulators
   updated between two updates of one (the loops inside the innermost reduction loop), ``P``
   updates complete per latency, except where an out-of-order window overlaps the end of one
-  run of updates with the start of the next (see :meth:`Model.chain_time`);
+  run of updates with the start of the next (see :meth:`Model.chain_time`); a reduction
+  tile that may be a vector divides the chain by its lanes, each a partial result, and one
+  that certainly is one joins its lanes into each point of the accumulator at least once
+  (see :meth:`Model.lane_joins`);
 - where loops are compiled as loops, the innermost loop around an accumulation runs a body
   of at most the points of the tiles that may be nested inside it, and loads, per
   iteration, the operands that vary along it (through their packed copies, or the copies'
@@ -209,6 +212,28 @@ class Model:
                     * self.chain_share(cand, inst, parallel)
                     / self.lanes(cand, t.chain_dims[inst][0], t.widest)
                     for inst in k.reducing_insts), default=0.0)
+
+    def lane_joins(self, cand: Candidate, parallel: Parallel) -> float:
+        """Cycles of the busiest core joining partial vectors (:mod:`partita.codegen.lanes`):
+        an accumulation whose reduction tile is certainly a vector of ``s`` lanes joins them
+        into each point of its accumulator at least once, ``s - 1`` scalar additions (the
+        compiler may not reassociate them, nor vectorise the tree: see DEFAULT_FLAGS). A
+        reduction of a few vectors per point (a convolution's 576 products) pays for its
+        joins as much as for its products."""
+        k = cand.kernel
+        t = self.terms(k)
+        scalar = self.rates.issue_rates(1, t.widest)[0]
+        cycles = 0.0
+        for inst in k.reducing_insts:
+            red, _ = t.chain_dims[inst]
+            lanes = [self.dim_size_range(cand, e)[0] for e in red
+                     if cand.is_only("dim_kind", (e,), CommonKind.VECTOR)]
+            if not lanes or lanes[0] <= 1:
+                continue
+            points = t.volumes[inst] // max(1, self.reduction_length(k, inst))
+            cycles += (points * (lanes[0] - 1) / scalar
+                       * self.work_share(cand, inst, parallel))
+        return cycles
 
     def split_costs(self, cand: Candidate) -> tuple[float, float, float, float]:
         """(arithmetic, loads and stores per element of a vector, on one core; serialised
@@ -643,6 +668,7 @@ class Model:
                       repeated=repeated)
         joined = 0.0
         if not r.lane_group:
+            busy[slot["arith"]] += self.lane_joins(cand, parallel)
             arith, load, store, joined = self.split_costs(cand)
             for port, cost in enumerate((arith, load, store)):
                 busy[port] += cost
