@@ -86,6 +86,11 @@ CASES = [
     Case("sgemm 64x64x65536", "matmul", {"m": 64, "n": 64, "k": 65536}, "ratio<=1.10"),
     Case("sgemm 64x64x65536, no parallel reductions", "matmul",
          {"m": 64, "n": 64, "k": 65536}, "ratio<=1.10", parallel_reductions=False),
+    # One output row of 16 columns: without a split reduction one core streams B (its rows
+    # are one cache line: halves of a row on two cores read every line twice).
+    Case("sgemm 1x16x2^20", "matmul", {"m": 1, "n": 16, "k": 1 << 20}, "stream>=0.9"),
+    Case("sgemm 1x16x2^20, no parallel reductions", "matmul", {"m": 1, "n": 16, "k": 1 << 20},
+         "stream>=0.9", parallel_reductions=False),
     Case("gemv 4096^2", "gemv", {"m": 4096, "n": 4096}, "stream>=0.9"),
     Case("gemv 4096^2, 64 partial sums", "gemv", {"m": 4096, "n": 4096, "partials": 64},
          "stream>=0.9"),
