@@ -71,6 +71,7 @@ CASES: list[tuple[str, Callable[[], Kernel], int]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,build,count", CASES, ids=[c[0] for c in CASES])
 def test_lane_reductions_match_numpy(evaluator: Evaluator, name: str,
                                      build: Callable[[], Kernel], count: int) -> None:
