@@ -43,7 +43,7 @@ from partita.codegen.vector import (
     needs_x86_intrinsics,
     vector_header,
 )
-from partita.ir.operands import Instruction, Reduce
+from partita.ir.operands import Instruction
 from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind
 from partita.targets.cpu.space import MemSpace
@@ -236,8 +236,7 @@ class CPrinter(CFamilyPrinter):
         other dims (the init and the consumers run outside the parallel nest, so the
         accumulator and its copies are indexed by all of them)."""
         k = self.k
-        reduction = {d for op in k.inst(inst).operands if isinstance(op, Reduce)
-                     for ld in op.dims for d in k.dims_of(ld)}
+        reduction = k.reduction_dims_of(inst)
         names = ", ".join(t.name for t in self.plan.copies_of(inst))
         self.emit(indent, f"{{ /* {names} written after the parallel reduction */")
         env = dict.fromkeys(reduction, "0")

@@ -32,7 +32,7 @@ import numpy as np
 from partita.codegen.expr import CodegenError, c_literal
 from partita.codegen.looptree import Node
 from partita.codegen.vector import broadcast
-from partita.ir.operands import COMBINE_IDENTITY, Instruction, Reduce, combine_op
+from partita.ir.operands import COMBINE_IDENTITY, Instruction, combine_op
 from partita.ir.types import DType
 from partita.space.nest import CommonKind
 
@@ -58,20 +58,13 @@ class LanePartial:
         return f"p_{self.inst}"
 
 
-def reduction_tile_dims(plan: LoweredPlan, inst: str) -> set[str]:
-    """The tile dims of accumulation ``inst``'s reduction."""
-    k = plan.k
-    return {d for op in k.inst(inst).operands if isinstance(op, Reduce)
-            for ld in op.dims for d in k.dims_of(ld)}
-
-
 def lane_partials(plan: LoweredPlan) -> dict[int, list[LanePartial]]:
     """The partial vectors of the plan, by ``id`` of their scope node."""
     k = plan.k
     out: dict[int, list[LanePartial]] = {}
     for inst in sorted(k.reducing_insts):
         chain = plan.ancestors(plan.node_of[inst])
-        red = reduction_tile_dims(plan, inst)
+        red = k.reduction_dims_of(inst)
         vector = chain[0] if chain else None
         if vector is None or vector.kind != CommonKind.VECTOR or not set(vector.dims) & red:
             continue
@@ -107,14 +100,12 @@ def identity_literal(op: str, dtype: DType) -> str:
     return c_literal(value, dtype)
 
 
-def joined_lanes(lp: LanePartial, dtype: DType,
-                 combine: Callable[[Instruction, list[str]], str]) -> str:
+def joined_lanes(lp: LanePartial, combine: Callable[[list[str]], str]) -> str:
     """The C expression joining the lanes of ``lp``'s partial vector, as a balanced tree of
-    ``combine`` (``combine(inst, [a, b])`` prints ``a ⊕ b``)."""
-    inst = Instruction("combine", lp.op, (), (), dtype)
+    ``combine`` (``combine([a, b])`` prints ``a ⊕ b``)."""
     terms = [f"{lp.name}[{i}]" for i in range(lp.lanes)]
     while len(terms) > 1:
-        pairs = [combine(inst, [terms[i], terms[i + 1]]) for i in range(0, len(terms) - 1, 2)]
+        pairs = [combine([terms[i], terms[i + 1]]) for i in range(0, len(terms) - 1, 2)]
         terms = pairs + (terms[-1:] if len(terms) % 2 else [])
         terms = [f"({t})" for t in terms]
     return terms[0]
@@ -152,8 +143,11 @@ def print_lane_scope(printer: CFamilyPrinter, node: Node, partials: list[LanePar
         dtype = p.k.inst(lp.inst).dtype
         acc = p._read_storage(st, env, side, set(), 1)
         combine = Instruction("combine", lp.op, (), (), dtype)
-        lanes = joined_lanes(lp, dtype, lambda i, ops: p.arith(i, ops, None))
-        p._emit_write(indent + 1, st, env, side, set(), 1, p.arith(combine, [acc, lanes], None))
+
+        def join(ops: list[str], combine: Instruction = combine) -> str:
+            return p.arith(combine, ops, None)
+
+        p._emit_write(indent + 1, st, env, side, set(), 1, join([acc, joined_lanes(lp, join)]))
         if lp.inst in copied:
             p._write_copies(lp.inst, env, indent + 1, None)
     p.emit(indent, "}")

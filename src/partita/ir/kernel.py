@@ -356,13 +356,14 @@ class Kernel:
     @cached_property
     def reduction_dims(self) -> frozenset[str]:
         """Tile dimensions carrying a reduction: they cannot run in parallel."""
-        out: set[str] = set()
-        for inst in self.instructions:
-            for op in inst.operands:
-                if isinstance(op, Reduce):
-                    for ld in op.dims:
-                        out.update(self.dims_of(ld))
-        return frozenset(out)
+        return frozenset(d for inst in self.instructions
+                         for d in self.reduction_dims_of(inst.name))
+
+    def reduction_dims_of(self, inst: str) -> frozenset[str]:
+        """The tile dimensions of accumulation ``inst``'s reduction (none for any other
+        instruction)."""
+        return frozenset(d for op in self.inst(inst).operands if isinstance(op, Reduce)
+                         for ld in op.dims for d in self.dims_of(ld))
 
     @cached_property
     def compute_dtype(self) -> DType:

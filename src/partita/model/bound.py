@@ -162,9 +162,7 @@ class Model:
                                                            temp_axes[a.name] for pair in pairs})
                                         for side, inst in enumerate(carries[a.name]))
                           for a in temps}
-            chain_dims = {i: split_dims(own[i], {d for op in k.inst(i).operands
-                                             if isinstance(op, Reduce)
-                                             for ld in op.dims for d in k.dims_of(ld)})
+            chain_dims = {i: split_dims(own[i], k.reduction_dims_of(i))
                           for i in k.reducing_insts}
             bodies = {i: body.body_terms(self, k, i) for i in k.reducing_insts}
             moved, footprint = self.compulsory_bytes(k)

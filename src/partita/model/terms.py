@@ -4,6 +4,7 @@ the kernel-level helpers it needs, and the interface of the model the body bound
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -134,7 +135,7 @@ def temporary_axes(k: Kernel, carries: tuple[str, str]) -> tuple[tuple[tuple[str
     return tuple(tuple(zip(k.dims_of(a), k.dims_of(b), strict=True)) for a, b in op.mapping)
 
 
-def split_dims(dims: tuple[str, ...], chosen: set[str]) -> tuple[tuple[str, ...],
+def split_dims(dims: tuple[str, ...], chosen: AbstractSet[str]) -> tuple[tuple[str, ...],
                                                              tuple[str, ...]]:
     """(the ``dims`` in ``chosen``, the others), in order."""
     return (tuple(d for d in dims if d in chosen), tuple(d for d in dims if d not in chosen))
