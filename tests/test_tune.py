@@ -350,7 +350,7 @@ def test_a_search_in_another_choice_order_finds_verified_implementations(tmp_pat
     np.testing.assert_allclose(tuned(a, b), a @ b)
     with Records(db) as rec:
         [run] = rec.runs(rec.kernel_id(k, {"m": 16, "n": 24, "k": 8}))
-    assert run.options["choice_order"][:2] == ["prefetch", "order"]
+    assert run.options["choice_order"][:3] == ["store_hint", "prefetch", "order"]
     with pytest.raises(ValueError, match="'tiles' is not a choice"):
         partita.tune(k, stop=Evaluations(1), db=db, choice_order=["tiles"])
 

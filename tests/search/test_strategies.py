@@ -333,8 +333,12 @@ def test_mutations_are_neighbours_of_the_fastest_implementations() -> None:
     for m in mutants:
         assert m.is_implementation
         assert m.domains() != original
-        kept = sum(d in m.decisions for d in first.decisions)
-        assert kept >= len(first.decisions) - 3
+        # A decision on an object that a trigger creates (a temporary) goes when the decision
+        # that created it is dropped, even if the rollout creates it again: the decisions on
+        # the kernel's own objects all replay but the one to three dropped.
+        present = [d for d in first.decisions if all(a in root.compiled.oid for a in d.args)]
+        kept = sum(d in m.decisions for d in present)
+        assert kept >= len(present) - 3
     with pytest.raises(ValueError, match="mutation"):
         MonteCarlo(root, lambda c: 1.0, SearchState(), random.Random(0), mutation=1.5)
 

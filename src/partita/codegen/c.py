@@ -38,12 +38,14 @@ from partita.codegen.looptree import Node
 from partita.codegen.lower import Prefetch, Slot, SplitReduction, Storage
 from partita.codegen.program import Param, Program, packed_args, prototype, signature
 from partita.codegen.vector import (
+    STREAM_FENCE,
     broadcast,
     needs_intrinsics,
     needs_x86_intrinsics,
     vector_header,
 )
 from partita.ir.operands import Instruction
+from partita.ir.types import DType
 from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind
 from partita.targets.cpu.space import MemSpace
@@ -72,9 +74,11 @@ class CPrinter(CFamilyPrinter):
                "#include <math.h>", ""]
         if needs_intrinsics(self.helpers):
             out[5:5] = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
-        if needs_x86_intrinsics(self.helpers):
+        if needs_x86_intrinsics(self.helpers) or self.plan.streamed:
             out[5:5] = ["#if defined(__SSE2__)", "#include <immintrin.h>", "#endif"]
         out += vector_header(self.vector_types, self.helpers)
+        if self.plan.streamed:
+            out += STREAM_FENCE
         if self.vector_types:
             out.append("")
         return out
@@ -96,6 +100,8 @@ class CPrinter(CFamilyPrinter):
                 self.print_node(child, {}, 1)
         for st in shared:
             self.emit(1, f"free({st.name});")
+        if self.plan.streamed:
+            self.emit(1, "stream_fence();")
         self.emit(0, "}")
         self.emit(0, "")
         self._print_packed(params)
@@ -146,11 +152,27 @@ class CPrinter(CFamilyPrinter):
             self._join_private_arrays(depth, private)
         for st in per_thread:
             self.emit(depth, f"free({st.name});")
+        if loops and self.plan.streamed:
+            # Each thread's streaming stores reach memory before the region's closing
+            # barrier, after which other threads and the caller read what they wrote.
+            self.emit(depth, "stream_fence();")
         if loops:
             self.emit(1, "}")
         for red in split:
             if self.plan.copies_of(red.inst):
                 self._print_split_copies(red.inst, 1)
+
+    def emit_store(self, indent: int, arr: str, base: str, step: int | str, value: str,
+                   dtype: DType, lanes: int, count: str | None = None,
+                   stream: bool = False) -> None:
+        """A store; with ``stream``, a whole contiguous vector goes past the caches
+        (``stream_vt``, a plain store where the address is not aligned)."""
+        if stream and lanes > 1 and step == 1 and count is None:
+            vt = self.vtype(dtype, lanes)
+            self.helpers.add(("stream", vt))
+            self.emit(indent, f"stream_{vt}(&{arr}[{base}], {value});")
+            return
+        super().emit_store(indent, arr, base, step, value, dtype, lanes, count)
 
     def _open_private(self, red: SplitReduction, indent: int) -> None:
         """A thread's private copy of a split accumulation's accumulator, under its name,

@@ -579,7 +579,8 @@ class CFamilyPrinter:
             assert inst.access is not None
             base, step = self.access_address(inst, env, lane_dims)
             arr = inst.access.array
-            self.emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes, count)
+            self.emit_store(indent, arr, base, step, ops[0], inst.dtype, lanes, count,
+                            stream=inst.name in self.plan.streamed)
         else:
             if inst.op == "load" and inst.access and inst.access.fill is not None:
                 expr = padded_load(self, inst, env, lane_dims, lanes, clamped)
@@ -737,8 +738,10 @@ class CFamilyPrinter:
         return f"(({vt}){{{elems}}})"
 
     def emit_store(self, indent: int, arr: str, base: str, step: int | str, value: str,
-                    dtype: DType, lanes: int, count: str | None = None) -> None:
-        """A store of ``lanes`` elements; with ``count``, of the leading ``count`` only."""
+                    dtype: DType, lanes: int, count: str | None = None,
+                    stream: bool = False) -> None:
+        """A store of ``lanes`` elements; with ``count``, of the leading ``count`` only
+        (``stream``: past the caches, where the printer can)."""
         if lanes == 1:
             self.emit(indent, f"{arr}[{base}] = {value};")
         elif step == 0:

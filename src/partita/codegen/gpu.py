@@ -471,7 +471,8 @@ class GpuPrinter(CFamilyPrinter):
         return f"{arr}[{base}]"
 
     def emit_store(self, indent: int, arr: str, base: str, step: int | str, value: str,
-                    dtype: DType, lanes: int, count: str | None = None) -> None:
+                    dtype: DType, lanes: int, count: str | None = None,
+                    stream: bool = False) -> None:
         if lanes != 1:
             raise CodegenError("vector values are printed by the vector path")
         if self._is_array(arr) and self._current is not None and self._current.op == "store":

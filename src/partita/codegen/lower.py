@@ -78,6 +78,7 @@ from partita.space.temporaries import CommonPlace, layout_order, temporary_name
 from partita.targets.cpu.space import DimKind as CpuKind
 from partita.targets.cpu.space import MemSpace as CpuPlace
 from partita.targets.cpu.space import Prefetch as PrefetchHint
+from partita.targets.cpu.space import StoreHint, streamable_stores
 
 LOCAL_STACK_BYTES = 64 * 1024
 """LOCAL buffers up to this size live on the stack; larger ones are allocated once per thread."""
@@ -245,6 +246,11 @@ class LoweredPlan:
         self.lane_partials: dict[int, list[LanePartial]] = {}
         """The partial vectors of accumulations along a vector dim of their reduction, by
         ``id`` of the loop around which each lives (:mod:`partita.codegen.lanes`)."""
+        enums = cand.compiled.sdef.enums
+        self.streamed = frozenset(
+            m for m in (streamable_stores(self.k) if "store_hint" in enums else ())
+            if cand.domain("store_hint", m) == (StoreHint.STREAM,))
+        """The stores whose whole vectors go to memory past the caches (``store_hint``)."""
         self._lower()
         if self.clamps_loops:
             self._plan_loop_clamps()

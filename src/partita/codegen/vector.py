@@ -134,6 +134,32 @@ def vector_exp(vt: str, dtype: DType) -> list[str]:
             f"return ({vt})((nan & (m_t)v) | (~nan & (m_t)y)); }}"]
 
 
+def streaming_store(vt: str, dtype: DType, lanes: int) -> list[str]:
+    """``stream_vt(p, v)``: ``v`` written to ``p`` past the caches (a non-temporal store)
+    where ``p`` is aligned to the vector's size and the ISA has the instruction, a plain
+    store elsewhere: the caller's arrays need not be aligned (numpy's large arrays start 16
+    bytes past a page), and the test, on a pointer that moves by whole vectors, costs a
+    predicted branch."""
+    c = dtype.c_type
+    nbytes = lanes * dtype.itemsize
+    head = f"static inline void stream_{vt}({c} *p, {vt} v) {{"
+    need = {64: "__AVX512F__", 32: "__AVX__", 16: "__SSE2__"}.get(nbytes)
+    if need is None or not dtype.is_float:
+        return [head, f"store_{vt}(p, v); }}"]
+    prefix = {64: "_mm512", 32: "_mm256", 16: "_mm"}[nbytes]
+    suffix, reg = ("ps", "") if c == "float" else ("pd", "d")
+    return [head, f"#if defined({need})",
+            f"if (((uintptr_t)p & {nbytes - 1}u) == 0) "
+            f"{{ {prefix}_stream_{suffix}(p, (__m{nbytes * 8}{reg})v); return; }}",
+            "#endif", f"store_{vt}(p, v); }}"]
+
+
+STREAM_FENCE = ["static inline void stream_fence(void) {", "#if defined(__SSE2__)",
+                "_mm_sfence();", "#endif", "}"]
+"""``stream_fence()``: the streaming stores issued so far are visible to every core before
+the stores after it (they are not ordered with plain stores otherwise)."""
+
+
 def vector_header(vector_types: dict[tuple[DType, int], str],
                   helpers: set[tuple[str, str]]) -> list[str]:
     """The typedefs and helpers of the vector types a program uses: contiguous loads and
@@ -154,6 +180,9 @@ def vector_header(vector_types: dict[tuple[DType, int], str],
         if op in ("loadn", "storen"):
             out += masked_access(op, vt, dtype, lanes)
             continue
+        if op == "stream":
+            out += streaming_store(vt, dtype, lanes)
+            continue
         if op not in ("max", "min"):
             out += lane_helper(op, vt, dtype, lanes)
             continue
@@ -173,4 +202,4 @@ def needs_intrinsics(helpers: set[tuple[str, str]]) -> bool:
 
 def needs_x86_intrinsics(helpers: set[tuple[str, str]]) -> bool:
     """Whether the helpers use SSE or AVX intrinsics (``immintrin.h``, on x86)."""
-    return any(op == "sqrt" for op, _ in helpers)
+    return any(op in ("sqrt", "stream") for op, _ in helpers)

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
 from partita.codegen.program import Program
@@ -92,6 +93,10 @@ class Target(ABC):
     (:mod:`partita.runtime.cluster`), keyed by this host's records fingerprint."""
     printers: ClassVar[Mapping[str, Printer]]
     """Its printers by language, the one tuning builds and times first."""
+    added_choices: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    """Choices its space gained after records were made, each with the value that prints
+    the code those records measured: a recorded best that leaves them open replays with
+    that value (:func:`partita.tuning.tuned.rebuild_program`)."""
 
     @abstractmethod
     def space_def(self, kernel: Kernel, cpu: CpuCapabilities | None = None) -> SpaceDef:

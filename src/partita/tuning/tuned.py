@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from partita.runtime.call import KernelCall
 from partita.runtime.compile import Compiler, compiler_version
 from partita.runtime.data import reference_kind
 from partita.search.tuner import TuneResult
-from partita.space.candidate import DeadEnd, Space
+from partita.space.candidate import Candidate, DeadEnd, Space
 from partita.targets import get as get_target
 from partita.targets.cpu.target import host_fingerprint
 
@@ -155,6 +156,16 @@ class StaleRecord(LookupError):
     """Recorded decisions that no longer replay to an implementation of the kernel."""
 
 
+def _with_added_choices(cand: Candidate, added: Mapping[str, str]) -> Candidate | DeadEnd:
+    """``cand`` with the choices the space gained after its decisions were recorded fixed to
+    the values that print the code those records measured (``Target.added_choices``)."""
+    out: Candidate | DeadEnd = cand
+    for choice, args in cand.open_choices():
+        if choice in added and isinstance(out, Candidate):
+            out = out.restrict(choice, args, (added[choice],))
+    return out
+
+
 def rebuild_program(kernel: Kernel, best: BestRow, target: str = "cpu"
                     ) -> tuple[Any, bool]:
     """The program of a recorded best, printed again from its decisions (records are data:
@@ -167,6 +178,8 @@ def rebuild_program(kernel: Kernel, best: BestRow, target: str = "cpu"
     except (ValueError, TypeError, KeyError) as exc:
         raise StaleRecord(f"the recorded decisions of {kernel.name} do not replay: {exc}; "
                           "tune it again") from exc
+    if isinstance(cand, Candidate):
+        cand = _with_added_choices(cand, plug.added_choices)
     if isinstance(cand, DeadEnd) or not cand.is_implementation:
         why = cand.reason if isinstance(cand, DeadEnd) else "choices are left open"
         raise StaleRecord(f"the recorded decisions of {kernel.name} are no implementation of "
