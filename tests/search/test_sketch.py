@@ -10,6 +10,7 @@ import pytest
 
 import partita
 from partita.codegen.looptree import Node, loop_tree
+from partita.ir.kernel import Kernel
 from partita.model import Model, Rates
 from partita.runtime import Evaluator, TimingOptions
 from partita.search.sampling import random_implementation, sample_and_evaluate
@@ -309,3 +310,61 @@ def test_partial_sums_keep_a_parallel_iteration_per_core() -> None:
     (one,) = [c for n, c in sketch_candidates(gemv, 16, 1) if n == "partials"]
     (two,) = [c for n, c in sketch_candidates(gemv, 16, 2) if n == "partials"]
     assert one.domains() == two.domains()
+
+
+# Every index 16 but the contracted one's (which stays a full vector's worth of steps) made
+# small: the structure of the TCCG contractions at sizes that compile and run fast.
+CCSD_T = [
+    # (spec, the register tile's rows, the parallel dim): both of the output's fastest axes
+    # index B in the first, so the rows are a dim of A; the parallel dim is the output's
+    # slowest along which the operand copied per parallel iteration moves
+    ("gdab,efgc->abcdef", "d", "c"),
+    ("dega,gfbc->abcdef", "e", "b"),
+    ("dfgb,geac->abcdef", "e", "b"),
+]
+
+
+def _contraction(spec: str) -> Kernel:
+    return partita.kernel("contraction", spec=spec, a=2, b=3, c=2, d=8, e=8, f=16, g=4)
+
+
+@pytest.mark.parametrize(("spec", "rows", "parallel"), CCSD_T)
+def test_contraction_rows_are_a_gemm_dim_of_the_other_operand(spec: str, rows: str,
+                                                              parallel: str) -> None:
+    """The register tile's rows: the output's fastest axis after the vector's along which one
+    operand moves and the vector's operand does not, as the rows of a GEMM."""
+    shape = contraction_shape(_contraction(spec))
+    assert shape is not None and shape.vector == "f" and shape.unrolled == rows
+
+
+@pytest.mark.parametrize(("spec", "rows", "parallel"), CCSD_T)
+def test_contraction_sketches_split_another_dim_than_a_single_vector(
+        evaluator: Evaluator, spec: str, rows: str, parallel: str) -> None:
+    """With one vector of columns, the parallel tile is another output dim's, its inner
+    tiles single iterations; ``packed_ab`` packs the broadcast operand too, inside the loops
+    of its own output dims. Completions compute the contraction."""
+    k = _contraction(spec)
+    found = dict(sketch_candidates(partita.space(k, "cpu", cpu=AVX512_REFERENCE), 16, 2))
+    assert set(found) == {"packed", "packed_ab"}
+    for n, cand in enumerate(found.values()):
+        tiles = k.dims_of(parallel)
+        assert cand.domain("dim_kind", tiles[0]) == ("PARALLEL",)
+        assert all(cand.domain("size", t) == (1,) for t in tiles[1:])
+        assert cand.domain("dim_kind", k.dims_of(rows)[-1]) == ("UNROLL",)
+        report = sample_and_evaluate(cand, 2, random.Random(7 + n),
+                                     lambda ps: evaluator.evaluate(ps, time_it=False))
+        assert report.verified == 2, report.failed[:2]
+    both = found["packed_ab"]
+    copies = [a.carries[0] for a in both.kernel.arrays if a.carries is not None
+              and both.domain("mem_space", a.name) == ("LOCAL",)]
+    assert sorted(copies) == ["ld_A", "ld_B"]
+
+
+def test_outputs_beyond_the_caches_stream_in_the_sketches() -> None:
+    k = _contraction("gdab,efgc->abcdef")
+    out_bytes = 2 * 3 * 2 * 8 * 8 * 16 * 4
+    for cache, hint in [(None, None), (out_bytes, None), (out_bytes - 1, ("STREAM",))]:
+        found = dict(sketch_candidates(partita.space(k, "cpu", cpu=AVX512_REFERENCE), 16, 2,
+                                       cache))
+        for cand in found.values():
+            assert cand.domain("store_hint", "st_out") == (hint or ("CACHED", "STREAM"))
