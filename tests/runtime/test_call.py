@@ -151,18 +151,33 @@ def test_the_fast_path_tells_an_overlap_from_a_neighbour_to_the_element(
     assert len(taken) == (overlap > 0)
 
 
-def _scale() -> Tuned:
+def _scale(n: int = 37) -> Tuned:
     """``y = alpha * x``: a scalar and an ``out`` array, served by the common call."""
     b = KernelBuilder("scale", "float64")
     alpha = b.scalar("alpha")
-    x = b.array("x", None, [37])
-    y = b.array("y", None, [37], role="out")
-    i = b.dim("i", 37)
+    x = b.array("x", None, [n])
+    y = b.array("y", None, [n], role="out")
+    i = b.dim("i", n)
     b.store(y, [i], b.mul(alpha, b.load(x, [i]), dims=[i]))
     k = b.build()
     program = print_c(random_implementation(partita.space(k).root(), random.Random(0)),
-                      "call_scale")
+                      f"call_scale_{n}")
     return Tuned(k, program.source, program.entry, [], None, program.params)
+
+
+@pytest.mark.usefixtures("call_path")
+@pytest.mark.parametrize(("n", "align"), [(37, 64), (1 << 18, 2 << 20)])
+def test_outputs_the_call_allocates_are_placed_as_the_tuner_places_them(n: int,
+                                                                         align: int) -> None:
+    """A new output starts on a 64-byte boundary (2 MiB from 2 MiB up), as the tuner's
+    buffers and ``partita.empty`` do: streaming stores need a vector's alignment, and the
+    recorded time was measured on that placement."""
+    scale = _scale(n)
+    x = np.linspace(-1, 1, n)
+    for _ in range(3):
+        y = scale(2.0, x)
+        assert y.ctypes.data % align == 0 and y.flags.c_contiguous and y.flags.writeable
+        np.testing.assert_array_equal(y, 2 * x)
 
 
 def test_the_checks_in_c_take_what_the_python_path_takes(monkeypatch: pytest.MonkeyPatch) -> None:

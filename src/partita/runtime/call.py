@@ -32,6 +32,7 @@ import numpy as np
 
 from partita.codegen.program import Param, c_parameters
 from partita.ir.types import DType
+from partita.runtime.arrays import empty
 from partita.runtime.native_call import native_call
 
 
@@ -81,7 +82,9 @@ class _Arg:
     def fresh(self, values: np.ndarray | None = None) -> np.ndarray:
         """A new array in this argument's layout (holding ``values`` if given)."""
         if self.contiguous:
-            out = np.empty(self.shape, dtype=self.dtype)
+            # Placed as the tuner places its buffers (its streaming stores need a vector's
+            # alignment).
+            out = empty(self.shape, self.dtype)
         else:
             buf = np.empty(max(self.param.footprint, 1), dtype=self.dtype)
             out = np.lib.stride_tricks.as_strided(
@@ -166,7 +169,7 @@ class KernelCall:
         if (len(self.outputs) != 1 or self.outputs[0].param.role != "out"
                 or not all(a.contiguous for a in arrays)):
             return None
-        env: dict[str, Any] = {"ndarray": np.ndarray, "empty": np.empty, "fn": self.fn,
+        env: dict[str, Any] = {"ndarray": np.ndarray, "empty": empty, "fn": self.fn,
                                "fb": self.from_buffer, "general": self.general}
         names = [f"x{n}" for n in range(len(self.inputs))]
         lines = ["def call(args, out=None):",

@@ -10,7 +10,8 @@ called in a loop, 2.6 us right after a 16x1000x2048 matmul, 26 us after a 1024^3
 the whole common case (C-contiguous arrays of the dtype and shape tuned for, Python numbers
 for scalars, a new or a separate ``out=``) is one C function: it compares each argument's type,
 dtype, shape and flags with the constants of the signature, tests an ``out=`` against the
-inputs by their byte ranges, allocates the output when none is given, and calls the entry
+inputs by their byte ranges, allocates the output when none is given (placed as the tuner
+places its buffers: :func:`partita.runtime.arrays.empty`), and calls the entry
 with the GIL released. Anything else goes to the Python call it was made with, which names
 what is wrong or serves the case (a view, an overlap, an ``inout``).
 
@@ -122,9 +123,8 @@ def _source(params: tuple[Param, ...]) -> str:
         "    PyArrayObject *o;",
         "    if (out == Py_None) {",
         f"        static const npy_intp dims[] = {_dims(target)};",
-        f"        Py_INCREF(descrs[{t}]);  /* PyArray_Empty steals it */",
-        f"        o = (PyArrayObject *)PyArray_Empty({len(target.shape)}, (npy_intp *)dims, "
-        f"descrs[{t}], 0);",
+        f"        o = aligned_empty({len(target.shape)}, dims, descrs[{t}], "
+        f"{np.dtype(target.dtype).itemsize});",
         "        if (o == NULL) return NULL;",
         "    } else {",
         f"        if (!fits(out, descrs[{t}], {_dims(target)}, {len(target.shape)}, 1)) "
@@ -195,6 +195,27 @@ static inline int fits(PyObject *a, PyArray_Descr *descr, const npy_intp *dims, 
         if (shape[i] != dims[i]) return 0;
     if (!PyArray_IS_C_CONTIGUOUS(arr)) return 0;
     return !written || PyArray_ISWRITEABLE(arr);
+}
+
+/* A new C-contiguous array placed as partita.empty places it (the tuner's placement: a
+   64-byte boundary, 2 MiB from 2 MiB up), its data a view of a larger byte buffer; a
+   streaming store falls back to a plain one on numpy's placement, 16 bytes past a line. */
+static PyArrayObject *aligned_empty(int nd, const npy_intp *dims, PyArray_Descr *descr,
+                                    npy_intp itemsize) {
+    npy_intp nbytes = itemsize;
+    for (int i = 0; i < nd; i++) nbytes *= dims[i];
+    npy_intp align = nbytes >= ((npy_intp)2 << 20) ? ((npy_intp)2 << 20) : 64;
+    npy_intp raw_dims[1] = {nbytes + align};
+    PyObject *raw = PyArray_SimpleNew(1, raw_dims, NPY_UINT8);
+    if (raw == NULL) return NULL;
+    char *data = PyArray_BYTES((PyArrayObject *)raw);
+    data += (-(uintptr_t)data) & (uintptr_t)(align - 1);
+    Py_INCREF(descr);  /* PyArray_NewFromDescr steals it */
+    PyObject *o = PyArray_NewFromDescr(&PyArray_Type, descr, nd, (npy_intp *)dims, NULL, data,
+                                       NPY_ARRAY_CARRAY, NULL);
+    if (o == NULL) { Py_DECREF(raw); return NULL; }
+    if (PyArray_SetBaseObject((PyArrayObject *)o, raw) < 0) { Py_DECREF(o); return NULL; }
+    return (PyArrayObject *)o;
 }
 
 /* The byte ranges of two contiguous arrays intersect. */
