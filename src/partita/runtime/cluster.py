@@ -223,6 +223,12 @@ def lost_reason(exc: BaseException) -> str:
     return f"failed on the cluster: {type(exc).__name__}: {exc}"
 
 
+WORKER_RETURN_S = 20.0
+"""How long opening a cluster evaluator waits for a worker of this machine to (re)join: a
+nanny restarts a worker killed in a task within seconds, and a ``--continue`` right after
+the loss found none yet."""
+
+
 class ClusterEvaluator:
     """Evaluates programs on a Dask cluster: compiled on workers that build for the machine
     of records key ``key``, checked and timed on its measuring worker.
@@ -263,16 +269,23 @@ class ClusterEvaluator:
 
     def check_workers(self) -> None:
         """Raise where no worker of the cluster can build or time for this machine: the
-        tasks would wait for one forever."""
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        declared = [set(w.get("resources") or {}) for w in workers.values()]
-        for resource, flag in ((measure_resource(self.key), " --measure"),
-                               (compile_resource(self.key), "")):
-            if not any(resource in d for d in declared):
-                raise RuntimeError(
-                    f"no worker of the cluster declares the resource {resource} (this "
-                    f"machine's): start one here with `partita worker "
-                    f"{self.client.scheduler.address}{flag}`")
+        tasks would wait for one forever. A worker that a nanny is restarting (after it died
+        in a task) counts: the check waits up to :data:`WORKER_RETURN_S` for one."""
+        wanted = ((measure_resource(self.key), " --measure"), (compile_resource(self.key), ""))
+        deadline = time.monotonic() + WORKER_RETURN_S
+        while True:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            declared = [set(w.get("resources") or {}) for w in workers.values()]
+            missing = [(r, flag) for r, flag in wanted if not any(r in d for d in declared)]
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(0.25)
+        if missing:
+            resource, flag = missing[0]
+            raise RuntimeError(
+                f"no worker of the cluster declares the resource {resource} (this "
+                f"machine's): start one here with `partita worker "
+                f"{self.client.scheduler.address}{flag}`")
         measuring = [a for a, w in workers.items()
                      if measure_resource(self.key) in (w.get("resources") or {})]
         with contextlib.suppress(Exception):  # a worker gone meanwhile: its host is unknown
