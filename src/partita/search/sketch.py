@@ -396,7 +396,8 @@ class _Contraction:
         columns = k.static_size(k.logical(shape.vector).size)
         if columns is None or columns >= 2 * cores * self.lanes:
             return self.vec_tiles[0]
-        (store,) = self.stores
+        # The accumulation's one store (contraction_shape); other readers may follow it.
+        store = next(s for s in self.stores if k.inst(s).op == "store")
 
         def stride(ld: str) -> int:
             along = counterpart(k, store, ld)
