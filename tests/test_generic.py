@@ -20,9 +20,18 @@ from partita.db import GenericRow, GenericTrainingRow, GenericVersionRow, Record
 from partita.kernels.linalg import matmul
 from partita.model import Model, Rates
 from partita.runtime.compile import Compiler
+from partita.targets import get as get_target
+from partita.targets.cpu.machine import AVX2_REFERENCE
+from partita.targets.cpu.space import DimKind, MemSpace
 from partita.tuning import kernel_params, load_generic
 from partita.tuning.dispatch import Dataset, dispatcher_source
-from partita.tuning.generic import GenericTuned, Version, parse_train
+from partita.tuning.generic import (
+    GenericTuned,
+    Version,
+    compile_versions,
+    parse_train,
+    replay_version,
+)
 from partita.tuning.generic_store import Recorded, Winner, versions_key
 from partita.tuning.generic_tune import tune_dispatch
 from partita.tuning.thresholds import choose_version
@@ -427,3 +436,53 @@ def test_what_a_refining_tune_reuses() -> None:
     rec.update_winner(Winner({"m": 1, "n": 1, "k": 1}, v1, 5e-7))  # not a recorded size
     assert rec.winner(small) == Winner(small, v1, 5e-7) and len(rec.sizes) == 2
     assert Recorded(None).sizes == [] and not Recorded(None).same_versions(key)
+
+
+REGISTER_BLOCKED = [
+    ["size", ["i.2"], [6]], ["size", ["j.2"], [8]], ["size", ["j.1"], [2]],
+    ["size", ["i.1"], [4]], ["size", ["r.1"], [64]],
+    ["dim_kind", ["j.2"], ["VECTOR"]], ["dim_kind", ["j.0"], ["PARALLEL"]],
+    ["dim_kind", ["i.2"], ["UNROLL"]], ["dim_kind", ["j.1"], ["UNROLL"]],
+    *[["order", [a, b], ["OUT"]] for a, b in [("j.0", "i.0"), ("i.0", "i.1"), ("i.1", "r.0"),
+                                              ("r.0", "r.1"), ("r.1", "i.2"), ("i.2", "j.1"),
+                                              ("j.1", "j.2")]],
+    *[["order", [f"{d}_{n}.{level}", f"{d}.{level}"], ["MERGED"]]
+      for n in ("init", "st") for d, level in [("i", 0), ("i", 1), ("j", 0)]],
+    ["order", ["i_init.2", "i.2"], ["BEFORE"]], ["order", ["j_init.1", "j.1"], ["BEFORE"]],
+    ["order", ["j_init.2", "j.2"], ["BEFORE"]], ["order", ["i_st.2", "i.2"], ["AFTER"]],
+    ["order", ["j_st.1", "j.1"], ["AFTER"]], ["order", ["j_st.2", "j.2"], ["AFTER"]],
+    *[["order", [f"{d}_a.{level}", f"{d}.{level}"], ["MERGED"]]
+      for d, level in [("i", 0), ("i", 1), ("i", 2), ("r", 0), ("r", 1)]],
+    ["order", ["j_b.0", "j.0"], ["MERGED"]], ["order", ["r_b.0", "r_b.1"], ["OUT"]],
+    ["order", ["r_b.1", "j_b.1"], ["OUT"]], ["order", ["j_b.1", "j_b.2"], ["OUT"]],
+    ["order", ["r_b.0", "i.0"], ["BEFORE"]], ["dim_kind", ["j_b.2"], ["VECTOR"]],
+    ["dim_kind", ["j_b.1"], ["UNROLL"]], ["mem_space", ["tmp_init_acc"], ["REGISTER"]],
+    ["mem_space", ["tmp_acc_st_c"], ["REGISTER"]], ["mem_space", ["tmp_ld_b_acc"], ["LOCAL"]],
+]
+"""A register-blocked matmul as a static tune finds it (a 6 x 16 accumulator tile in vector
+registers, B packed per column panel with vector copies), with vectors of 8 lanes, which every
+reference machine has."""
+
+
+def test_a_register_blocked_winner_keeps_its_vectors_over_dynamic_sizes() -> None:
+    """Contiguous accesses stay contiguous when the other extents are dynamic: the vector
+    loops, the vector copy of B and the accumulator in registers all replay on the kernel
+    over dynamic sizes, and its remainders (no size a multiple of the 6 x 16 tile or of the
+    vector) compute the product."""
+    dyn = matmul(None, None, None)
+    space = partita.space(dyn, cpu=AVX2_REFERENCE)
+    leaf, dropped, _ = replay_version(space, REGISTER_BLOCKED)
+    assert dropped == []
+    assert leaf.domain("mem_space", "tmp_acc_st_c") == (MemSpace.REGISTER,)
+    assert leaf.domain("dim_kind", "j_b.2") == (DimKind.VECTOR,)
+    source = get_target("cpu").print_program(leaf, "blocked_v1").source
+    versions = [Version("blocked_v1", source, [d.to_json() for d in leaf.decisions], [])]
+    dispatcher = dispatcher_source(dyn, "blocked", ["blocked_v1"], [])
+    library = compile_versions(dyn, versions, Program(dyn, "blocked", dispatcher,
+                                                      signature(dyn)))
+    g = GenericTuned("matmul", dyn, {}, ["m", "n", "k"], versions, [], "blocked", dispatcher,
+                     library)
+    for m, n, k in [(37, 5, 101), (1, 300, 7), (13, 33, 129), (100, 17, 64), (6, 16, 1)]:
+        a, b = operands(m, n, k)
+        np.testing.assert_allclose(g(a, b), a @ b, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"m={m} n={n} k={k}")

@@ -108,9 +108,17 @@ def test_base_builder_and_good_accesses_are_valid():
     b.load(z, [affine(i, -1, 16)], name="rev")
     d = b.dim("k", b.size("d"), [[1, 4]])
     b.load(b.array("w", None, ["d"]), [d], name="dyn")
+    rows = b.array("v", None, ["d", "n"])
+    b.load(rows, [d, affine(i, 1, 0)], name="col")
+    b.load(b.array("u", None, ["n", "d"]), [affine(i, 1, 0), d], name="row")
     k = b.build()
     assert k.strip_factors("k") == (1, 4)
-    assert k.element_stride("dyn", "k") is None
+    # A dynamic extent is in the way of an axis' stride only when it is a faster axis'.
+    assert k.element_stride("dyn", "k") == 1
+    assert k.element_stride("row", "k") == 1
+    assert k.element_stride("col", "k") == 8
+    assert k.element_stride("col", "i") == 1
+    assert k.element_stride("row", "i") is None
 
 
 def test_duplicate_instruction_and_load_dtype():

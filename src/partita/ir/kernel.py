@@ -115,6 +115,21 @@ class Array:
             step *= shape[axis]
         return LMAD(0, tuple(zip(shape, strides, strict=True)))
 
+    def axis_strides(self, sizes: dict[str, int]) -> tuple[int | None, ...]:
+        """The stride of each axis in elements, as in :meth:`lmad`, None for an axis whose
+        stride depends on a size that has no value. A row-major array's last axis keeps
+        stride ``elem_stride`` whatever its other extents are: an access moving along it is
+        contiguous at any size, which a kernel over dynamic sizes needs to know to vectorise
+        it."""
+        strides: list[int | None] = [None] * len(self.shape)
+        step: int | None = self.elem_stride
+        for axis in reversed(self.order):
+            strides[axis] = step
+            extent = self.shape[axis]
+            known = extent if isinstance(extent, int) else sizes.get(extent)
+            step = None if step is None or known is None else step * known
+        return tuple(strides)
+
     def footprint(self, sizes: dict[str, int]) -> int:
         """Number of elements a buffer holding this array must have."""
         view = self.lmad(sizes)
@@ -334,18 +349,23 @@ class Kernel:
     def element_stride(self, inst: str, logical: str) -> int | None:
         """Elements between accesses of ``inst`` at consecutive indices of ``logical``.
 
-        0 when the access does not depend on it; None with a dynamic size in the way.
+        0 when the access does not depend on it; None when a dynamic size is in the way
+        (the extent of an axis faster than one the access moves along).
         """
         access = self.inst(inst).access
         if access is None:
             return None
-        array = self.array(access.array)
-        try:
-            view = array.lmad({s.name: s.value for s in self.sizes if s.value is not None})
-        except KernelError:
-            return None
-        return sum(c * view.strides[axis] for axis, ix in enumerate(access.index)
-                   for d, c in ix.terms if d == logical)
+        strides = self.array(access.array).axis_strides(
+            {s.name: s.value for s in self.sizes if s.value is not None})
+        total = 0
+        for axis, ix in enumerate(access.index):
+            for d, c in ix.terms:
+                if d == logical and c != 0:
+                    stride = strides[axis]
+                    if stride is None:
+                        return None
+                    total += c * stride
+        return total
 
     def mergeable(self, a: str, b: str) -> bool:
         """Tile dimensions that may be fused: same level of one mapping class."""
