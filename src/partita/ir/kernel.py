@@ -107,13 +107,9 @@ class Array:
 
         For axis ``a`` the stride is ``elem_stride * prod(shape[b] for b faster than a)``.
         """
-        shape = [resolve_size(s, sizes) for s in self.shape]
-        strides = [0] * len(shape)
-        step = self.elem_stride
-        for axis in reversed(self.order):
-            strides[axis] = step
-            step *= shape[axis]
-        return LMAD(0, tuple(zip(shape, strides, strict=True)))
+        shape = [resolve_size(s, sizes) for s in self.shape]  # raises, naming a missing size
+        strides = self.axis_strides(dict(zip(map(str, self.shape), shape, strict=True)))
+        return LMAD(0, tuple((n, s or 0) for n, s in zip(shape, strides, strict=True)))
 
     def axis_strides(self, sizes: dict[str, int]) -> tuple[int | None, ...]:
         """The stride of each axis in elements, as in :meth:`lmad`, None for an axis whose
