@@ -5,8 +5,10 @@ from __future__ import annotations
 import ctypes
 import html
 import json
+import random
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from partita.db import GenericRow, GenericTrainingRow, GenericVersionRow, Record
 from partita.kernels.linalg import matmul
 from partita.model import Model, Rates
 from partita.runtime.compile import Compiler
+from partita.search.sampling import random_implementation
 from partita.targets import get as get_target
 from partita.targets.cpu.machine import AVX2_REFERENCE
 from partita.targets.cpu.space import DimKind, MemSpace
@@ -33,7 +36,7 @@ from partita.tuning.generic import (
     replay_version,
 )
 from partita.tuning.generic_store import Recorded, Winner, versions_key
-from partita.tuning.generic_tune import tune_dispatch
+from partita.tuning.generic_tune import order_versions, tune_dispatch
 from partita.tuning.thresholds import choose_version
 
 RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
@@ -184,6 +187,64 @@ def test_the_dispatcher_calls_the_version_its_thresholds_choose() -> None:
         assert g.version_for({"m": m, "n": n, "k": k}) == want
         got = g(a, b)[0, 0] - (a @ b)[0, 0]
         assert round(float(got) / 1000) == want + 1, (m, n, k)
+
+
+def test_each_branch_compares_its_own_product_of_sizes() -> None:
+    """A chain whose first branch compares m and whose second compares n * k: the compiled
+    dispatcher, the Python choice and the chain's text agree."""
+    dyn = matmul(None, None, None)
+    versions = marker_versions(dyn)
+    versions.append(Version("marker_v3", versions[0].source.replace("marker_v1", "marker_v3")
+                            .replace("1000.0f", "3000.0f"), [], []))
+    thresholds, properties = [50.0, 100.0], [("m",), ("n", "k")]
+    source = dispatcher_source(dyn, "marker_p", [v.entry for v in versions], thresholds,
+                               properties)
+    assert "if ((int64_t)(m) >= INT64_C(50))" in source
+    assert "if ((int64_t)(n * k) >= INT64_C(100))" in source
+    programs = [Program(dyn, v.entry, v.source, signature(dyn)) for v in versions]
+    library = Compiler().build([*programs, Program(dyn, "marker_p", source, ())]).path
+    g = GenericTuned("matmul", dyn, {}, ["m", "n", "k"], versions, thresholds, "marker_p",
+                     source, library, properties=properties)
+    assert g.chain() == "if m >= 50: V1 elif n*k >= 100: V2 else: V3"
+    for (m, n, k), want in [((60, 1, 1), 0), ((49, 10, 10), 1), ((49, 10, 9), 2),
+                            ((50, 10, 10), 0), ((1, 100, 1), 1)]:
+        a, b = operands(m, n, k)
+        assert g.version_for({"m": m, "n": n, "k": k}) == want
+        got = g(a, b)[0, 0] - (a @ b)[0, 0]
+        assert round(float(got) / 1000) == want + 1, (m, n, k)
+
+
+def test_versions_are_renamed_and_printed_again_in_the_chain_order() -> None:
+    """Two versions of which the second is no size's fastest: the chain keeps the first as
+    its else and the second before it, at an infinite threshold (never chosen, its times kept
+    for a later refinement); both are printed again under their new names and compute the
+    product."""
+    dyn = matmul(None, None, None)
+    space = get_target("cpu").space(dyn)
+    leaves = [random_implementation(space.root(), random.Random(seed)) for seed in (1, 2)]
+    versions = [Version(f"matmul_generic_v{i + 1}",
+                        get_target("cpu").print_program(leaf, f"matmul_generic_v{i + 1}").source,
+                        [d.to_json() for d in leaf.decisions], [{"m": 8 * (i + 1)}])
+                for i, leaf in enumerate(leaves)]
+    data: Any = [SimpleNamespace(sizes={"m": 8, "n": 8, "k": 8}),
+                 SimpleNamespace(sizes={"m": 16, "n": 16, "k": 16})]
+    ordered, rows, properties, never = order_versions(dyn, "matmul", versions,
+                                                      [[1.0, 2.0], [1.0, 3.0]], data)
+    assert [v.decisions for v in ordered] == [versions[1].decisions, versions[0].decisions]
+    assert [v.entry for v in ordered] == ["matmul_generic_v1", "matmul_generic_v2"]
+    assert rows == [[2.0, 1.0], [3.0, 1.0]] and never == [0] and len(properties) == 1
+    assert "matmul_generic_v2" not in ordered[0].source
+    assert ordered[1].won_at == [{"m": 8}]
+    source = dispatcher_source(dyn, "matmul_generic", [v.entry for v in ordered],
+                               [float("inf")], properties)
+    library = compile_versions(dyn, ordered, Program(dyn, "matmul_generic", source,
+                                                     signature(dyn)))
+    g = GenericTuned("matmul", dyn, {}, ["m", "n", "k"], ordered, [float("inf")],
+                     "matmul_generic", source, library, properties=properties)
+    a, b = operands(13, 7, 5)
+    for i in range(2):
+        np.testing.assert_allclose(g.call_version(i, a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert g.version_for({"m": 4096, "n": 4096, "k": 4096}) == 1
 
 
 def test_thresholds_are_tuned_to_the_faster_version() -> None:
@@ -350,6 +411,7 @@ def test_show_lists_the_recorded_kernel(generic: partita.GenericTuned, db: Path)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["chain"] == generic.chain() and out["changed"] == []
+    assert out["properties"] == [list(p) for p in generic.branch_properties()]
     assert [v["decisions"] for v in out["versions"]] == [v.decisions for v in generic.versions]
     assert out["thresholds"] == [None if t == float("inf") else t for t in generic.thresholds]
     assert [(t["sizes"], t["chosen"], t["version_times_s"]) for t in out["training"]] == [

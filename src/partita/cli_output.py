@@ -110,12 +110,14 @@ def print_tuned(kernel: str, tuned: Tuned, np_t: float | None, peak: str) -> Non
 
 def generic_json(kernel: str, generic: GenericTuned) -> dict[str, Any]:
     """A size-generic kernel as ``partita tune --json`` and ``partita show --json`` print it:
-    its dynamic and fixed parameters, entry, chain and thresholds (None: infinite), versions,
-    training runs (per size: each version's time, the choice), warnings and failures."""
+    its dynamic and fixed parameters, entry, chain and thresholds (None: infinite), each
+    branch's property (the sizes it multiplies), versions, training runs (per size: each
+    version's time, the choice), warnings and failures."""
     return {
         "kernel": kernel, "dynamic": generic.dynamic, "fixed": generic.fixed,
         "entry": generic.entry, "chain": generic.chain(),
         "thresholds": [None if t == float("inf") else t for t in generic.thresholds],
+        "properties": [list(p) for p in generic.branch_properties()],
         "versions": [{"entry": v.entry, "won_at": v.won_at, "dropped": v.dropped,
                       "completed": v.completed, "decisions": v.decisions}
                      for v in generic.versions],

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from partita.db import Records, migrate
+from partita.db import SCHEMA_VERSION, Records, migrate
 from partita.db.dialect import POSTGRES, SQLITE
 from partita.db.hosts import evaluation_host, host_descriptions, host_summaries, record_host
 from partita.db.postgres import connect
@@ -84,7 +84,7 @@ def test_a_version_6_database_gains_the_hosts_table(where: str) -> None:
                  (json.dumps(core.decisions(0)),))
     conn.close()
     with Records(where) as rec:
-        assert rec.schema_version == 7
+        assert rec.schema_version == SCHEMA_VERSION
         kid, mid = core.setup(rec)
         assert host_summaries(rec, kid, mid) == [{
             "host": "alpha", "evaluations": 1, "peak_gflops": None, "peak_gflops_fp64": None,
@@ -92,3 +92,22 @@ def test_a_version_6_database_gains_the_hosts_table(where: str) -> None:
             "frequency_ghz": None, "caches": None, "notes": None}]
         record_host(rec, mid, "alpha", ALPHA)
         assert host_summaries(rec, kid, mid)[0]["triad_gbs"] == 21.5
+
+
+def test_a_size_generic_kernel_of_a_version_7_database_compares_the_work(where: str) -> None:
+    """Recorded before each branch had its property (schema 8): upgraded, it reads with no
+    properties, which the dispatcher reads as the work at every branch."""
+    conn, dialect = _old_connection(where)
+    assert migrate(conn, where, target=7, dialect=dialect) == 7
+    conn.execute("INSERT INTO kernels(structural_hash, name, params, definition, created_at) "
+                 "VALUES ('axpy-1024', 'axpy', '{\"n\": 1024}', '{}', 1.0)")
+    conn.execute("INSERT INTO machines(key, model, flags, cores, compiler, description, "
+                 "created_at) VALUES ('m-test', 'Test CPU', '[]', 4, 'cc 1.0', '{}', 1.0)")
+    conn.execute("INSERT INTO generic_kernels(kernel_id, machine_id, target, dynamic, fixed, "
+                 "entry, thresholds, chain, updated_at) VALUES (1, 1, ?, '[\"n\"]', '{}', "
+                 "'axpy_generic', '[64.0]', 'if work >= 64: V1 else: V2', 1.0)", (core.TARGET,))
+    conn.close()
+    with Records(where) as rec:
+        assert rec.schema_version == SCHEMA_VERSION
+        row = rec.generic(1, 1, core.TARGET)
+        assert row is not None and row.properties == [] and row.thresholds == [64.0]

@@ -831,6 +831,7 @@ def test_generic_kernels_round_trip_and_are_replaced_whole(db: Path) -> None:
         row = rec.generic(kid, mid, TARGET)
         assert row is not None and row.id == gid and row.dynamic == ["n"]
         assert row.thresholds == [64.0] and row.chain.startswith("if work >= 64")
+        assert row.properties == []  # none given: the work at every branch
         assert [v.entry for v in row.versions] == ["axpy_generic_v1", "axpy_generic_v2"]
         assert row.versions[1].decisions == decisions(1)
         assert row.versions[1].won_at == [{"n": 256}]
@@ -847,6 +848,10 @@ def test_generic_kernels_round_trip_and_are_replaced_whole(db: Path) -> None:
         assert row is not None and [v.entry for v in row.versions] == ["axpy_generic_v1"]
         assert row.thresholds == [] and len(row.training) == 2
         assert rec.generic(kid, mid, "cpu+cold") is None
+        # Each branch's property is kept as the sizes it multiplies.
+        rec.save_generic(kid, mid, TARGET, {**generic_record(2), "properties": [["n"]]})
+        row = rec.generic(kid, mid, TARGET)
+        assert row is not None and row.properties == [["n"]]
 
 
 def test_v4_database_gains_the_generic_tables(db: Path) -> None:

@@ -697,6 +697,7 @@ class Records:
         of their rows). One transaction: a reader sees the old kernel or the new, whole."""
         head = [dumps(record[k], k) for k in ("dynamic", "fixed", "thresholds",
                                               "threshold_runs", "warnings", "failures")]
+        head.append(dumps(record.get("properties", []), "properties"))
         versions = [(i, str(v["entry"]), decisions_text(v["decisions"]),
                      dumps(v.get("won_at", []), "won_at"), dumps(v.get("dropped", []), "dropped"),
                      dumps(v.get("completed", []), "completed"), str(v.get("source_digest", "")))
@@ -710,12 +711,14 @@ class Records:
         def upsert(conn: Any) -> int:
             conn.execute(
                 "INSERT INTO generic_kernels(kernel_id, machine_id, target, dynamic, fixed, "
-                "thresholds, threshold_runs, warnings, failures, entry, chain, versions_key, "
-                "flags, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "thresholds, threshold_runs, warnings, failures, properties, entry, chain, "
+                "versions_key, flags, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(kernel_id, machine_id, target) DO UPDATE SET "
                 "dynamic = excluded.dynamic, fixed = excluded.fixed, "
                 "thresholds = excluded.thresholds, threshold_runs = excluded.threshold_runs, "
                 "warnings = excluded.warnings, failures = excluded.failures, "
+                "properties = excluded.properties, "
                 "entry = excluded.entry, chain = excluded.chain, "
                 "versions_key = excluded.versions_key, flags = excluded.flags, "
                 "updated_at = excluded.updated_at",

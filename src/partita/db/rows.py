@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 
@@ -201,7 +201,8 @@ class GenericRow(Row):
     "time_s"}``), the tuner's warnings and failures, and its versions and training runs."""
 
     JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("dynamic", "fixed", "thresholds",
-                                               "threshold_runs", "warnings", "failures")
+                                               "threshold_runs", "warnings", "failures",
+                                               "properties")
 
     id: int
     kernel_id: int
@@ -220,6 +221,8 @@ class GenericRow(Row):
     updated_at: float
     versions: tuple[GenericVersionRow, ...] = ()
     training: tuple[GenericTrainingRow, ...] = ()
+    properties: list[list[str]] = field(default_factory=list)
+    """Per branch, the sizes whose product it compares (empty: the work at every branch)."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Self:

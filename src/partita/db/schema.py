@@ -226,6 +226,14 @@ def _v7(conn: Any) -> None:
     )""")
 
 
+def _v8(conn: Any) -> None:
+    # Each branch of a size-generic kernel's chain compares its own product of the sizes (the
+    # work, or m * n, or k ...), chosen from the training times; '[]' (the kernels recorded
+    # before) compares the work at every branch.
+    conn.execute("ALTER TABLE generic_kernels ADD COLUMN properties TEXT NOT NULL "
+                 "DEFAULT '[]'")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "kernels, machines, runs, evaluations and best implementations", _v1),
     Migration(2, "evaluations.decisions_hash, backfilled and indexed for resume look-ups", _v2),
@@ -236,6 +244,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "kernels, their versions, thresholds and training runs", _v5),
     Migration(6, "evaluations.measured_on, the host that timed each candidate", _v6),
     Migration(7, "hosts: each measuring host of a machine and its machine description", _v7),
+    Migration(8, "generic_kernels.properties, the product of sizes each branch compares",
+              _v8),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

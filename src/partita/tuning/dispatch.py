@@ -5,18 +5,13 @@ tiles' remainders handled by the printer's versioned tiles), joined by one entry
 takes the sizes with the arrays and chooses a version through a chain of branches (Munksgaard's
 thesis, "Futhark", ch. 7)::
 
-    if (work >= T1) V1(...); else if (work >= T2) V2(...); ... else Vn+1(...);
+    if (P1 >= T1) V1(...); else if (P2 >= T2) V2(...); ... else Vn+1(...);
 
-The property every branch compares is the *work*: the product of the kernel's sizes (``m * n
-* k`` for a matmul, its iteration count). The versions are winners of static tunes at training
-sizes; what sets them apart is their tiling, parallel loops and data movement, whose fixed
-costs (threads started, tiles packed, remainders run) pay off only once there is enough work
-per call. The work grows with every size, so the thesis's monotonicity assumption reads: a
-version that beats the smaller-size winners at some work beats them at every larger work;
-the versions are ordered by the largest training work they won at, largest first. The
-versions' own parallelism would be the thesis's choice where versions differ in which loops
-they run in parallel; here they differ mostly in tiles, which the work captures, and one
-property for all branches keeps the chain readable as intervals of work.
+Each branch compares its own property, a product of the kernel's sizes: the *work* (the
+product of every size the kernel iterates over, ``m * n * k`` for a matmul), or another
+product (``m``, ``m * n``, ``k``) where the training times say it separates the sizes its
+version should take (:mod:`partita.tuning.chain` chooses the order and the properties). A
+chain with no properties given compares the work at every branch.
 
 While thresholds are tuned, the entry ``<entry>_tuning`` takes them as its first argument (an
 array, ``INT64_MAX`` for an infinite threshold); the final entry has them as constants.
@@ -74,7 +69,12 @@ def work_names(kernel: Kernel) -> list[str]:
 
 def work_expression(kernel: Kernel) -> str:
     """:func:`work` as a C expression of the entry's parameters (static sizes as numbers)."""
-    names = work_names(kernel)
+    return product_expression(kernel, work_names(kernel))
+
+
+def product_expression(kernel: Kernel, names: Sequence[str]) -> str:
+    """The product of the sizes ``names`` as a C expression of the entry's parameters
+    (static sizes as numbers), in the kernel's order of sizes."""
     terms = [s.name if not s.is_static else str(s.value) for s in kernel.sizes
              if s.name in names]
     return " * ".join(terms) or "1"
@@ -88,15 +88,22 @@ def c_threshold(t: float) -> str:
 
 
 def dispatcher_source(kernel: Kernel, entry: str, versions: Sequence[str],
-                      thresholds: Sequence[float] | None = None) -> str:
+                      thresholds: Sequence[float] | None = None,
+                      properties: Sequence[Sequence[str]] | None = None) -> str:
     """The C source of the entry ``entry`` that chooses among the entries ``versions`` (all
     with the signature of ``kernel`` over dynamic sizes). With ``thresholds`` (one fewer than
     the versions), they are constants; without, the entry is ``<entry>_tuning`` and takes
-    them as an ``int64_t`` array before the other parameters."""
+    them as an ``int64_t`` array before the other parameters. ``properties[i]`` names the
+    sizes whose product branch ``i`` compares (default: the work at every branch)."""
     params = signature(kernel)
     names = ", ".join(p.name for p in params)
+    work_of = tuple(work_names(kernel))
+    props = [tuple(p) for p in properties] if properties else [work_of] * (len(versions) - 1)
+    if len(props) != max(len(versions) - 1, 0):
+        raise ValueError(f"{len(props)} branch properties for {len(versions)} versions")
     lines = [f"/* partita: kernel {kernel.name} ({kernel.structural_hash}), size-generic entry: "
-             f"{len(versions)} versions chosen by thresholds on the work. */",
+             f"{len(versions)} versions chosen by thresholds on "
+             f"{'the work' if set(props) <= {work_of} else 'products of the sizes'}. */",
              "#include <stdint.h>", ""]
     lines += [prototype(v, params) + ";" for v in versions]
     lines.append("")
@@ -113,7 +120,9 @@ def dispatcher_source(kernel: Kernel, entry: str, versions: Sequence[str],
             lines.append(f"    {'else ' if i else ''}{v}({names});")
             break
         t = f"thresholds[{i}]" if tuning else c_threshold((thresholds or [])[i])
-        lines.append(f"    {'else ' if i else ''}if (work >= {t}) {v}({names});")
+        p = ("work" if props[i] == work_of
+             else f"(int64_t)({product_expression(kernel, props[i])})")
+        lines.append(f"    {'else ' if i else ''}if ({p} >= {t}) {v}({names});")
     lines.append("}")
     if not tuning:
         lines += [f"void {entry}_packed(void **args)", "{",

@@ -38,6 +38,7 @@ from partita.runtime.call import check_array, new_array
 from partita.runtime.compile import Compiler
 from partita.search.sampling import NoImplementation, random_implementation
 from partita.space.candidate import Candidate, DeadEnd, Decision, Space
+from partita.tuning.chain import Property, property_text, property_value
 from partita.tuning.dispatch import (
     declaration,
     load_function,
@@ -205,7 +206,8 @@ class GenericTuned:
     dynamic: list[str]
     versions: list[Version]
     thresholds: list[float]
-    """``thresholds[i]`` guards version ``i``: it runs when the work is at least that."""
+    """``thresholds[i]`` guards version ``i``: it runs when its branch's property is at least
+    that."""
     entry: str
     source: str
     """The dispatcher's C source, thresholds as constants."""
@@ -224,6 +226,9 @@ class GenericTuned:
     tuned_sizes: list[Sizes] = field(default_factory=list)
     """The training sizes whose static kernel this tune searched (the others were
     recorded)."""
+    properties: list[Property] = field(default_factory=list)
+    """``properties[i]``: the sizes whose product branch ``i`` compares with its threshold
+    (:mod:`partita.tuning.chain`); empty: the work at every branch."""
     _calls: dict[tuple[Any, ...], tuple[Any, Any, tuple[Param, ...]]] = field(
         default_factory=dict, repr=False)
     """Per (entry, sizes): the loaded function and the signature at those sizes."""
@@ -263,10 +268,16 @@ class GenericTuned:
             given += [(p, outs[p.name]) for p in output_params(self.kernel) if p.name in outs]
         return bind_sizes(self.kernel, given, self.derived)
 
+    def branch_properties(self) -> list[Property]:
+        """Each branch's property (the work where none was chosen)."""
+        return ([tuple(p) for p in self.properties] if self.properties
+                else [tuple(self.size_names)] * len(self.thresholds))
+
     def version_for(self, sizes: Sizes) -> int:
         """The version (0-based) the dispatcher calls at the dynamic parameters ``sizes``."""
-        w = self.work(sizes)
-        return choose_version([w] * len(self.thresholds), self.thresholds)
+        full = {**static_sizes(self.kernel), **kernel_sizes(self.name, self.fixed, sizes)}
+        values = [property_value(p, full) for p in self.branch_properties()]
+        return choose_version(values, self.thresholds)
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         return self._invoke(self.entry, args, out)
@@ -329,7 +340,8 @@ class GenericTuned:
         chain they make, the training runs, and the tuner's warnings and failures."""
         dyn = ", ".join(self.dynamic)
         lines = [f"{self.name} over dynamic sizes {dyn}: {len(self.versions)} versions, "
-                 f"chosen on the work ({' * '.join(self.size_names)})"]
+                 f"chosen by thresholds on products of the sizes (work = "
+                 f"{' * '.join(self.size_names)})"]
         for i, v in enumerate(self.versions):
             won = "; ".join(sizes_text(s) for s in v.won_at)
             lines.append(f"  V{i + 1} {v.entry}: won at {won}; {len(v.dropped)} decisions "
@@ -348,11 +360,13 @@ class GenericTuned:
         return "\n".join(lines)
 
     def chain(self) -> str:
-        """The dispatch chain as text: ``if work >= T1: V1 elif ... else Vn``."""
+        """The dispatch chain as text: ``if work >= T1: V1 elif m*n >= T2: V2 ... else Vn``
+        (``work``: the product of every size; another property written as its product)."""
         if not self.thresholds:
             return "V1 always"
-        parts = [f"{'if' if i == 0 else 'elif'} work >= {_threshold_text(t)}: V{i + 1}"
-                 for i, t in enumerate(self.thresholds)]
+        props = [property_text(p, self.size_names) for p in self.branch_properties()]
+        parts = [f"{'if' if i == 0 else 'elif'} {p} >= {_threshold_text(t)}: V{i + 1}"
+                 for i, (p, t) in enumerate(zip(props, self.thresholds, strict=True))]
         return " ".join(parts) + f" else: V{len(self.versions)}"
 
 

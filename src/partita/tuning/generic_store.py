@@ -57,9 +57,14 @@ def decisions_key(decisions: Sequence[Any]) -> str:
     return json.dumps(list(decisions), sort_keys=True)
 
 
-def versions_key(decisions: Sequence[Sequence[Any]]) -> str:
-    """The key of the versions in branch order: threshold runs hold only for the same."""
-    text = json.dumps([list(d) for d in decisions], sort_keys=True)
+def versions_key(decisions: Sequence[Sequence[Any]],
+                 properties: Sequence[Sequence[str]] = ()) -> str:
+    """The key of the versions in branch order and of the properties their branches compare
+    (none given: the work at every branch): threshold runs hold only for the same."""
+    content: Any = [list(d) for d in decisions]
+    if properties:
+        content = {"versions": content, "properties": [list(p) for p in properties]}
+    text = json.dumps(content, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -26,6 +26,12 @@ from partita.search.stop import parse_duration
 from partita.space.candidate import Candidate, DeadEnd, Decision
 from partita.space.decl import SpaceError
 from partita.targets import get as get_target
+from partita.tuning.chain import (
+    Property,
+    candidate_properties,
+    choose_chain,
+    property_value,
+)
 from partita.tuning.dispatch import (
     Dataset,
     declaration,
@@ -50,7 +56,13 @@ from partita.tuning.generic import (
 )
 from partita.tuning.generic_store import Recorded, Timings, Winner, versions_key
 from partita.tuning.pipeline import tune
-from partita.tuning.thresholds import INFINITY, Run, ThresholdResult, tune_thresholds
+from partita.tuning.thresholds import (
+    INFINITY,
+    Interval,
+    Run,
+    ThresholdResult,
+    tune_thresholds,
+)
 from partita.tuning.tuned import StaleRecord, host_machine, kernel_params, records_target
 
 
@@ -178,10 +190,13 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
                                         [s.name for s in dyn.sizes], seed, target, data.full)
     versions, times = check_versions(dyn, versions, data, failures, measure_s, recorded,
                                      timings)
-    generic = dispatch(dyn, kernel_name, versions, data, measure_s, recorded, timings)
+    versions, times, properties, never = order_versions(dyn, kernel_name, versions, times,
+                                                        data, target)
+    generic = dispatch(dyn, kernel_name, versions, data, measure_s, recorded, timings,
+                       properties, never)
     generic.fixed, generic.dynamic, generic.tuned_sizes = dict(fixed), dynamic, new
     generic.failures = failures + generic.failures
-    key = versions_key([v.decisions for v in versions])
+    key = versions_key([v.decisions for v in versions], properties)
     training_runs(generic, winners, data, times, measure_s, recorded, key)
     with Records(db) as rec:
         rec.save_generic(*ids, stored, generic_record(generic, key))
@@ -303,22 +318,73 @@ def check_versions(dyn: Kernel, versions: list[Version], data: Sequence[Dataset]
     return good, rows
 
 
+def reduction_sizes(kernel: Kernel) -> list[str]:
+    """The sizes of the kernel's reduction dimensions (``k`` for a matmul)."""
+    red = kernel.reduction_dims
+    return [str(ld.size) for ld in kernel.logical_dims
+            if isinstance(ld.size, str) and any(d in red for d in kernel.dims_of(ld.name))]
+
+
+def order_versions(dyn: Kernel, name: str, versions: list[Version],
+                   times: list[list[float | None]], data: Sequence[Dataset],
+                   target: str = "cpu"
+                   ) -> tuple[list[Version], list[list[float | None]], list[Property], list[int]]:
+    """The versions in the order of the chain built from their training ``times``
+    (:func:`~partita.tuning.chain.choose_chain`), renamed and printed again in that order
+    where it changed, their times in the same order, each branch's property, and the
+    branches held at an infinite threshold: versions no branch needs, kept before the
+    ``else`` (never chosen) so that the records keep their times for a later refinement."""
+    if len(versions) == 1:
+        return versions, times, [], []
+    work_of = tuple(work_names(dyn))
+    candidates = candidate_properties(work_of, reduction_sizes(dyn))
+    values = [{p: property_value(p, {**static_sizes(dyn), **f}) for p in candidates}
+              for f in data_kernel_sizes(data)]
+    chain = choose_chain(times, values, candidates)
+    unused = [i for i in range(len(versions)) if i not in chain.order]
+    order = chain.order[:-1] + unused + chain.order[-1:]
+    properties = chain.properties + [work_of] * len(unused)
+    never = list(range(len(chain.order) - 1, len(order) - 1))
+    rows = [[row[i] for i in order] for row in times]
+    plug = get_target(target)
+    space = plug.space(dyn) if order != list(range(len(versions))) else None
+    ordered = []
+    for position, i in enumerate(order):
+        v = versions[i]
+        entry = f"{name}_generic_v{position + 1}"
+        if space is not None and entry != v.entry:
+            cand = space.replay(v.decisions)
+            if isinstance(cand, DeadEnd):  # it was printed from these decisions just now
+                raise AssertionError(f"{v.entry} no longer replays: {cand}")
+            v = Version(entry, plug.print_program(cand, entry).source, v.decisions, v.won_at,
+                        v.dropped, v.completed)
+        ordered.append(v)
+    return ordered, rows, properties, never
+
+
 def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
                   data: Sequence[Dataset], measure_s: float, recorded: Recorded | None = None,
-                  timings: Timings | None = None) -> ThresholdResult:
+                  timings: Timings | None = None,
+                  properties: Sequence[Property] | None = None,
+                  never: Sequence[int] = ()) -> ThresholdResult:
     """The thresholds of the dispatcher, tuned on the training datasets: each run calls the
     tuning entry (thresholds as an argument) once to check its outputs, then times it. A run
-    ``recorded`` on the same versions with the same thresholds is reused instead."""
+    ``recorded`` on the same versions and properties with the same thresholds is reused
+    instead. ``properties[i]``: what branch ``i`` compares (default: the work); the
+    branches ``never`` stay at infinity, untuned."""
     recorded, timings = recorded or Recorded(None), timings if timings is not None else Timings()
-    key = versions_key([v.decisions for v in versions])
+    props = ([tuple(p) for p in properties] if properties
+             else [tuple(work_names(dyn))] * (len(versions) - 1))
+    key = versions_key([v.decisions for v in versions], list(properties or ()))
     names = [f"T{i + 1}" for i in range(len(versions) - 1)]
-    size_names, sizes = work_names(dyn), data_sizes(data)
-    full = data_kernel_sizes(data)
+    tuned = [n for i, n in enumerate(names) if i not in never]
+    sizes, full = data_sizes(data), data_kernel_sizes(data)
     loaded: list[Any] = []
 
     def function() -> tuple[Any, Any]:
         if not loaded:  # compiled at the first run not found in the records
-            source = dispatcher_source(dyn, entry, [v.entry for v in versions])
+            source = dispatcher_source(dyn, entry, [v.entry for v in versions],
+                                       properties=props)
             tuning = Program(dyn, f"{entry}_tuning", source, signature(dyn))
             library = compile_versions(dyn, versions, tuning)
             loaded.extend(load_function(library, f"{entry}_tuning", declaration(
@@ -327,9 +393,10 @@ def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
 
     def run(index: Any, setting: dict[str, float]) -> Run:
         s = sizes[index]
-        given = [None if setting[n] == math.inf else setting[n] for n in names]
-        w = work({**static_sizes(dyn), **full[index]}, size_names)
-        properties: dict[str, tuple[int, ...]] = {n: (w,) for n in names}
+        given = [None if setting.get(n, math.inf) == math.inf else setting[n] for n in names]
+        at = {**static_sizes(dyn), **full[index]}
+        compared: dict[str, tuple[int, ...]] = {
+            n: (property_value(p, at),) for n, p in zip(names, props, strict=True)}
         found, took = recorded.threshold_run(key, s, given)
         if found:
             timings.reused += 1
@@ -344,26 +411,38 @@ def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
             took = None if d.errors() else per_call(fn, args, measure_s)
             timings.fresh.append(("dispatcher", s))
         timings.threshold_runs.append({"sizes": s, "thresholds": given, "time_s": took})
-        return Run(took, properties)
+        return Run(took, compared)
 
-    return tune_thresholds(names, list(range(len(sizes))), run)
+    result = (tune_thresholds(tuned, list(range(len(sizes))), run) if tuned
+              else ThresholdResult({}, {}, {}, 0))
+    for n in names:  # the branches held at infinity, as the tuner reports a branch never taken
+        if n not in tuned:
+            result.intervals[n], result.values[n] = Interval(math.inf, math.inf), math.inf
+    result.intervals = {n: result.intervals[n] for n in names}
+    result.values = {n: result.values[n] for n in names}
+    return result
 
 
 def dispatch(dyn: Kernel, name: str, versions: list[Version], data: Sequence[Dataset],
-             measure_s: float, recorded: Recorded, timings: Timings) -> GenericTuned:
-    """The size-generic kernel of ``versions``: thresholds tuned (with more than one
-    version), the dispatcher printed with them and everything compiled."""
+             measure_s: float, recorded: Recorded, timings: Timings,
+             properties: Sequence[Property] = (), never: Sequence[int] = ()) -> GenericTuned:
+    """The size-generic kernel of ``versions`` (branch ``i`` comparing ``properties[i]``,
+    the work where none are given; the branches ``never`` held at infinity): thresholds
+    tuned (with more than one version), the dispatcher printed with them and everything
+    compiled."""
     entry = f"{name}_generic"
     result: ThresholdResult | None = None
     thresholds: list[float] = []
     if len(versions) > 1:
-        result = tune_dispatch(dyn, entry, versions, data, measure_s, recorded, timings)
+        result = tune_dispatch(dyn, entry, versions, data, measure_s, recorded, timings,
+                               properties, never)
         thresholds = [result.values[f"T{i + 1}"] for i in range(len(versions) - 1)]
-    source = dispatcher_source(dyn, entry, [v.entry for v in versions], thresholds)
+    props = [tuple(p) for p in properties]
+    source = dispatcher_source(dyn, entry, [v.entry for v in versions], thresholds, props)
     library = compile_versions(dyn, versions, Program(dyn, entry, source, signature(dyn)))
     return GenericTuned(name, dyn, {}, [], versions, thresholds, entry, source, library,
                         result, [], list(result.failures) if result else [],
-                        list(result.warnings) if result else [], timings)
+                        list(result.warnings) if result else [], timings, properties=props)
 
 
 def training_runs(generic: GenericTuned, winners: Sequence[Winner], data: Sequence[Dataset],
@@ -396,6 +475,7 @@ def generic_record(g: GenericTuned, key: str) -> dict[str, Any]:
     return {
         "dynamic": g.dynamic, "fixed": g.fixed, "entry": g.entry, "chain": g.chain(),
         "thresholds": [None if t == INFINITY else t for t in g.thresholds],
+        "properties": [list(p) for p in g.properties],
         "versions_key": key, "threshold_runs": g.timings.threshold_runs,
         "warnings": g.warnings, "failures": g.failures, "flags": Compiler().flags_text,
         "versions": [{"entry": v.entry, "decisions": v.decisions, "won_at": v.won_at,
@@ -449,10 +529,12 @@ def from_row(name: str, dyn: Kernel, row: GenericRow, target: str = "cpu"
                                 [dict(s) for s in v.won_at], list(v.dropped),
                                 list(v.completed)))
     thresholds = [INFINITY if t is None else float(t) for t in row.thresholds]
-    source = dispatcher_source(dyn, row.entry, [v.entry for v in versions], thresholds)
+    properties = [tuple(p) for p in row.properties]
+    source = dispatcher_source(dyn, row.entry, [v.entry for v in versions], thresholds,
+                               properties)
     training = [TrainingRun(dict(t.sizes), t.static_time_s, list(t.version_times), t.chosen,
                             t.dispatcher_time_s, list(t.static_decisions)) for t in row.training]
     g = GenericTuned(name, dyn, dict(row.fixed), list(row.dynamic), versions, thresholds,
                      row.entry, source, None, None, training, list(row.failures),
-                     list(row.warnings))
+                     list(row.warnings), properties=properties)
     return g, changed
