@@ -24,11 +24,12 @@ def values_of(sizes: list[tuple[int, int, int]]) -> list[dict[tuple[str, ...], i
             for s in sizes]
 
 
-def routed(chain, values):  # type: ignore[no-untyped-def]
+def routed(chain, values, cuts=None):  # type: ignore[no-untyped-def]
     """The version each training size gets with each branch's cut at the smallest value of
-    its property among the sizes it took."""
-    cuts = [min(values[d][p] for d in took)
-            for p, took in zip(chain.properties, chain.taken, strict=False)]
+    its property among the sizes it took (or at ``cuts``)."""
+    if cuts is None:
+        cuts = [min(values[d][p] for d in took)
+                for p, took in zip(chain.properties, chain.taken, strict=False)]
     return [chain.order[choose_version([v[p] for p in chain.properties], cuts)]
             for v in values]
 
@@ -53,7 +54,7 @@ def test_shapes_of_equal_work_get_their_own_versions() -> None:
     chain = choose_chain(times, values, CANDIDATES)
     assert sorted(chain.order) == [0, 1, 2, 3]
     assert len(chain.properties) == 3 and MNK not in chain.properties
-    assert routed(chain, values) == fastest
+    assert routed(chain, values) == fastest == routed(chain, values, chain.cuts)
 
 
 def test_the_work_is_kept_where_it_orders_the_versions() -> None:
@@ -100,6 +101,8 @@ def test_any_time_table_gives_a_consistent_chain(rows) -> None:  # type: ignore[
     computed = [d for d, t in enumerate(times) if any(x is not None for x in t)]
     assert set(took) <= set(computed)
     got = routed(chain, values)
+    by_cuts = routed(chain, values, chain.cuts)
+    assert [by_cuts[d] for d in took] == [got[d] for d in took]  # the chain's cuts route alike
     for branch, (v, ds) in enumerate(zip(chain.order, chain.taken, strict=True)):
         for d in ds:
             assert got[d] == v, (branch, d)

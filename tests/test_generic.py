@@ -228,11 +228,13 @@ def test_versions_are_renamed_and_printed_again_in_the_chain_order() -> None:
                 for i, leaf in enumerate(leaves)]
     data: Any = [SimpleNamespace(sizes={"m": 8, "n": 8, "k": 8}),
                  SimpleNamespace(sizes={"m": 16, "n": 16, "k": 16})]
-    ordered, rows, properties, never = order_versions(dyn, "matmul", versions,
-                                                      [[1.0, 2.0], [1.0, 3.0]], data)
+    ordered, rows, chain = order_versions(dyn, "matmul", versions, [[1.0, 2.0], [1.0, 3.0]],
+                                          data)
     assert [v.decisions for v in ordered] == [versions[1].decisions, versions[0].decisions]
     assert [v.entry for v in ordered] == ["matmul_generic_v1", "matmul_generic_v2"]
-    assert rows == [[2.0, 1.0], [3.0, 1.0]] and never == [0] and len(properties) == 1
+    assert rows == [[2.0, 1.0], [3.0, 1.0]] and chain.cuts == [float("inf")]
+    properties = chain.properties
+    assert chain.order == [0, 1] and chain.taken == [[], [0, 1]] and len(properties) == 1
     assert "matmul_generic_v2" not in ordered[0].source
     assert ordered[1].won_at == [{"m": 8}]
     source = dispatcher_source(dyn, "matmul_generic", [v.entry for v in ordered],

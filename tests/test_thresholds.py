@@ -90,6 +90,13 @@ def test_broken_monotonicity_is_reported_by_name() -> None:
     assert "threshold T" in warning and "monotonicity assumption fails" in warning
     kept = result.values["T"]
     assert sum(kept in iv for iv in result.per_dataset["T"].values()) == 1
+    assert result.disagreed == ["T"]
+    # A value derived otherwise (a chain's own cut) is kept instead where one is given.
+    given = tune_thresholds(["T"], [small, large], program, fallback={"T": 1000.0})
+    assert given.values["T"] == 1000.0 and given.disagreed == ["T"]
+    assert "keeping 1000 (the value given for this case)" in given.warnings[0]
+    agreed = tune_thresholds(["T"], [large], program, fallback={"T": 1000.0})
+    assert agreed.values["T"] != 1000.0 and agreed.disagreed == [] == agreed.warnings
 
 
 def test_a_failed_run_gives_no_information() -> None:

@@ -25,7 +25,8 @@ least and loses least on the sizes left). Versions that no branch needs are left
 chain (:func:`partita.tuning.generic_tune.order_versions` keeps them before the ``else`` at an
 infinite threshold). The threshold tuner (:mod:`partita.tuning.thresholds`) then sets each
 ``Ti`` from runs of the chain: the chain fixes the order and the properties, the runs the
-values.
+values; where the runs of the training sizes disagree on a threshold (the monotonicity the
+tuner assumes fails for them), the chain's own cut is kept.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+
+from partita.tuning.thresholds import Interval
 
 Property = tuple[str, ...]
 """A property of a call: the product of the sizes it names."""
@@ -83,12 +86,15 @@ def property_text(prop: Property, work: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class Chain:
     """The versions in branch order (indices into the versions timed; the last is the
-    ``else``), the property of each branch, and the training sizes (indices) each branch
-    took when the chain was built."""
+    ``else``), the property of each branch, the training sizes (indices) each branch took
+    when the chain was built, and each branch's cut: a threshold that sends exactly those
+    sizes to it (the geometric middle between the largest value of its property it left and
+    the smallest it took)."""
 
     order: list[int]
     properties: list[Property]
     taken: list[list[int]]
+    cuts: list[float]
 
 
 def _loss(times: Sequence[Sequence[float | None]], rows: Sequence[int], v: int,
@@ -147,6 +153,7 @@ def choose_chain(times: Sequence[Sequence[float | None]],
     order: list[int] = []
     properties: list[Property] = []
     taken: list[list[int]] = []
+    cuts: list[float] = []
     while len(versions) > 1:
         # a size none of the versions left computes tells nothing about them
         rows = [d for d in rows if any(times[d][v] is not None for v in versions)]
@@ -162,8 +169,10 @@ def choose_chain(times: Sequence[Sequence[float | None]],
         order.append(v)
         taken.append(took)
         if len(took) == len(rows):  # it serves every size left: the else
-            return Chain(order, properties, taken)
+            return Chain(order, properties, taken, cuts)
         properties.append(prop)
+        left = max(values[d][prop] for d in rows if d not in took)
+        cuts.append(Interval(left + 1.0, float(min(values[d][prop] for d in took))).choice())
         rows = [d for d in rows if d not in took]
         versions.remove(v)
     rows = [d for d in rows if any(times[d][v] is not None for v in versions)]
@@ -177,4 +186,4 @@ def choose_chain(times: Sequence[Sequence[float | None]],
         last = versions[0]
     order.append(last)
     taken.append(rows)
-    return Chain(order, properties, taken)
+    return Chain(order, properties, taken, cuts)

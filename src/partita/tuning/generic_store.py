@@ -83,6 +83,11 @@ class Timings:
     threshold_runs: list[dict[str, Any]] = field(default_factory=list)
     """Every threshold run of this tune, taken or reused (as the records keep them)."""
 
+    def rename(self, entries: dict[str, str]) -> None:
+        """The versions timed so far called by their new entries (the chain renumbers
+        them in its order)."""
+        self.fresh = [(entries.get(what, what), sizes) for what, sizes in self.fresh]
+
 
 class Recorded:
     """A recorded size-generic kernel (or none), as lookups for a new tune to reuse."""

@@ -27,6 +27,7 @@ from partita.space.candidate import Candidate, DeadEnd, Decision
 from partita.space.decl import SpaceError
 from partita.targets import get as get_target
 from partita.tuning.chain import (
+    Chain,
     Property,
     candidate_properties,
     choose_chain,
@@ -54,7 +55,13 @@ from partita.tuning.generic import (
     sizes_text,
     static_sizes,
 )
-from partita.tuning.generic_store import Recorded, Timings, Winner, versions_key
+from partita.tuning.generic_store import (
+    Recorded,
+    Timings,
+    Winner,
+    decisions_key,
+    versions_key,
+)
 from partita.tuning.pipeline import tune
 from partita.tuning.thresholds import (
     INFINITY,
@@ -190,13 +197,15 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
                                         [s.name for s in dyn.sizes], seed, target, data.full)
     versions, times = check_versions(dyn, versions, data, failures, measure_s, recorded,
                                      timings)
-    versions, times, properties, never = order_versions(dyn, kernel_name, versions, times,
-                                                        data, target)
+    built = {v.entry: decisions_key(v.decisions) for v in versions}
+    versions, times, chain = order_versions(dyn, kernel_name, versions, times, data, target)
+    now = {decisions_key(v.decisions): v.entry for v in versions}
+    timings.rename({old: now[key] for old, key in built.items()})
     generic = dispatch(dyn, kernel_name, versions, data, measure_s, recorded, timings,
-                       properties, never)
+                       chain.properties, chain.cuts)
     generic.fixed, generic.dynamic, generic.tuned_sizes = dict(fixed), dynamic, new
     generic.failures = failures + generic.failures
-    key = versions_key([v.decisions for v in versions], properties)
+    key = versions_key([v.decisions for v in versions], chain.properties)
     training_runs(generic, winners, data, times, measure_s, recorded, key)
     with Records(db) as rec:
         rec.save_generic(*ids, stored, generic_record(generic, key))
@@ -327,15 +336,15 @@ def reduction_sizes(kernel: Kernel) -> list[str]:
 
 def order_versions(dyn: Kernel, name: str, versions: list[Version],
                    times: list[list[float | None]], data: Sequence[Dataset],
-                   target: str = "cpu"
-                   ) -> tuple[list[Version], list[list[float | None]], list[Property], list[int]]:
+                   target: str = "cpu") -> tuple[list[Version], list[list[float | None]], Chain]:
     """The versions in the order of the chain built from their training ``times``
     (:func:`~partita.tuning.chain.choose_chain`), renamed and printed again in that order
-    where it changed, their times in the same order, each branch's property, and the
-    branches held at an infinite threshold: versions no branch needs, kept before the
-    ``else`` (never chosen) so that the records keep their times for a later refinement."""
+    where it changed, their times in the same order, and the chain over the new order:
+    each branch's property and cut, and after the branches the chain needs, the versions
+    it does not, at an infinite cut (never chosen) before the ``else``, kept so that the
+    records keep their times for a later refinement."""
     if len(versions) == 1:
-        return versions, times, [], []
+        return versions, times, Chain([0], [], [list(range(len(times)))], [])
     work_of = tuple(work_names(dyn))
     candidates = candidate_properties(work_of, reduction_sizes(dyn))
     values = [{p: property_value(p, {**static_sizes(dyn), **f}) for p in candidates}
@@ -343,8 +352,9 @@ def order_versions(dyn: Kernel, name: str, versions: list[Version],
     chain = choose_chain(times, values, candidates)
     unused = [i for i in range(len(versions)) if i not in chain.order]
     order = chain.order[:-1] + unused + chain.order[-1:]
-    properties = chain.properties + [work_of] * len(unused)
-    never = list(range(len(chain.order) - 1, len(order) - 1))
+    placed = Chain(list(range(len(order))), chain.properties + [work_of] * len(unused),
+                   chain.taken[:-1] + [[]] * len(unused) + chain.taken[-1:],
+                   chain.cuts + [INFINITY] * len(unused))
     rows = [[row[i] for i in order] for row in times]
     plug = get_target(target)
     space = plug.space(dyn) if order != list(range(len(versions))) else None
@@ -359,25 +369,26 @@ def order_versions(dyn: Kernel, name: str, versions: list[Version],
             v = Version(entry, plug.print_program(cand, entry).source, v.decisions, v.won_at,
                         v.dropped, v.completed)
         ordered.append(v)
-    return ordered, rows, properties, never
+    return ordered, rows, placed
 
 
 def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
                   data: Sequence[Dataset], measure_s: float, recorded: Recorded | None = None,
                   timings: Timings | None = None,
                   properties: Sequence[Property] | None = None,
-                  never: Sequence[int] = ()) -> ThresholdResult:
+                  cuts: Sequence[float] = ()) -> ThresholdResult:
     """The thresholds of the dispatcher, tuned on the training datasets: each run calls the
     tuning entry (thresholds as an argument) once to check its outputs, then times it. A run
     ``recorded`` on the same versions and properties with the same thresholds is reused
-    instead. ``properties[i]``: what branch ``i`` compares (default: the work); the
-    branches ``never`` stay at infinity, untuned."""
+    instead. ``properties[i]``: what branch ``i`` compares (default: the work);
+    ``cuts[i]``, where given: the threshold kept where the training sizes' runs disagree
+    on it (infinite: the branch stays at infinity, untuned)."""
     recorded, timings = recorded or Recorded(None), timings if timings is not None else Timings()
     props = ([tuple(p) for p in properties] if properties
              else [tuple(work_names(dyn))] * (len(versions) - 1))
     key = versions_key([v.decisions for v in versions], list(properties or ()))
     names = [f"T{i + 1}" for i in range(len(versions) - 1)]
-    tuned = [n for i, n in enumerate(names) if i not in never]
+    tuned = [n for i, n in enumerate(names) if i >= len(cuts) or cuts[i] != INFINITY]
     sizes, full = data_sizes(data), data_kernel_sizes(data)
     loaded: list[Any] = []
 
@@ -413,7 +424,8 @@ def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
         timings.threshold_runs.append({"sizes": s, "thresholds": given, "time_s": took})
         return Run(took, compared)
 
-    result = (tune_thresholds(tuned, list(range(len(sizes))), run) if tuned
+    fallback = {n: c for n, c in zip(names, cuts, strict=False) if n in tuned}
+    result = (tune_thresholds(tuned, list(range(len(sizes))), run, fallback) if tuned
               else ThresholdResult({}, {}, {}, 0))
     for n in names:  # the branches held at infinity, as the tuner reports a branch never taken
         if n not in tuned:
@@ -425,17 +437,18 @@ def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
 
 def dispatch(dyn: Kernel, name: str, versions: list[Version], data: Sequence[Dataset],
              measure_s: float, recorded: Recorded, timings: Timings,
-             properties: Sequence[Property] = (), never: Sequence[int] = ()) -> GenericTuned:
+             properties: Sequence[Property] = (), cuts: Sequence[float] = ()
+             ) -> GenericTuned:
     """The size-generic kernel of ``versions`` (branch ``i`` comparing ``properties[i]``,
-    the work where none are given; the branches ``never`` held at infinity): thresholds
-    tuned (with more than one version), the dispatcher printed with them and everything
+    the work where none are given; ``cuts``: see :func:`tune_dispatch`): thresholds tuned
+    (with more than one version), the dispatcher printed with them and everything
     compiled."""
     entry = f"{name}_generic"
     result: ThresholdResult | None = None
     thresholds: list[float] = []
     if len(versions) > 1:
         result = tune_dispatch(dyn, entry, versions, data, measure_s, recorded, timings,
-                               properties, never)
+                               properties, cuts)
         thresholds = [result.values[f"T{i + 1}"] for i in range(len(versions) - 1)]
     props = [tuple(p) for p in properties]
     source = dispatcher_source(dyn, entry, [v.entry for v in versions], thresholds, props)

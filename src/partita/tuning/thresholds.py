@@ -25,7 +25,9 @@ below it for some ``Pi``, it does so for every larger ``Pi``. Then:
   failure is reported;
 - where the intervals of the datasets do not intersect, the assumption does not hold for
   these datasets: the tuner warns, naming them, and keeps the value inside the most
-  intervals (the least total time among those).
+  intervals (the least total time among those), or the caller's ``fallback`` for that
+  threshold where it gives one (a value it derived otherwise, e.g. from the versions' own
+  times).
 
 The tuner runs nothing itself: ``run(dataset, thresholds)`` does (the caller compiles,
 measures and reports the properties each branch compared), so that the procedure is tested on
@@ -99,6 +101,8 @@ class ThresholdResult:
     runs: int
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    disagreed: list[str] = field(default_factory=list)
+    """The thresholds whose datasets' intervals do not intersect (monotonicity fails)."""
 
 
 class _Memo:
@@ -171,10 +175,10 @@ def _tune_dataset(run: RunProgram, dataset: Hashable, names: Sequence[str],
     return found, len(memo.cache)
 
 
-def _agree(name: str, intervals: dict[Hashable, Interval],
-           warnings: list[str]) -> tuple[Interval, float]:
-    """The intersection of the datasets' intervals, or (they do not intersect) the most
-    agreed-on value, with a warning."""
+def _agree(name: str, intervals: dict[Hashable, Interval], warnings: list[str],
+           fallback: float | None = None) -> tuple[Interval, float]:
+    """The intersection of the datasets' intervals, or (they do not intersect) ``fallback``
+    or else the most agreed-on value, with a warning."""
     common: Interval | None = Interval(0.0, INFINITY)
     for iv in intervals.values():
         common = common.intersect(iv) if common is not None else None
@@ -183,18 +187,23 @@ def _agree(name: str, intervals: dict[Hashable, Interval],
     points = sorted({iv.low for iv in intervals.values()} | {iv.high for iv in intervals.values()
                                                               if iv.high != INFINITY})
     best = max(points, key=lambda p: (sum(p in iv for iv in intervals.values()), -p))
+    how = "the most datasets agree on"
+    if fallback is not None:
+        best, how = fallback, "the value given for this case"
     disagree = [d for d, iv in intervals.items() if best not in iv]
     shown = ", ".join(f"{d!r} {iv}" for d, iv in intervals.items())
     warnings.append(f"threshold {name}: the datasets' best intervals do not intersect ({shown}):"
-                    f" the monotonicity assumption fails for them; keeping {best:g}, which "
-                    f"does not choose the fastest version for {', '.join(map(repr, disagree))}")
+                    f" the monotonicity assumption fails for them; keeping {best:g} ({how}), "
+                    f"which does not choose the fastest version for "
+                    f"{', '.join(map(repr, disagree)) or 'none of them'}")
     return Interval(best, best), best
 
 
-def tune_thresholds(names: Sequence[str], datasets: Sequence[Hashable],
-                    run: RunProgram) -> ThresholdResult:
+def tune_thresholds(names: Sequence[str], datasets: Sequence[Hashable], run: RunProgram,
+                    fallback: dict[str, float] | None = None) -> ThresholdResult:
     """Tune the thresholds ``names`` (in branch order: ``names[0]`` guards ``V1``) of a
-    multi-versioned program on ``datasets``; ``run(dataset, thresholds)`` runs it."""
+    multi-versioned program on ``datasets``; ``run(dataset, thresholds)`` runs it.
+    ``fallback[name]``, where given, is kept for a threshold whose datasets disagree."""
     if not names:
         raise ValueError("no threshold to tune")
     if len(set(names)) != len(names):
@@ -210,6 +219,7 @@ def tune_thresholds(names: Sequence[str], datasets: Sequence[Hashable],
         for name, iv in found.items():
             per_dataset[name][d] = iv
     warnings: list[str] = []
+    disagreed: list[str] = []
     intervals: dict[str, Interval] = {}
     values: dict[str, float] = {}
     for name in names:
@@ -218,8 +228,12 @@ def tune_thresholds(names: Sequence[str], datasets: Sequence[Hashable],
                             "infinity (its version is never chosen)")
             intervals[name], values[name] = Interval(INFINITY, INFINITY), INFINITY
             continue
-        intervals[name], values[name] = _agree(name, per_dataset[name], warnings)
-    return ThresholdResult(intervals, values, per_dataset, runs, warnings, failures)
+        before = len(warnings)
+        intervals[name], values[name] = _agree(name, per_dataset[name], warnings,
+                                               (fallback or {}).get(name))
+        if len(warnings) > before:
+            disagreed.append(name)
+    return ThresholdResult(intervals, values, per_dataset, runs, warnings, failures, disagreed)
 
 
 def choose_version(properties: Sequence[float], thresholds: Sequence[float]) -> int:
