@@ -71,11 +71,12 @@ def test_storage_follows_the_rules_the_bound_reads() -> None:
 def test_loops_stop_where_the_plan_clamps_them() -> None:
     """A ``for`` loop stops at its logical dims' size exactly where the plan's
     :attr:`LoweredPlan.loop_clamps` says, and each such loop is the innermost tile of dims
-    that overflow, with every instruction inside it iterating it."""
+    that overflow, with every instruction inside it iterating it; a loop over a middle tile
+    of such a dim stops after its last iteration in range where :attr:`loop_trims` says."""
     root = partita.space(partita.kernel("matmul", m=10, n=37, k=19), "cpu",
                          cpu=AVX512_REFERENCE).root()
     assert isinstance(root, Candidate)
-    seen = 0
+    seen = trimmed = 0
     for cand in sample_implementations(root, 12, random.Random(3)):
         printer = CPrinter(cand, "clamped")
         plan, k = printer.plan, cand.kernel
@@ -87,6 +88,7 @@ def test_loops_stop_where_the_plan_clamps_them() -> None:
                 continue
             var = c_name(node.dims[0])
             clamp = f"{var} < ({plan.sizes[node.dims[0]]} < "
+            trim = plan.loop_trims.get(id(node))
             if logicals:
                 seen += 1
                 assert {k.dim(d).logical for d in node.dims} == logicals
@@ -94,9 +96,18 @@ def test_loops_stop_where_the_plan_clamps_them() -> None:
                            for ld in logicals)
                 assert all(plan.iterates(i, node) for i in plan.insts_under(node))
                 assert clamp in code, (var, code)
+            elif trim is not None:  # a middle tile: it stops after its last iteration in range
+                trimmed += 1
+                logical, per, level = trim
+                tiles = k.dims_of(logical)
+                assert 0 < level < len(tiles) - 1 and tiles[level] in node.dims
+                assert plan.needs_guard(logical) and not plan.loop_clamps.get(id(node))
+                assert per == math.prod(int(plan.sizes[t]) for t in tiles[level + 1:])
+                assert all(plan.iterates(i, node) for i in plan.insts_under(node))
+                assert clamp in code and f"+ {per - 1}) / {per}" in code, (var, code)
             else:
                 assert clamp not in code, (var, code)
-    assert seen
+    assert seen and trimmed
 
 
 def _element_offset(plan: GpuPlan, inst: Instruction, view: LMAD, at: dict[str, int]) -> int:

@@ -8,12 +8,11 @@ How dimensions are printed
     ``LOOP`` is a ``for`` loop; ``UNROLL`` repeats its body with the index as a constant;
     ``VECTOR`` evaluates the instructions inside it on GCC vector types (the ISA comes from
     ``-march``), with contiguous loads and stores, broadcasts, or element-wise gathers.
-    Where a strip-mining factor does not divide a size, the last tile is printed apart: the
-    innermost loop of the dim stops at the size, stores and sums along the dim are guarded,
-    other instructions run past the end on clamped indices, and a partial vector computes on
-    whole vectors whose loads from the kernel's arrays fill the lanes past the end with zeros
-    and whose stores leave them out (masked on AVX-512). Values past the end are computed but
-    never stored.
+    Where a strip-mining factor does not divide a size, the last tile is printed apart:
+    its loops stop where the size is reached, stores and sums along the dim are guarded,
+    other instructions run past the end on clamped indices (computed, never stored), and a
+    partial vector computes on whole vectors whose loads from the kernel's arrays fill the
+    lanes past the end with zeros and whose stores leave them out (masked on AVX-512).
 
 Extension points
     A language overrides the public hooks rather than the walk: :meth:`print_node` (how a
@@ -326,15 +325,18 @@ class CFamilyPrinter:
         self.emit(indent, "}")
 
     def loop_stop(self, node: Node, env: dict[str, str]) -> tuple[str, frozenset[str]]:
-        """The bound of a ``for`` loop, and the logical dims it keeps in range (the plan's
-        :meth:`LoweredPlan.clamped`): the size of its dims, or the size of their logical dim
-        less the index of its outer tiles where that is smaller."""
-        size = self.sizes[node.dims[0]]
-        clamped = self.plan.clamped(node, self.full_tiles)
-        if not clamped:
+        """The bound of a ``for`` loop and the logical dims it keeps in range: its dims' size
+        or, where smaller, what is left of their logical dim (an innermost tile, the plan's
+        ``clamped``) or the iterations that reach its end (a middle tile, ``trimmed``)."""
+        size, clamped = self.sizes[node.dims[0]], self.plan.clamped(node, self.full_tiles)
+        trim = self.plan.trimmed(node, self.full_tiles)
+        if clamped:
+            rest = self._left(self.k.dim(node.dims[0]).logical, {**env, node.dims[0]: "0"})
+        elif trim is None:
             return str(size), frozenset()
-        d = node.dims[0]
-        rest = self._left(self.k.dim(d).logical, {**env, d: "0"})
+        else:
+            tiles = dict.fromkeys(self.k.dims_of(trim[0])[trim[2]:], "0")
+            rest = f"({self._left(trim[0], {**env, **tiles})} + {trim[1] - 1}) / {trim[1]}"
         return f"({size} < {rest} ? {size} : {rest})", clamped
 
     def _print_versioned(self, loops: list[Node], env: dict[str, str], indent: int,

@@ -68,6 +68,7 @@ from typing import Any
 from partita.codegen.expr import CodegenError, fold_product
 from partita.codegen.lanes import LanePartial, lane_partials
 from partita.codegen.looptree import Node, dim_size, loop_tree
+from partita.codegen.remainders import Remainders
 from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Instruction, Reduce, Value, combine_op
 from partita.ir.types import DType
@@ -190,7 +191,7 @@ class SplitReduction:
     op: str
 
 
-class LoweredPlan:
+class LoweredPlan(Remainders):
     """The lowered plan of one implementation (see the module's documentation): computed once
     from the candidate, then frozen. The printers read it; the subclass for GPU targets
     (:class:`partita.codegen.gpulower.GpuPlan`) maps dimensions to hardware and overrides the
@@ -243,6 +244,11 @@ class LoweredPlan:
         """The loops (by ``id`` of their node) that stop at the size of their dims' logical
         dims rather than guarding the instructions inside them, each with those logical
         dims, which it keeps in range (see :meth:`clamped`)."""
+        self.loop_trims: dict[int, tuple[str, int, int]] = {}
+        """The loops (by ``id`` of their node) over a middle tile of a logical dim that may
+        run past its end, each with that logical dim, how many of its indices one iteration
+        covers and the tile's level: in the last tile they stop after their last iteration
+        with an index in range (see :meth:`trimmed`)."""
         self.lane_partials: dict[int, list[LanePartial]] = {}
         """The partial vectors of accumulations along a vector dim of their reduction, by
         ``id`` of the loop around which each lives (:mod:`partita.codegen.lanes`)."""
@@ -254,6 +260,7 @@ class LoweredPlan:
         self._lower()
         if self.clamps_loops:
             self._plan_loop_clamps()
+            self._plan_loop_trims()
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -575,117 +582,6 @@ class LoweredPlan:
                 plan.step = size if nbytes == 0 else max(1, min(size,
                                                                 CACHE_LINE_BYTES // nbytes))
         return plan
-
-    # -- remainders ---------------------------------------------------------------------------
-
-    def needs_guard(self, logical: str, full_tiles: AbstractSet[str] = frozenset()) -> bool:
-        """Whether the indices of ``logical`` may pass its end where the printer is: its
-        tiles do not divide it, and it is not among the ``full_tiles`` (inside the
-        full-tile version of its outermost tile loop)."""
-        if logical in full_tiles:
-            return False
-        n = self.k.static_size(self.k.logical(logical).size)
-        factor = self.factor(logical)
-        return factor > 1 and (n is None or n % factor != 0)
-
-    def versioned_tiles(self, loops: list[Node], full_tiles: AbstractSet[str] = frozenset()
-                        ) -> list[tuple[str, str]]:
-        """(tile dim, logical dim) of each outermost tile that ``loops`` carry of a logical
-        dim that may run past its end: the body of those loops is printed twice, for the
-        full tiles without that dim's guards and for the last, partial tile with them."""
-        out = []
-        for node in loops:
-            for d in node.dims:
-                dim = self.k.dim(d)
-                if dim.level == 0 and self.needs_guard(dim.logical, full_tiles):
-                    out.append((d, dim.logical))
-        return out
-
-    def _plan_loop_clamps(self) -> None:
-        """Which loops stop at the size of their logical dims. The innermost tile loop of a
-        dim with a remainder stops at the dim's size rather than guarding every instruction
-        inside it (the remainder of a reduction tile would otherwise test the index before
-        each FMA of the micro-kernel). Only where every dim of the loop is the innermost
-        tile of a logical dim that may overflow, the fused dims share one bound, and every
-        instruction inside iterates the loop (one that does not must still run every
-        iteration)."""
-        for node in self.subtree(self.tree):
-            if node.inst is not None or not node.dims:
-                continue
-            stops = set()
-            for d in node.dims:
-                ld = self.k.dim(d).logical
-                if self.k.dims_of(ld)[-1] != d or not self.needs_guard(ld):
-                    break
-                stops.add(self._stop(node, ld))
-            else:
-                if len(stops) == 1 and all(self.iterates(i, node)
-                                           for i in self.insts_under(node)):
-                    self.loop_clamps[id(node)] = frozenset(self.k.dim(d).logical
-                                                           for d in node.dims)
-
-    def _stop(self, node: Node, logical: str) -> tuple[object, ...]:
-        """What the bound of ``logical`` at the first iteration of its innermost tile loop
-        ``node`` is made of: its size less the index of its outer tiles, each term by the
-        loop that binds it (none where it is bound to 0) and its stride. Fused dims share one
-        bound where these are equal."""
-        terms: list[tuple[object, ...]] = []
-        stride = 1
-        tiles = self.k.dims_of(logical)
-        for d in reversed(tiles):
-            if d != tiles[-1]:
-                binder = next((a for a in self.ancestors(node) if d in a.dims), None)
-                if binder is None:
-                    terms.append(("unbound", d))
-                elif self.sizes[binder.dims[0]] != 1:
-                    terms.append((id(binder), stride))
-            size = self.sizes[d]
-            stride = stride * size if isinstance(size, int) else stride
-        return (self.extent(logical), tuple(terms))
-
-    def clamped(self, node: Node, full_tiles: AbstractSet[str] = frozenset()) -> frozenset[str]:
-        """The logical dims the loop ``node`` keeps in range by stopping at their size where
-        the printer is: none inside the full-tile version of one of them (they do not
-        overflow there)."""
-        logicals = self.loop_clamps.get(id(node), frozenset())
-        return logicals if logicals.isdisjoint(full_tiles) else frozenset()
-
-    def speculated(self, inst: Instruction, logical: str) -> bool:
-        """Whether ``inst`` runs unguarded past the end of ``logical`` (on clamped indices),
-        computing values nothing stores: not a store to the kernel's arrays, not a reduction
-        along ``logical`` (the values past the end would join the sum), not an integer
-        division (it would trap). Guards in a micro-kernel cost a test and a branch per
-        instruction; a consumer that reduces along the dim keeps its own guard."""
-        if inst.op == "store" or (inst.op == "div" and not inst.dtype.is_float):
-            return False
-        return not any(isinstance(op, Reduce) and logical in op.dims for op in inst.operands)
-
-    def lane_logicals(self, inst: Instruction, lane_dims: set[str],
-                      full_tiles: AbstractSet[str] = frozenset()) -> list[str]:
-        """The logical dims of ``inst`` that move along the lanes and may overflow."""
-        return [ld for ld in inst.dims if self.needs_guard(ld, full_tiles)
-                and any(self.k.dim(d).logical == ld for d in lane_dims)]
-
-    def masks(self, node: Node, full_tiles: AbstractSet[str] = frozenset()) -> bool:
-        """Whether a partial vector of ``node`` masks an access: a load or store of the
-        kernel's arrays along lanes that may overflow."""
-        lane_dims = set(node.dims)
-        return any(inst.op in ("load", "store") and self.lane_logicals(inst, lane_dims, full_tiles)
-                   for inst in (self.k.inst(c.inst or "") for c in node.children))
-
-    def masked_lanes_safe(self, node: Node,
-                          full_tiles: AbstractSet[str] = frozenset()) -> bool:
-        """Whether the lanes past the end may compute on zeros: not if an integer division
-        would trap on them, nor where one instruction's lanes span two guarded dims."""
-        for child in node.children:
-            inst = self.k.inst(child.inst or "")
-            if not self.iterates(inst.name, node):
-                continue
-            if inst.op == "div" and not inst.dtype.is_float:
-                return False
-            if len(self.lane_logicals(inst, set(node.dims), full_tiles)) > 1:
-                return False
-        return True
 
     # -- copies written after a reduction loop, temporaries kept in variables --------------
 
