@@ -68,13 +68,18 @@ def _old_connection(where: str) -> Any:
     return sqlite3.connect(where, isolation_level=None), SQLITE
 
 
-def test_a_version_6_database_gains_the_hosts_table(where: str) -> None:
-    conn, dialect = _old_connection(where)
-    assert migrate(conn, where, target=6, dialect=dialect) == 6
+def _old_kernel_and_machine(conn: Any) -> None:
+    """Kernel 1 and machine 1, inserted as a database of an older schema holds them."""
     conn.execute("INSERT INTO kernels(structural_hash, name, params, definition, created_at) "
                  "VALUES ('axpy-1024', 'axpy', '{\"n\": 1024}', '{}', 1.0)")
     conn.execute("INSERT INTO machines(key, model, flags, cores, compiler, description, "
                  "created_at) VALUES ('m-test', 'Test CPU', '[]', 4, 'cc 1.0', '{}', 1.0)")
+
+
+def test_a_version_6_database_gains_the_hosts_table(where: str) -> None:
+    conn, dialect = _old_connection(where)
+    assert migrate(conn, where, target=6, dialect=dialect) == 6
+    _old_kernel_and_machine(conn)
     conn.execute("INSERT INTO runs(kernel_id, machine_id, target, strategy, host, started_at, "
                  "heartbeat_at, status) VALUES (1, 1, 'cpu', 'mcts', 'tuner', 1.0, 2.0, "
                  "'finished')")
@@ -99,10 +104,7 @@ def test_a_size_generic_kernel_of_a_version_7_database_compares_the_work(where: 
     properties, which the dispatcher reads as the work at every branch."""
     conn, dialect = _old_connection(where)
     assert migrate(conn, where, target=7, dialect=dialect) == 7
-    conn.execute("INSERT INTO kernels(structural_hash, name, params, definition, created_at) "
-                 "VALUES ('axpy-1024', 'axpy', '{\"n\": 1024}', '{}', 1.0)")
-    conn.execute("INSERT INTO machines(key, model, flags, cores, compiler, description, "
-                 "created_at) VALUES ('m-test', 'Test CPU', '[]', 4, 'cc 1.0', '{}', 1.0)")
+    _old_kernel_and_machine(conn)
     conn.execute("INSERT INTO generic_kernels(kernel_id, machine_id, target, dynamic, fixed, "
                  "entry, thresholds, chain, updated_at) VALUES (1, 1, ?, '[\"n\"]', '{}', "
                  "'axpy_generic', '[64.0]', 'if work >= 64: V1 else: V2', 1.0)", (core.TARGET,))

@@ -213,7 +213,7 @@ def test_tune_reports_the_certificate_and_stops_on_the_gap(tmp_path: Any) -> Non
     out = CliRunner().invoke(main, ["tune", "axpy", "n=256", "--search", "bnb", "--stop",
                                     "gap=1 or evals=3", "--db", str(db), "--json"])
     assert out.exit_code == 0, out.output
-    result = json.loads(out.output)
+    result = json.loads(out.stdout)  # a warning of a slowed machine goes to stderr
     assert result["space_lower_bound_s"] > 0
     assert result["space_lower_bound_s"] <= result["best_time_s"]
     assert result["optimality_gap"] == pytest.approx(
