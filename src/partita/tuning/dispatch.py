@@ -54,11 +54,6 @@ INT64_MAX = (1 << 63) - 1
 """An infinite threshold in C: no work reaches it."""
 
 
-def work(sizes: dict[str, int], names: Sequence[str]) -> int:
-    """The property every branch compares: the product of the kernel's sizes ``names``."""
-    return math.prod(int(sizes[n]) for n in names)
-
-
 def work_names(kernel: Kernel) -> list[str]:
     """The sizes whose product is the work: those some dimension iterates over (a
     convolution's iteration count ``n * p * q * k * r * s * c``, not its image's rows and

@@ -42,7 +42,6 @@ from partita.tuning.chain import Property, property_text, property_value
 from partita.tuning.dispatch import (
     declaration,
     load_function,
-    work,
     work_names,
 )
 from partita.tuning.generic_store import Timings
@@ -243,7 +242,7 @@ class GenericTuned:
     def work(self, sizes: Sizes) -> int:
         """The work at the dynamic parameters ``sizes``."""
         full = {**static_sizes(self.kernel), **kernel_sizes(self.name, self.fixed, sizes)}
-        return work(full, self.size_names)
+        return property_value(tuple(self.size_names), full)
 
     def derived(self, bound: Sizes) -> Sizes:
         """The kernel's sizes that no input's shape gives, derived from those that do."""

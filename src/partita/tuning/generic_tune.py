@@ -39,7 +39,6 @@ from partita.tuning.dispatch import (
     dispatcher_source,
     load_function,
     per_call,
-    work,
     work_names,
 )
 from partita.tuning.generic import (
@@ -226,7 +225,7 @@ def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Seq
     names = [n for n in names if n in work_names(dyn)]
 
     def size_work(w: Winner) -> int:
-        return work({**static_sizes(dyn), **(full or dict)(w.sizes)}, names)
+        return property_value(tuple(names), {**static_sizes(dyn), **(full or dict)(w.sizes)})
 
     for w in sorted(winners, key=lambda w: -size_work(w)):
         try:
