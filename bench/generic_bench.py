@@ -39,6 +39,7 @@ from host import machine_description
 from partita.codegen.program import Program, signature
 from partita.ir.types import DType
 from partita.runtime.compile import Compiler
+from partita.runtime.data import note_blas_call
 from partita.tuning.dispatch import declaration, load_function, per_call
 from results import RESULTS_DIR, Record, provenance, record, target, write_results
 from sections import replace_section
@@ -99,6 +100,11 @@ def c_call(library: Path, entry: str, params: Any, size: Size,
     return fn, args
 
 
+LIBRARIES = ("numpy", "torch")
+"""The calls whose threads keep spinning a while after they return (OpenBLAS's for about
+2^28 cycles): the call timed next waits for them to fall asleep (``per_call`` settles)."""
+
+
 def side_by_side(calls: dict[str, tuple[Callable[..., Any], list[Any]]], rounds: int
                  ) -> dict[str, float]:
     """Each call's median time per call, in alternating rounds; the median over rounds."""
@@ -106,6 +112,8 @@ def side_by_side(calls: dict[str, tuple[Callable[..., Any], list[Any]]], rounds:
     for _ in range(rounds):
         for name, (fn, args) in calls.items():
             times[name].append(per_call(fn, args, min_s=0.1))
+            if name in LIBRARIES:
+                note_blas_call()
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -228,7 +236,8 @@ The generic kernel is trained on {train} sizes ({train_list}) with {budget:g} s 
 timed at sizes none of which it was trained on, each beside a tune of that size alone for
 {alone:g} s (records of its own) and numpy. "Version" is the version the dispatcher ran.
 Timed side by side in this process over {rounds} alternating rounds (median of the medians
-per call); "right" checks the generic kernel's product against numpy's in double precision.
+per call; a call timed after numpy's waits for OpenBLAS's threads to stop spinning); "right"
+checks the generic kernel's product against numpy's in double precision.
 """
 
 

@@ -197,7 +197,8 @@ def settle_blas() -> None:
 def run_reference(reference: Reference, params: Sequence[Param], values: Mapping[str, Any],
                   transform: Callable[[np.ndarray], np.ndarray] | None = None
                   ) -> dict[str, np.ndarray]:
-    """Outputs of ``reference`` on the inputs widened to float64 (int64 for integers)."""
+    """Outputs of ``reference`` on the inputs widened to float64 (int64 for integers). A
+    kernel timed next in this process waits for numpy's threads (:func:`settle_blas`)."""
     args: list[Any] = []
     for p in params:
         if p.kind == "scalar":
@@ -209,6 +210,7 @@ def run_reference(reference: Reference, params: Sequence[Param], values: Mapping
                 buf = transform(buf)
             args.append(view(buf, p))
     result = reference(*args)
+    note_blas_call()
     out: dict[str, np.ndarray] = {}
     for p in params:
         if p.kind == "array" and p.role in ("out", "inout"):
@@ -347,7 +349,6 @@ def make_case(program: Program, seed: int, directory: Path,
     expected = run_reference(reference, params, values)
     magnitude = (run_reference(reference, params, values, np.abs)
                  if abs_reference_bounds(program.kernel) else {})
-    note_blas_call()
     u = kernel_unit_roundoff(program.kernel)
     length = reduction_length(program.kernel, sizes)
     for name, exp in expected.items():

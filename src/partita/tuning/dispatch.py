@@ -46,6 +46,7 @@ from partita.runtime.data import (
     generate_inputs,
     kernel_unit_roundoff,
     run_reference,
+    settle_blas,
     tolerance,
     view,
 )
@@ -226,7 +227,11 @@ class Dataset:
 def per_call(fn: Any, args: Sequence[Any], min_s: float = 0.05, min_calls: int = 5,
              warmups: int = 2) -> float:
     """The median time of ``fn(*args)`` over batches of calls after warm-up calls (the
-    in-process measurement of ``bench/call_bench.py``)."""
+    in-process measurement of ``bench/call_bench.py``), once OpenBLAS's threads are asleep
+    if numpy ran just before (:func:`~partita.runtime.data.settle_blas`: a training size's
+    reference is a float64 product, and a version timed while those threads spin shares the
+    cores with them, at up to twice its time)."""
+    settle_blas()
     for _ in range(warmups):
         fn(*args)
     t0 = time.perf_counter()
