@@ -8,10 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partita.tuning.chain import (
+    TOLERANCES,
+    _greedy,
     candidate_properties,
     choose_chain,
     property_text,
     property_value,
+    routed_version,
+    training_slowdowns,
 )
 from partita.tuning.thresholds import choose_version
 
@@ -118,3 +122,19 @@ def test_a_version_fastest_everywhere_is_the_whole_chain(rows, best) -> None:  #
              for _, t in rows]
     chain = choose_chain(times, values_of(sizes), CANDIDATES)
     assert chain.order == [best % len(times[0])] and chain.properties == []
+
+
+def test_a_near_miss_does_not_strand_a_size_on_a_slow_version() -> None:
+    """V1 is fastest at the smallest and the two largest sizes and 1.06x the fastest at the
+    tall one, where V2 wins; V3 is slow everywhere. The tall size lies between the smallest
+    and the largest by every property, so from the tightest tolerance V1's branch takes the
+    largest two only, V2 takes the tall one, and the smallest falls to the else, V3, at 3x.
+    The chain kept sends every size to a version within 1.06x of its fastest."""
+    sizes = [(32, 32, 32), (2048, 64, 64), (4096, 128, 128), (4096, 256, 256)]
+    times = [[1.0, 5.0, 3.0], [1.06, 1.0, 3.0], [1.0, 1.5, 3.0], [1.0, 1.5, 3.0]]
+    values = values_of(sizes)
+    tightest = _greedy(times, values, CANDIDATES, TOLERANCES)
+    assert max(training_slowdowns(tightest, times, values)) == 3.0
+    chain = choose_chain(times, values, CANDIDATES)
+    assert max(training_slowdowns(chain, times, values)) <= 1.06 + 1e-12
+    assert routed_version(chain, values[0]) == 0

@@ -23,10 +23,13 @@ the data, its version leaves the candidates; a branch that would take every size
 ``else`` (as is, where no cut avoids a size its version failed at, the version that fails
 least and loses least on the sizes left). Versions that no branch needs are left out of the
 chain (:func:`partita.tuning.generic_tune.order_versions` keeps them before the ``else`` at an
-infinite threshold). The threshold tuner (:mod:`partita.tuning.thresholds`) then sets each
-``Ti`` from runs of the chain: the chain fixes the order and the properties, the runs the
-values; where the runs of the training sizes disagree on a threshold (the monotonicity the
-tuner assumes fails for them), the chain's own cut is kept.
+infinite threshold). Such a list is built from each tolerance on (the tightest first, or a
+looser one first), and the list kept is the one that is safest on the training sizes: the
+least worst slowdown, then the least mean (:func:`choose_chain`). The threshold tuner
+(:mod:`partita.tuning.thresholds`) then sets each ``Ti`` from runs of the chain: the chain
+fixes the order and the properties, the runs the values; where the runs of the training
+sizes disagree on a threshold (the monotonicity the tuner assumes fails for them), the
+chain's own cut is kept.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ Property = tuple[str, ...]
 TOLERANCES = (1.05, 1.15, 1.3, 1.6, 2.0, math.inf)
 """How much slower than the fastest version still available a version may be at a size its
 branch takes: the tightest first (1.05: timing noise), the last always met."""
+
+WORST_SLACK = 1.05
+"""Chains whose worst training slowdown is within this factor of the least are equally safe:
+among them the smallest geometric mean is kept."""
 
 
 def candidate_properties(names: Sequence[str], reduction: Sequence[str] = ()
@@ -136,17 +143,62 @@ def _branch(times: Sequence[Sequence[float | None]], values: Sequence[Mapping[Pr
     return None if found is None else (found[1], found[2], found[3])
 
 
+def routed_version(chain: Chain, at: Mapping[Property, int]) -> int:
+    """The version ``chain`` runs where its properties have the values ``at``, each branch
+    cut at its :attr:`Chain.cuts`."""
+    for v, prop, cut in zip(chain.order, chain.properties, chain.cuts, strict=False):
+        if at[prop] >= cut:
+            return v
+    return chain.order[-1]
+
+
+def training_slowdowns(chain: Chain, times: Sequence[Sequence[float | None]],
+                       values: Sequence[Mapping[Property, int]]) -> list[float]:
+    """Per training size that some version computed: the time of the version ``chain``
+    routes it to over the fastest version's there (infinite where that version failed)."""
+    out = []
+    for row, at in zip(times, values, strict=True):
+        timed = [t for t in row if t is not None]
+        if timed:
+            t = row[routed_version(chain, at)]
+            out.append(math.inf if t is None else t / min(timed))
+    return out
+
+
 def choose_chain(times: Sequence[Sequence[float | None]],
                  values: Sequence[Mapping[Property, int]],
                  candidates: Sequence[Property]) -> Chain:
     """The chain of the versions timed at the training sizes: ``times[d][v]`` is version
     ``v``'s time at training size ``d`` (None: failed or not timed), ``values[d]`` each
     candidate property's value there, ``candidates`` the properties in order of
-    preference."""
+    preference.
+
+    One greedy chain is built from each tolerance of :data:`TOLERANCES` on (the looser ones
+    after it), and the one kept is the one whose worst slowdown on the training sizes is
+    least (within :data:`WORST_SLACK` of the least, the smallest geometric mean, then the
+    fewest branches). The tightest start alone can strand a size: a version that just
+    misses the tolerance at one size is cut off from a region it serves best, the sizes below
+    that cut go to what is left, and each version enters the chain once."""
     if not times or not times[0]:
         raise ValueError("no version timed: nothing to order")
     if not candidates:
         raise ValueError("no candidate property for the branches")
+    chains = [_greedy(times, values, candidates, TOLERANCES[i:])
+              for i in range(len(TOLERANCES))]
+    scored = []
+    for c in chains:
+        slow = training_slowdowns(c, times, values) or [1.0]
+        mean = (math.exp(sum(map(math.log, slow)) / len(slow)) if max(slow) < math.inf
+                else math.inf)
+        scored.append((max(slow), mean, len(c.order), c))
+    least = min(worst for worst, _, _, _ in scored)
+    return min((s for s in scored if s[0] <= least * WORST_SLACK),
+               key=lambda s: (s[1], s[2]))[3]
+
+
+def _greedy(times: Sequence[Sequence[float | None]], values: Sequence[Mapping[Property, int]],
+            candidates: Sequence[Property], tolerances: Sequence[float]) -> Chain:
+    """The decision list built greedily with ``tolerances`` (see the module)."""
     n_versions = len(times[0])
     rows = [d for d in range(len(times)) if any(t is not None for t in times[d])]
     versions = list(range(n_versions))
@@ -159,7 +211,7 @@ def choose_chain(times: Sequence[Sequence[float | None]],
         rows = [d for d in rows if any(times[d][v] is not None for v in versions)]
         if not rows:
             break
-        for tolerance in TOLERANCES:
+        for tolerance in tolerances:
             branch = _branch(times, values, candidates, rows, versions, tolerance)
             if branch is not None:
                 break
