@@ -171,3 +171,18 @@ def test_a_timing_after_numpy_waits_for_openblas_threads(tmp_path: Path,
     numpy_time(kernel("axpy", n=1000), reps=1, min_s=0.0)  # the numpy comparison notes it too
     data.settle_blas()
     assert len(slept) == 2 and 0 < slept[1] <= data.BLAS_SETTLE_S
+
+
+def test_in_process_timings_wait_for_openblas_after_a_reference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A size-generic kernel's training dataset computes its reference with numpy; the
+    in-process timing of a version that follows waits for OpenBLAS's threads first."""
+    from partita.tuning.dispatch import Dataset, per_call
+    from partita.tuning.generic_tune import generic_kernel
+
+    slept: list[float] = []
+    monkeypatch.setattr(data.time, "sleep", slept.append)
+    _, _, dyn = generic_kernel("matmul", "cpu", {})
+    Dataset.make(dyn, kernel("matmul", m=8, n=8, k=8), {"m": 8, "n": 8, "k": 8})
+    per_call(lambda: None, [], min_s=0.0)
+    assert len(slept) == 1 and 0 < slept[0] <= data.BLAS_SETTLE_S
