@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from partita.tuning.thresholds import Interval
+from partita.tuning.thresholds import Interval, choose_version
 
 Property = tuple[str, ...]
 """A property of a call: the product of the sizes it names."""
@@ -146,10 +146,7 @@ def _branch(times: Sequence[Sequence[float | None]], values: Sequence[Mapping[Pr
 def routed_version(chain: Chain, at: Mapping[Property, int]) -> int:
     """The version ``chain`` runs where its properties have the values ``at``, each branch
     cut at its :attr:`Chain.cuts`."""
-    for v, prop, cut in zip(chain.order, chain.properties, chain.cuts, strict=False):
-        if at[prop] >= cut:
-            return v
-    return chain.order[-1]
+    return chain.order[choose_version([at[p] for p in chain.properties], chain.cuts)]
 
 
 def training_slowdowns(chain: Chain, times: Sequence[Sequence[float | None]],
