@@ -73,7 +73,8 @@ class CPrinter(CFamilyPrinter):
                "#include <stdint.h>", "#include <stdlib.h>", "#include <string.h>",
                "#include <math.h>", ""]
         if needs_intrinsics(self.helpers):
-            out[5:5] = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
+            out[5:5] = ["#if defined(__AVX512F__) || defined(__AVX2__)", "#include <immintrin.h>",
+                        "#endif"]
         if needs_x86_intrinsics(self.helpers) or self.plan.streamed:
             out[5:5] = ["#if defined(__SSE2__)", "#include <immintrin.h>", "#endif"]
         out += vector_header(self.vector_types, self.helpers)

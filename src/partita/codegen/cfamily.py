@@ -12,7 +12,8 @@ How dimensions are printed
     its loops stop where the size is reached, stores and sums along the dim are guarded,
     other instructions run past the end on clamped indices (computed, never stored), and a
     partial vector computes on whole vectors whose loads from the kernel's arrays fill the
-    lanes past the end with zeros and whose stores leave them out (masked on AVX-512).
+    lanes past the end with zeros and whose stores leave them out (masked moves on AVX-512
+    and AVX2, with no branch between a full vector and a partial one).
 
 Extension points
     A language overrides the public hooks rather than the walk: :meth:`print_node` (how a
@@ -484,27 +485,25 @@ class CFamilyPrinter:
             self._print_whole_vectors(node, venv, indent, lanes)
             return
         # Lanes of a partial vector past the end would join the accumulator: lane by lane.
-        masked = self.plan.masked_lanes_safe(node, self.full_tiles) and not any(
-            lp.vector is node for lp in self.open_partials.values())
-        if masked and not self.plan.masks(node, self.full_tiles):
-            # On whole vectors, and nothing inside reads or writes the kernel's arrays along
-            # the lanes: the last tile prints as the others.
-            self._print_whole_vectors(node, venv, indent, lanes)
-            return
-        self.emit(indent, f"if ({partial}) {{")
-        self._print_whole_vectors(node, venv, indent + 1, lanes)
-        self.emit(indent, "} else {")
-        if masked:
-            # The last tile of a dimension with a remainder, on whole vectors: what the lanes
-            # past the end compute is never stored (scalar lanes cost 5-16x on that tile).
-            self.partial_vector = True
-            try:
-                self._print_whole_vectors(node, venv, indent + 1, lanes)
-            finally:
-                self.partial_vector = False
-        else:
+        if not self.plan.masked_lanes_safe(node, self.full_tiles) or any(
+                lp.vector is node for lp in self.open_partials.values()):
+            self.emit(indent, f"if ({partial}) {{")
+            self._print_whole_vectors(node, venv, indent + 1, lanes)
+            self.emit(indent, "} else {")
             self.print_lanes(node, env, indent + 1, lanes)
-        self.emit(indent, "}")
+            self.emit(indent, "}")
+            return
+        # On whole vectors: what the lanes past the end compute is never stored (scalar lanes
+        # cost 5-16x on the last tile). Accesses to the kernel's arrays along the lanes are
+        # masked by a count of the lanes in range, with no branch between a full and a partial
+        # vector: in a register tile inside a reduction loop, the branches kept the
+        # accumulators in memory (a matmul's tile with its last columns partial ran 3x slower
+        # than a full one), and a masked move costs what a plain one does.
+        self.partial_vector = self.plan.masks(node, self.full_tiles)
+        try:
+            self._print_whole_vectors(node, venv, indent, lanes)
+        finally:
+            self.partial_vector = False
 
     def _print_whole_vectors(self, node: Node, venv: dict[str, str], indent: int,
                              lanes: int) -> None:
