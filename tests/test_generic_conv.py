@@ -63,6 +63,20 @@ def single() -> partita.GenericTuned:
                         "conv2d_generic", source, library)
 
 
+def test_a_padded_load_tests_only_the_axes_that_can_leave_the_image(
+        single: partita.GenericTuned) -> None:
+    """Over dynamic sizes, the image's row and column (``p + r - 1`` against ``h``) can
+    leave it and are tested; its image and channel indices span their own axes and are not,
+    as with static sizes: a test per element on them cost the inner loop of every version."""
+    source = single.versions[0].source
+    loads = [line for line in source.splitlines() if "? I[" in line]
+    assert loads
+    for line in loads:
+        test = line.split("? I[")[0]
+        assert "< n_h" in test and "< n_w" in test, line
+        assert "< n_c" not in test and "< n_n" not in test, line
+
+
 @pytest.mark.parametrize("shape", UNTRAINED)
 def test_the_dynamic_conv_matches_numpy_at_any_shape(single: partita.GenericTuned,
                                                      shape: tuple[int, ...]) -> None:

@@ -20,19 +20,55 @@ if TYPE_CHECKING:
     from partita.codegen.cfamily import CFamilyPrinter
 
 
+Form = dict[str | None, int]
+"""A linear form over the kernel's dynamic sizes: coefficient by size name, the constant
+under None."""
+
+
+def _size_form(p: CFamilyPrinter, size: int | str) -> Form:
+    """A size as a form: its value where it is static, else its name."""
+    value = p.k.static_size(size)
+    return {None: value} if value is not None else {str(size): 1}
+
+
+def _add(a: Form, b: Form, scale: int = 1) -> Form:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + scale * v
+    return out
+
+
+def _least(form: Form, running: set[str]) -> float:
+    """The least value of ``form`` where the sizes in ``running`` are at least 1 (a load runs
+    only where each size of its iteration space is) and the others at least 0: minus
+    infinity where a size has a negative coefficient."""
+    if any(v < 0 for k, v in form.items() if k is not None):
+        return float("-inf")
+    return sum(v for k, v in form.items() if k is None or k in running)
+
+
 def _may_leave(p: CFamilyPrinter, inst: Instruction, axis: int) -> bool:
-    """Whether the index of ``axis`` may leave ``[0, extent)`` over the iteration space."""
+    """Whether the index of ``axis`` may leave ``[0, extent)`` over the iteration space.
+
+    The index ``const + sum(c * d)`` has each dimension ``d`` in ``[0, size(d))``; its least
+    and greatest values are forms over the sizes, and the test is dropped only where the
+    least is at least 0 and the extent exceeds the greatest for every size of at least 1: a
+    dynamic size proves as much as a static one where the index is the dimension that
+    spans the array (a channel index under a loop over all channels), and nothing where it
+    is not (a padded image's row ``p + r - 1`` against its height)."""
     assert inst.access is not None
     ix = inst.access.index[axis]
-    extent = p.k.static_size(p.k.array(inst.access.array).shape[axis])
-    sizes = [p.k.static_size(p.k.logical(d).size) for d, _ in ix.terms]
-    if extent is None or any(s is None for s in sizes):
-        return True
-    lo = ix.const + sum(min(0, c * (s - 1)) for (_, c), s in zip(ix.terms, sizes, strict=True)
-                        if s is not None)
-    hi = ix.const + sum(max(0, c * (s - 1)) for (_, c), s in zip(ix.terms, sizes, strict=True)
-                        if s is not None)
-    return lo < 0 or hi >= extent
+    lo: Form = {None: ix.const}
+    hi: Form = {None: ix.const}
+    running = {str(p.k.logical(d).size) for d, _ in ix.terms}
+    for d, c in ix.terms:
+        last = _add(_size_form(p, p.k.logical(d).size), {None: -1})  # size(d) - 1
+        if c > 0:
+            hi = _add(hi, last, c)
+        else:
+            lo = _add(lo, last, c)
+    extent = _size_form(p, p.k.array(inst.access.array).shape[axis])
+    return _least(lo, running) < 0 or _least(_add(extent, hi, -1), running) < 1
 
 
 def padded_load(p: CFamilyPrinter, inst: Instruction, env: dict[str, str],
