@@ -9,6 +9,7 @@ import random
 import pytest
 
 import partita
+from partita.codegen import cfamily
 from partita.codegen.c import CPrinter
 from partita.codegen.expr import c_name
 from partita.codegen.gpulower import GpuPlan
@@ -166,33 +167,28 @@ def test_gpu_alignment_is_decided_from_the_affine_offsets() -> None:
     assert verdicts == {True, False}
 
 
-class _RecordingPrinter(CPrinter):
-    """Records each loop printed with temporaries kept in variables, with the plan's
-    elements."""
-
-    def __init__(self, cand: Candidate, entry: str) -> None:
-        super().__init__(cand, entry)
-        self.kept_loops: list[tuple[dict[str, list[Element]], list[str]]] = []
-
-    def _print_promoted(self, node: Node, env: dict[str, str], indent: int,
-                        kept: dict[str, list[Element]]) -> None:
-        start = len(self.lines)
-        super()._print_promoted(node, env, indent, kept)
-        self.kept_loops.append((kept, self.lines[start:]))
-
-
-def test_loops_keep_the_elements_the_plan_keeps() -> None:
+def test_loops_keep_the_elements_the_plan_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop printed with temporaries kept in variables has one variable per element the
     plan's :func:`promotion` lists, loaded before the loop and stored after it, and no
     access to those temporaries' memory inside it."""
     root = partita.space(partita.kernel("matmul", m=64, n=48, k=32), "cpu",
                          cpu=AVX512_REFERENCE).root()
     assert isinstance(root, Candidate)
+    kept_loops: list[tuple[dict[str, list[Element]], list[str]]] = []
+    original = cfamily.print_promoted
+
+    def recording(p: CPrinter, node: Node, env: dict[str, str], indent: int,
+                  kept: dict[str, list[Element]]) -> None:
+        start = len(p.lines)
+        original(p, node, env, indent, kept)
+        kept_loops.append((kept, p.lines[start:]))
+
+    monkeypatch.setattr(cfamily, "print_promoted", recording)
     seen = 0
     for cand in sample_implementations(root, 40, random.Random(6)):
-        printer = _RecordingPrinter(cand, "kept")
-        printer.print()
-        for kept, lines in printer.kept_loops:
+        kept_loops.clear()
+        CPrinter(cand, "kept").print()
+        for kept, lines in kept_loops:
             seen += 1
             assert "kept in variables across" in lines[0]
             first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("for ("))

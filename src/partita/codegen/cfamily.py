@@ -41,7 +41,7 @@ from partita.codegen.lanes import LanePartial, partial_lanes, print_lane_scope
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Prefetch, Storage
 from partita.codegen.padded import padded_load
-from partita.codegen.promotion import Element, promotion
+from partita.codegen.promotion import print_promoted, promotion
 from partita.codegen.vector import broadcast, vector_type_name
 from partita.ir.checks import operand_dtype
 from partita.ir.kernel import Array, Kernel
@@ -300,30 +300,65 @@ class CFamilyPrinter:
                 promoted = (promotion(self.plan, node, self.sunk, self.full_tiles)
                             if self.promoted is None else {})
                 if promoted:
-                    self._print_promoted(node, env, indent, promoted)
+                    print_promoted(self, node, env, indent, promoted)
                 else:
-                    self._print_loop(node, env, indent)
+                    self.print_loop(node, env, indent)
             finally:
                 self.sunk -= sunk.keys()
             for inst in sorted(sunk):
                 self._print_sunk_copies(inst, sunk[inst], node, env, indent)
 
-    def _print_loop(self, node: Node, env: dict[str, str], indent: int) -> None:
-        """A sequential loop as a C ``for``."""
+    def print_loop(self, node: Node, env: dict[str, str], indent: int) -> None:
+        """A sequential loop as a C ``for``. A loop over the outermost tiles of a dim with a
+        remainder is split in two: the full tiles, then the last, partial one (a loop of at
+        most one iteration), so that no branch between the two versions sits in the loop's
+        body, where gcc kept a reduction's accumulators in memory across it."""
         var = c_name(node.dims[0])
         inner = {**env, **dict.fromkeys(node.dims, var)}
         stop, clamped = self.loop_stop(node, env)
-        if self.loop_pragma:
-            self.emit(indent, self.loop_pragma)
-        self.emit(indent, f"for ({self.idx_t} {var} = 0; {var} < {stop}; ++{var}) {{")
         outside = self.full_tiles
         self.full_tiles = outside | clamped
         try:
-            self._print_versioned([node], inner, indent + 1,
-                                  lambda at: self.print_body(node, inner, at))
+            full = self._full_tiles_stop(node)
+            if full is None:
+                self._emit_for(indent, var, "0", stop)
+                self._print_versioned([node], inner, indent + 1,
+                                      lambda at: self.print_body(node, inner, at))
+            else:
+                logicals = {logical for _, logical in
+                            self.plan.versioned_tiles([node], self.full_tiles)}
+                self._emit_for(indent, var, "0", full)
+                self.full_tiles = outside | clamped | logicals
+                self.print_body(node, inner, indent + 1)
+                self.full_tiles = outside | clamped
+                self.emit(indent, "}")
+                self._emit_for(indent, var, full, stop)
+                self.in_partial_tile = True
+                try:
+                    self.print_body(node, inner, indent + 1)
+                finally:
+                    self.in_partial_tile = False
         finally:
             self.full_tiles = outside
         self.emit(indent, "}")
+
+    def _emit_for(self, indent: int, var: str, start: str, stop: str) -> None:
+        if self.loop_pragma:
+            self.emit(indent, self.loop_pragma)
+        self.emit(indent, f"for ({self.idx_t} {var} = {start}; {var} < {stop}; ++{var}) {{")
+
+    def _full_tiles_stop(self, node: Node) -> str | None:
+        """The number of full tiles where ``node`` is the loop over the outermost tiles of
+        the one logical dim with a remainder that it versions (None: it versions none, or
+        several, or is inside a partial tile already)."""
+        if self.in_partial_tile:
+            return None
+        tiles = self.plan.versioned_tiles([node], self.full_tiles)
+        if len({logical for _, logical in tiles}) != 1:
+            return None
+        logical = tiles[0][1]
+        n, f = self.extent(logical), self.plan.factor(logical)
+        return str(n // f) if isinstance(n, int) else f"({n}) / {f}"
 
     def loop_stop(self, node: Node, env: dict[str, str]) -> tuple[str, frozenset[str]]:
         """The bound of a ``for`` loop and the logical dims it keeps in range: its dims' size
@@ -422,41 +457,6 @@ class CFamilyPrinter:
         """The condition under which ``inst``'s copies for other nests are written (empty:
         always)."""
         return ""
-
-    def _print_promoted(self, node: Node, env: dict[str, str], indent: int,
-                        kept: dict[str, list[Element]]) -> None:
-        """The loop ``node`` with the elements of the temporaries ``kept`` in variables (the
-        plan's :func:`~partita.codegen.promotion.promotion`): loaded before the loop, stored
-        back after it, in a scope of their own. Each access takes the variable of its element,
-        numbered in the order the loop first accesses them."""
-        start = len(self.lines)
-        self.promoted = {name: {} for name in kept}
-        try:
-            self._print_loop(node, env, indent + 1)
-        finally:
-            promoted, self.promoted = self.promoted, None
-        for name, accesses in promoted.items():
-            if [(w, s) for _, w, s in accesses] != [(e.lanes, e.step) for e in kept[name]]:
-                raise CodegenError(f"{name}: the elements accessed across {node.dims[0]} are "
-                                   "not those the plan keeps")
-        loop = self.lines[start:]
-        del self.lines[start:]
-        self.emit(indent, f"{{ /* {', '.join(promoted)} kept in variables across {node.dims[0]} */")
-        by_name = {st.name: st for st in self.plan.all_storage() if st.name in kept}
-        for name, accesses in promoted.items():
-            st = by_name[name]
-            for (base, width, step), var in accesses.items():
-                if width == 1:
-                    self.emit(indent + 1, f"{st.dtype.c_type} {var} = {name}[{base}];")
-                    continue
-                value = self.load(name, base, step, st.dtype, width)
-                self.emit(indent + 1, f"{self.vtype(st.dtype, width)} {var} = {value};")
-        self.lines += loop
-        for name, accesses in promoted.items():
-            st = by_name[name]
-            for (base, width, step), var in accesses.items():
-                self.emit_store(indent + 1, name, base, step, var, st.dtype, width)
-        self.emit(indent, "}")
 
     def _promoted_var(self, st: Storage, base: str, width: int, step: int | str) -> str | None:
         """The variable that holds the ``width`` elements of ``st`` from ``base``, ``step``

@@ -27,11 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from partita.codegen.expr import c_name
+from partita.codegen.expr import CodegenError, c_name
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Storage
 from partita.ir.operands import Const, Index, Instruction, Reduce, Scalar, Value
+
+if TYPE_CHECKING:
+    from partita.codegen.cfamily import CFamilyPrinter
 
 PROMOTED_VALUES_MAX = 32
 """At most this many elements (vectors or scalars) of memory temporaries are kept in variables
@@ -302,3 +306,39 @@ class _Walker:
             if not kept_value:
                 self.walk.computed.add(st.name)
             self._element(st, offset, n, step if n > 1 else 1)
+
+
+def print_promoted(p: CFamilyPrinter, node: Node, env: dict[str, str], indent: int,
+                   kept: dict[str, list[Element]]) -> None:
+    """The loop ``node`` with the elements of the temporaries ``kept`` in variables (the
+    plan's :func:`promotion`): loaded before the loop, stored
+    back after it, in a scope of their own. Each access takes the variable of its element,
+    numbered in the order the loop first accesses them."""
+    start = len(p.lines)
+    p.promoted = {name: {} for name in kept}
+    try:
+        p.print_loop(node, env, indent + 1)
+    finally:
+        promoted, p.promoted = p.promoted, None
+    for name, accesses in promoted.items():
+        if [(w, s) for _, w, s in accesses] != [(e.lanes, e.step) for e in kept[name]]:
+            raise CodegenError(f"{name}: the elements accessed across {node.dims[0]} are "
+                               "not those the plan keeps")
+    loop = p.lines[start:]
+    del p.lines[start:]
+    p.emit(indent, f"{{ /* {', '.join(promoted)} kept in variables across {node.dims[0]} */")
+    by_name = {st.name: st for st in p.plan.all_storage() if st.name in kept}
+    for name, accesses in promoted.items():
+        st = by_name[name]
+        for (base, width, step), var in accesses.items():
+            if width == 1:
+                p.emit(indent + 1, f"{st.dtype.c_type} {var} = {name}[{base}];")
+                continue
+            value = p.load(name, base, step, st.dtype, width)
+            p.emit(indent + 1, f"{p.vtype(st.dtype, width)} {var} = {value};")
+    p.lines += loop
+    for name, accesses in promoted.items():
+        st = by_name[name]
+        for (base, width, step), var in accesses.items():
+            p.emit_store(indent + 1, name, base, step, var, st.dtype, width)
+    p.emit(indent, "}")
