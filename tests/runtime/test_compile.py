@@ -67,6 +67,30 @@ def test_the_cache_directory_follows_partita_cache(tmp_path: Path,
     assert so.path.parent == tmp_path / "so"
 
 
+def test_a_linked_build_compiles_each_program_once(cache_dir: Path) -> None:
+    """``build_linked`` keeps an object file per program: the same large programs beside a
+    different small one compile only the new one, then link."""
+    versions = [P.matmul(), P.matmul(stride_a=3)]
+    first = Compiler(cache_dir=cache_dir)
+    a = first.build_linked([*versions, P.axpy()])
+    assert first.runs == 4 + 1 and not a.cached  # three programs and the harness, the link
+    second = Compiler(cache_dir=cache_dir)
+    other = P.axpy(dtype="float64")
+    b = second.build_linked([*versions, other])
+    assert second.runs == 1 + 1 and b.path != a.path
+    lib = ctypes.CDLL(str(b.path))
+    for p in [*versions, other]:
+        getattr(lib, p.entry)
+    lib.partita_measure  # noqa: B018 - the harness is linked in
+    assert second.build_linked([*versions, other]).cached and second.runs == 2
+    bad = P.broken()
+    with pytest.raises(CompileError) as info:
+        second.build_linked([*versions, bad])
+    assert info.value.failed == (bad.entry,) and "error" in info.value.stderr
+    assert sorted(p.name for p in (cache_dir / "so").iterdir()
+                  if not p.name.endswith((".so", ".o"))) == []
+
+
 def test_compile_error_carries_gcc_stderr(compiler: Compiler) -> None:
     bad = P.broken()
     with pytest.raises(CompileError) as info:

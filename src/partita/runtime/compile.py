@@ -4,7 +4,9 @@ Starting gcc (driver, ``cc1``, ``as``, ``ld``) costs more than compiling one sma
 programs are compiled in batches: each program is its own ``.c`` file (its ``static`` helpers
 stay private), and one gcc invocation compiles them together with the timing harness into one
 shared object. When a batch fails, each program is compiled alone so that one bad candidate does
-not sink the others.
+not sink the others. A few large programs built again beside different small ones (a
+size-generic kernel's versions beside its dispatchers) go through :meth:`Compiler.build_linked`
+instead: an object file per program, each cached, linked into the shared object.
 
 Shared objects are cached under ``$PARTITA_CACHE/so`` (default ``~/.cache/partita/so``), named
 by the sha256 of everything that determines their bytes: the sources and entries, the flags,
@@ -27,6 +29,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -312,6 +315,57 @@ class Compiler:
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
         return SharedObject(target, tuple(entries), key, False, **info)
+
+    def build_linked(self, programs: Sequence[Program]) -> SharedObject:
+        """One shared object for ``programs``, each compiled into an object file of its own
+        (cached like the shared objects, by its source, entry and flags; gcc runs at once, one
+        per core) and then linked. For a few large programs built again beside different
+        small ones (a size-generic kernel's versions beside its dispatchers): each is
+        compiled once, where :meth:`build` compiles the whole batch again."""
+        units = _unique_units(programs)
+        entries = [e for e, _ in units]
+        if len(set(entries)) != len(entries):
+            raise CompileError("two different sources define the same entry in one batch",
+                               entries=entries)
+        key = self.key(units)
+        target = self.so_dir() / f"{key}.so"
+        info = {"flags": self.flags_text, "compiler": self.version}
+        if target.exists():
+            return SharedObject(target, tuple(entries), key, True, **info)
+        with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+            objects = list(pool.map(self._object, [*units, ("partita_harness", HARNESS_C)]))
+        build_dir = Path(tempfile.mkdtemp(prefix="link-", dir=self.so_dir()))
+        try:
+            cmd = [self.cc, *self.flags, "-o", "out.so", *map(str, objects), *ALLOC_WRAP_FLAGS]
+            done = self._run(cmd, build_dir, entries, self.timeout_s)
+            if done.returncode != 0 or not (build_dir / "out.so").exists():
+                raise CompileError(f"{self.cc} failed to link (exit status {done.returncode})",
+                                   done.stderr, entries)
+            os.replace(build_dir / "out.so", target)
+        finally:
+            shutil.rmtree(build_dir, ignore_errors=True)
+        return SharedObject(target, tuple(entries), key, False, **info)
+
+    def _object(self, unit: tuple[str, str]) -> Path:
+        """The object file of one (entry, source), from the cache or compiled now."""
+        entry, source = unit
+        target = self.so_dir() / f"{self.key([unit])}.o"
+        if target.exists():
+            return target
+        build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.so_dir()))
+        try:
+            (build_dir / f"p0_{entry}.c").write_text(source)
+            cmd = [self.cc, *self.flags, "-c", "-o", "out.o", f"p0_{entry}.c"]
+            done = self._run(cmd, build_dir, [entry], self.timeout_s)
+            if done.returncode != 0 or not (build_dir / "out.o").exists():
+                error = CompileError(f"{self.cc} failed (exit status {done.returncode})",
+                                     done.stderr, [entry])
+                error.failed = (entry,)
+                raise error
+            os.replace(build_dir / "out.o", target)
+        finally:
+            shutil.rmtree(build_dir, ignore_errors=True)
+        return target
 
     def build_all(self, programs: Sequence[Program]) -> list[SharedObject | CompileError]:
         """A shared object or the error for each program.

@@ -495,6 +495,7 @@ def call_checked(ffi: Any, fn: Any, params: tuple[Param, ...], sizes: Sizes,
 
 def compile_versions(dyn: Kernel, versions: Sequence[Version],
                      *extra: Program) -> Path:
-    """One shared object with every version and the ``extra`` programs (dispatchers)."""
+    """One shared object with every version and the ``extra`` programs (dispatchers), each
+    compiled once: a tune builds the versions alone, then beside each dispatcher."""
     programs = [Program(dyn, v.entry, v.source, signature(dyn)) for v in versions]
-    return Compiler().build([*programs, *extra]).path
+    return Compiler().build_linked([*programs, *extra]).path
