@@ -281,18 +281,11 @@ class Compiler:
         Raises :class:`CompileError` when gcc fails; entries must be pairwise distinct unless
         their sources are identical.
         """
-        units = _unique_units(programs)
+        units, key, target, hit = self._lookup(programs)
+        if hit is not None:
+            return hit
         entries = [e for e, _ in units]
-        if len(set(entries)) != len(entries):
-            raise CompileError("two different sources define the same entry in one batch",
-                               entries=entries)
-        key = self.key(units)
-        so_dir = self.so_dir()
-        target = so_dir / f"{key}.so"
-        info = {"flags": self.flags_text, "compiler": self.version}
-        if target.exists():
-            return SharedObject(target, tuple(entries), key, True, **info)
-        build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=so_dir))
+        build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.so_dir()))
         try:
             files = []
             for i, (entry, source) in enumerate(units):
@@ -314,14 +307,12 @@ class Compiler:
             os.replace(build_dir / "out.so", target)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
-        return SharedObject(target, tuple(entries), key, False, **info)
+        return SharedObject(target, tuple(entries), key, False, **self._info())
 
-    def build_linked(self, programs: Sequence[Program]) -> SharedObject:
-        """One shared object for ``programs``, each compiled into an object file of its own
-        (cached like the shared objects, by its source, entry and flags; gcc runs at once, one
-        per core) and then linked. For a few large programs built again beside different
-        small ones (a size-generic kernel's versions beside its dispatchers): each is
-        compiled once, where :meth:`build` compiles the whole batch again."""
+    def _lookup(self, programs: Sequence[Program]
+                ) -> tuple[list[tuple[str, str]], str, Path, SharedObject | None]:
+        """The distinct (entry, source) units of ``programs``, their key, the path of their
+        shared object, and that object where the cache holds it."""
         units = _unique_units(programs)
         entries = [e for e, _ in units]
         if len(set(entries)) != len(entries):
@@ -329,9 +320,23 @@ class Compiler:
                                entries=entries)
         key = self.key(units)
         target = self.so_dir() / f"{key}.so"
-        info = {"flags": self.flags_text, "compiler": self.version}
-        if target.exists():
-            return SharedObject(target, tuple(entries), key, True, **info)
+        hit = (SharedObject(target, tuple(entries), key, True, **self._info())
+               if target.exists() else None)
+        return units, key, target, hit
+
+    def _info(self) -> dict[str, str]:
+        return {"flags": self.flags_text, "compiler": self.version}
+
+    def build_linked(self, programs: Sequence[Program]) -> SharedObject:
+        """One shared object for ``programs``, each compiled into an object file of its own
+        (cached like the shared objects, by its source, entry and flags; gcc runs at once, one
+        per core) and then linked. For a few large programs built again beside different
+        small ones (a size-generic kernel's versions beside its dispatchers): each is
+        compiled once, where :meth:`build` compiles the whole batch again."""
+        units, key, target, hit = self._lookup(programs)
+        if hit is not None:
+            return hit
+        entries = [e for e, _ in units]
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             objects = list(pool.map(self._object, [*units, ("partita_harness", HARNESS_C)]))
         build_dir = Path(tempfile.mkdtemp(prefix="link-", dir=self.so_dir()))
@@ -344,7 +349,7 @@ class Compiler:
             os.replace(build_dir / "out.so", target)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
-        return SharedObject(target, tuple(entries), key, False, **info)
+        return SharedObject(target, tuple(entries), key, False, **self._info())
 
     def _object(self, unit: tuple[str, str]) -> Path:
         """The object file of one (entry, source), from the cache or compiled now."""
