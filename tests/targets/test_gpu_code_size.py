@@ -25,17 +25,22 @@ from partita.targets.gpu.device import H100
 from partita.targets.gpu.space import gpu_space
 
 FOR = re.compile(r"for \(int (\w+) = 0;")
+LAST_TILE = re.compile(r"for \(int \w+ = (?!0;)")
+"""The loop over the last, partial tile of a loop split in two (it starts at the number of
+full tiles)."""
 
 
 def printed_loops(cand: Candidate) -> tuple[Counter[str], bool] | None:
     """The ``for`` loops of the CUDA of ``cand`` per index variable, and whether a loop body
-    is versioned for a partial tile (its loops are then printed once per version); None
-    where the printer refuses the implementation."""
+    is versioned for a partial tile (an ``else``, or a loop split into its full tiles and
+    its last one: its loops are then printed once per version); None where the printer
+    refuses the implementation."""
     try:
         source = print_cuda(cand).source
     except UnsoundCandidate:
         return None
-    return Counter(FOR.findall(source)), "} else {" in source
+    return (Counter(FOR.findall(source)),
+            "} else {" in source or LAST_TILE.search(source) is not None)
 
 
 @pytest.mark.parametrize("kernel,params,descents", [
