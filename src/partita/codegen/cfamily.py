@@ -312,7 +312,7 @@ class CFamilyPrinter:
         """A sequential loop as a C ``for``. A loop over the outermost tiles of a dim with a
         remainder is split in two: the full tiles, then the last, partial one (a loop of at
         most one iteration), so that no branch between the two versions sits in the loop's
-        body, where gcc kept a reduction's accumulators in memory across it."""
+        body (gcc is told not to split loops itself: see the compiler's flags)."""
         var = c_name(node.dims[0])
         inner = {**env, **dict.fromkeys(node.dims, var)}
         stop, clamped = self.loop_stop(node, env)
