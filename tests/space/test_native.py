@@ -139,9 +139,10 @@ def test_a_callable_relation_between_integers_runs_in_c(
 ])
 def test_lowerings_never_change_a_static_fact(target: str, name: str, params: dict) -> None:
     """Layouts of one space share the values of static predicates (and of the values'
-    requirements) on the objects they have
-    in common (compiling a layout would otherwise re-evaluate them all): every table of
-    every layout reached equals the table computed afresh on that layout's kernel."""
+    requirements) on the objects they have in common (compiling a layout would otherwise
+    re-evaluate them all): every table of every layout reached equals the table computed
+    afresh on that layout's kernel, and so do the C engine's flags, cut from the matrices
+    of the facts known over every layout."""
     from partita.space.compiler import CompiledSpace
 
     space = partita.space(partita.kernel(name, **params), target, cpu=AVX512_REFERENCE)
@@ -159,4 +160,8 @@ def test_lowerings_never_change_a_static_fact(target: str, name: str, params: di
         for (predicate, sets), table in sp._static_tables.items():
             names = {f"v{i}": s for i, s in enumerate(sets)}
             assert fresh.static_table(predicate, tuple(names), names) == table
+            flags = sp.static_flags(predicate, tuple(names), names)
+            assert (flags == fresh.static_flags(predicate, tuple(names), names)).all()
+            if len(sets) == 2:
+                assert flags.tolist() == [[bool(v) for v in row] for row in table]
         assert fresh.init_domains == sp.init_domains  # requirements are static facts too

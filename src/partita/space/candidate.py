@@ -19,6 +19,7 @@ from partita.ir.kernel import Kernel
 from partita.space.compiler import CompiledSpace, DeadEndSignal
 from partita.space.decl import SpaceDef, SpaceError
 from partita.space.engine import all_slots, initial_vector, open_slots, propagate
+from partita.space.facts import StaticFacts
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Space:
         self._by_backbone: dict[str, CompiledSpace] = {}
         self._steps: dict[tuple[int, str, tuple[str, ...]], tuple[Kernel, Kernel]] = {}
         self._kernels: dict[str, Kernel] = {}
-        self._facts: dict[tuple[Any, ...], Any] = {}
+        self._facts = StaticFacts()
 
     def compiled(self, lowered: Lowered = frozenset()) -> CompiledSpace:
         """The layout for a set of fired triggers. Sets that lower to the same backbone (two

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from partita.ir.kernel import Kernel
 from partita.space.conditions import DeadEndSignal as DeadEndSignal
 from partita.space.conditions import any_slot, condition_args
@@ -43,6 +45,7 @@ from partita.space.decl import (
     SpaceError,
     Var,
 )
+from partita.space.facts import StaticFacts
 from partita.space.occurrences import OccurrenceGenerator
 
 ABSENT = 1 << 62
@@ -120,14 +123,15 @@ class CompiledSpace:
     """A decision space instantiated on one (possibly lowered) kernel."""
 
     def __init__(self, sdef: SpaceDef, kernel: Kernel,
-                 facts: dict[tuple[Any, ...], Any] | None = None) -> None:
+                 facts: StaticFacts | None = None) -> None:
         self.sdef = sdef
         self.kernel = kernel
-        self._facts = {} if facts is None else facts
-        """Static predicates' values by object names, shared by the layouts of one space:
-        a lowering only adds objects, and never changes what holds of the others (a test
-        checks it on every space)."""
+        self.facts = StaticFacts() if facts is None else facts
+        """Static predicates' values, shared by the layouts of one space."""
+        self._facts = self.facts.values
         self._quotient_memo: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        self._flip_tables: dict[str, list[int]] = {}
+        self._enum_masks: dict[tuple[str, frozenset[Any]], int] = {}
         self._collect_objects()
         self._layout_choices()
         self._layout_counters()
@@ -250,6 +254,14 @@ class CompiledSpace:
             table[ids[0]][ids[1]] = slot
 
     def _enum_initial(self, decl: EnumDecl, objs: tuple[str, ...]) -> int:
+        key = (decl.name, objs)
+        dom = self.facts.initial_domains.get(key)
+        if dom is None:
+            dom = self.facts.initial_domains[key] = self._enum_requirements(decl, objs)
+        return dom
+
+    def _enum_requirements(self, decl: EnumDecl, objs: tuple[str, ...]) -> int:
+        """The enum's values on ``objs`` whose requirements (static facts) hold."""
         reqs = dict(decl.requires)
         dom = 0
         for i, v in enumerate(decl.values):
@@ -263,6 +275,12 @@ class CompiledSpace:
 
     def flip_table(self, choice: str) -> list[int]:
         """Bitset permutation for reading an antisymmetric pair in the other orientation."""
+        found = self._flip_tables.get(choice)
+        if found is None:
+            found = self._flip_tables[choice] = self._flip_table(choice)
+        return found
+
+    def _flip_table(self, choice: str) -> list[int]:
         decl = self.sdef.enums[choice]
         n = len(decl.values)
         perm = [decl.values.index(decl.swapped(v)) for v in decl.values]
@@ -418,6 +436,15 @@ class CompiledSpace:
     def value_mask(self, choice: str, slot: int, vals: frozenset[Any]) -> int:
         if slot == self.absent_slot:
             return 0
+        if choice in self.sdef.enums:  # every instance of an enum has its universe
+            key = (choice, vals)
+            found = self._enum_masks.get(key)
+            if found is None:
+                found = self._enum_masks[key] = self._value_mask(choice, slot, vals)
+            return found
+        return self._value_mask(choice, slot, vals)
+
+    def _value_mask(self, choice: str, slot: int, vals: frozenset[Any]) -> int:
         universe = self.universe_of_slot[slot]
         unknown = [v for v in vals if choice in self.sdef.enums and v not in universe]
         if unknown:
@@ -529,6 +556,20 @@ class CompiledSpace:
         self._static_tables[key] = table
         return table
 
+    def static_flags(self, predicate: Callable[..., Any], args: tuple[str, ...],
+                     sets: dict[str, str]) -> np.ndarray:
+        """Where the predicate holds on the tuples of members of the variables' sets, as
+        flags over every tuple of objects (one flag for no object, ``n`` for one, ``n * n``
+        row-major for two): the C engine's static tables."""
+        if len(args) == 2:
+            return self.facts.pair_flags(self.kernel, predicate, self.objects,
+                                         self.set_ids[sets[args[0]]],
+                                         self.set_ids[sets[args[1]]])
+        table = self.static_table(predicate, args, sets)
+        if not args:
+            return np.array([bool(table[0] if isinstance(table, list) else table)])
+        return np.array([bool(v) for v in table])
+
     def _fact(self, predicate: Callable[..., Any], *objs: str) -> Any:
         key = (predicate, *objs)
         try:
@@ -549,6 +590,14 @@ class CompiledSpace:
                 array("q", [x for s, p in pairs if p is not None for x in (s, p)]),
                 [s for s, p in pairs if p is None] + [c.lo_slot for c in self.counters])
         return found
+
+    @functools.cached_property
+    def first_slots(self) -> dict[str, int]:
+        """Each choice's first slot (layouts are compiled often: a scan per lookup showed)."""
+        first: dict[str, int] = {}
+        for s, inst in enumerate(self.instances):
+            first.setdefault(inst.choice, s)
+        return first
 
     @functools.cached_property
     def initial_domains(self) -> array:

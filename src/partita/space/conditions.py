@@ -43,10 +43,7 @@ class DeadEndSignal(Exception):
 def any_slot(sp: CompiledSpace, choice: str) -> int:
     """A slot of ``choice`` (the absent slot if it has no instance): where value masks are the
     same on every instance (an enum's), the mask of any one of them."""
-    for s, inst in enumerate(sp.instances):
-        if inst.choice == choice:
-            return s
-    return sp.absent_slot
+    return sp.first_slots.get(choice, sp.absent_slot)
 
 
 def choice_refs(cond: Condition) -> list[tuple[str, tuple[str, ...]]]:

@@ -48,6 +48,7 @@ from partita.space.conditions import (
     condition_levels,
 )
 from partita.space.decl import Compare, Condition, Is, Related, SpaceError, Static, Var
+from partita.space.facts import pack_flags
 
 SOURCE = Path(__file__).with_name("native.c")
 
@@ -530,11 +531,9 @@ class _Builder:
         key = ("static", cond.predicate, tuple(self._sets_of[a] for a in cond.args))
         off = self._tables.get(key)
         if off is None:
-            table = self.sp.static_table(cond.predicate, cond.args, self._sets_of)
-            flat = _flatten(table, len(cond.args), self.sp.n_objects, None)
             # Packed 64 flags a word (a table per pair of sets would fill the cache).
-            off = self._tables[key] = self.add(
-                _pack_bits(len(flat), (i for i, v in enumerate(flat) if v)))
+            flags = self.sp.static_flags(cond.predicate, cond.args, self._sets_of)
+            off = self._tables[key] = self.add(pack_flags(flags))
         return off
 
 
