@@ -24,6 +24,7 @@ import partita
 from partita.cli import main
 from partita.codegen.program import Program
 from partita.db import Records
+from partita.runtime import cluster as cluster_module
 from partita.runtime.cluster import ClusterEvaluator, measure_resource
 from partita.runtime.harness import TimingOptions
 from partita.search.sampling import random_implementation
@@ -64,7 +65,10 @@ def test_a_local_tune_records_no_measuring_host(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_cluster_without_a_measuring_worker_fails_before_tuning(tmp_path: Path) -> None:
+def test_a_cluster_without_a_measuring_worker_fails_before_tuning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check waits for a worker that a nanny restarts; none is coming back here.
+    monkeypatch.setattr(cluster_module, "WORKER_RETURN_S", 1.0)
     k, db = partita.kernel("axpy", n=1024), tmp_path / "r.sqlite"
     match = r"partita-measure-.*partita worker .* --measure"
     with cluster() as client, pytest.raises(RuntimeError, match=match):

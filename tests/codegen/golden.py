@@ -51,26 +51,31 @@ GPU_REPLAYED = 6
 """Stored GPU implementations (tests/gpu/samples.json) replayed per configuration."""
 
 
-def _cpu_programs(scale: int) -> dict[str, Any]:
+WIDTHS = {"avx512": AVX512_REFERENCE, "avx2": AVX2_REFERENCE}
+PARTS = [*WIDTHS, "gpu"]
+"""The parts of the record (its keys' first component), each recorded on its own."""
+
+
+def _cpu_programs(scale: int, width: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for cpu, width in ((AVX512_REFERENCE, "avx512"), (AVX2_REFERENCE, "avx2")):
-        model = Model(cpu_rates(CpuDescription.nominal(cpu, frequency_ghz=3.0)))
-        for name, params, count in CPU_CASES:
-            root = partita.space(partita.kernel(name, **params), "cpu", cpu=cpu).root()
-            assert isinstance(root, Candidate)
-            tag = f"{width}/{name}/{'-'.join(f'{k}{v}' for k, v in params.items())}"
-            for n, impl in enumerate(sample_implementations(root, count * scale,
-                                                                random.Random(_seed(tag)))):
-                try:
-                    digest = print_c(impl, f"golden_{n}").digest
-                except CodegenError as exc:
-                    digest = f"error: {exc}"
-                # A candidate half-way down to the implementation: the bound of partial
-                # candidates, open decisions taken at their optimistic values.
-                half = root.space.replay(list(impl.decisions[:len(impl.decisions) // 2]))
-                assert isinstance(half, Candidate)
-                out[f"{tag}/{n}"] = {"c": digest, "bound": model.bound(impl).time_s,
-                                     "half_bound": model.bound(half).time_s}
+    cpu = WIDTHS[width]
+    model = Model(cpu_rates(CpuDescription.nominal(cpu, frequency_ghz=3.0)))
+    for name, params, count in CPU_CASES:
+        root = partita.space(partita.kernel(name, **params), "cpu", cpu=cpu).root()
+        assert isinstance(root, Candidate)
+        tag = f"{width}/{name}/{'-'.join(f'{k}{v}' for k, v in params.items())}"
+        for n, impl in enumerate(sample_implementations(root, count * scale,
+                                                            random.Random(_seed(tag)))):
+            try:
+                digest = print_c(impl, f"golden_{n}").digest
+            except CodegenError as exc:
+                digest = f"error: {exc}"
+            # A candidate half-way down to the implementation: the bound of partial
+            # candidates, open decisions taken at their optimistic values.
+            half = root.space.replay(list(impl.decisions[:len(impl.decisions) // 2]))
+            assert isinstance(half, Candidate)
+            out[f"{tag}/{n}"] = {"c": digest, "bound": model.bound(impl).time_s,
+                                 "half_bound": model.bound(half).time_s}
     return out
 
 
@@ -96,9 +101,15 @@ def _gpu_programs(scale: int) -> dict[str, Any]:
     return out
 
 
+def record_part(part: str, scale: int = 1) -> dict[str, Any]:
+    """Digests and bounds of ``scale`` times the implementations of each case of one part
+    of :data:`PARTS`."""
+    return _gpu_programs(scale) if part == "gpu" else _cpu_programs(scale, part)
+
+
 def record(scale: int = 1) -> dict[str, Any]:
     """Digests and bounds of ``scale`` times the implementations of each case."""
-    return {**_cpu_programs(scale), **_gpu_programs(scale)}
+    return {key: value for part in PARTS for key, value in record_part(part, scale).items()}
 
 
 if __name__ == "__main__":
