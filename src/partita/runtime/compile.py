@@ -285,29 +285,35 @@ class Compiler:
         if hit is not None:
             return hit
         entries = [e for e, _ in units]
+        sources = {f"p{i}_{entry}.c": source for i, (entry, source) in enumerate(units)}
+        sources["partita_harness.c"] = HARNESS_C
+        self._gcc(sources, ["-o", "out.so", *sources, *ALLOC_WRAP_FLAGS], target, entries,
+                  self.timeout_s * len(units))
+        return SharedObject(target, tuple(entries), key, False, **self._info())
+
+    def _gcc(self, sources: dict[str, str], args: list[str], target: Path,
+             entries: Sequence[str], timeout_s: float) -> None:
+        """gcc with ``args`` in a build folder of its own holding ``sources`` (file name:
+        text), its output (``-o``) moved to ``target``. A failure raises CompileError, whose
+        ``failed`` names the entries of the batch files gcc reported errors in."""
+        out = args[args.index("-o") + 1]
         build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.so_dir()))
         try:
-            files = []
-            for i, (entry, source) in enumerate(units):
-                name = f"p{i}_{entry}.c"
-                (build_dir / name).write_text(source)
-                files.append(name)
-            (build_dir / "partita_harness.c").write_text(HARNESS_C)
-            files.append("partita_harness.c")
-            cmd = [self.cc, *self.flags, "-o", "out.so", *files, *ALLOC_WRAP_FLAGS]
+            for name, text in sources.items():
+                (build_dir / name).write_text(text)
+            cmd = [self.cc, *self.flags, *args]
             if self.nice and shutil.which("nice"):
                 cmd = ["nice", "-n", str(self.nice), *cmd]
-            done = self._run(cmd, build_dir, entries, self.timeout_s * len(units))
-            if done.returncode != 0 or not (build_dir / "out.so").exists():
+            done = self._run(cmd, build_dir, list(entries), timeout_s)
+            if done.returncode != 0 or not (build_dir / out).exists():
                 error = CompileError(f"{self.cc} failed (exit status {done.returncode})",
                                      done.stderr, entries)
                 error.failed = tuple(sorted({entries[int(i)] for i in
                                              _ERROR_FILE.findall(done.stderr)}))
                 raise error
-            os.replace(build_dir / "out.so", target)
+            os.replace(build_dir / out, target)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
-        return SharedObject(target, tuple(entries), key, False, **self._info())
 
     def _lookup(self, programs: Sequence[Program]
                 ) -> tuple[list[tuple[str, str]], str, Path, SharedObject | None]:
@@ -339,16 +345,9 @@ class Compiler:
         entries = [e for e, _ in units]
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             objects = list(pool.map(self._object, [*units, ("partita_harness", HARNESS_C)]))
-        build_dir = Path(tempfile.mkdtemp(prefix="link-", dir=self.so_dir()))
-        try:
-            cmd = [self.cc, *self.flags, "-o", "out.so", *map(str, objects), *ALLOC_WRAP_FLAGS]
-            done = self._run(cmd, build_dir, entries, self.timeout_s)
-            if done.returncode != 0 or not (build_dir / "out.so").exists():
-                raise CompileError(f"{self.cc} failed to link (exit status {done.returncode})",
-                                   done.stderr, entries)
-            os.replace(build_dir / "out.so", target)
-        finally:
-            shutil.rmtree(build_dir, ignore_errors=True)
+        # Object files, not batch files: gcc names none of them in an error.
+        self._gcc({}, ["-o", "out.so", *(str(o.resolve()) for o in objects), *ALLOC_WRAP_FLAGS],
+                  target, entries, self.timeout_s)
         return SharedObject(target, tuple(entries), key, False, **self._info())
 
     def _object(self, unit: tuple[str, str]) -> Path:
@@ -357,19 +356,8 @@ class Compiler:
         target = self.so_dir() / f"{self.key([unit])}.o"
         if target.exists():
             return target
-        build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.so_dir()))
-        try:
-            (build_dir / f"p0_{entry}.c").write_text(source)
-            cmd = [self.cc, *self.flags, "-c", "-o", "out.o", f"p0_{entry}.c"]
-            done = self._run(cmd, build_dir, [entry], self.timeout_s)
-            if done.returncode != 0 or not (build_dir / "out.o").exists():
-                error = CompileError(f"{self.cc} failed (exit status {done.returncode})",
-                                     done.stderr, [entry])
-                error.failed = (entry,)
-                raise error
-            os.replace(build_dir / "out.o", target)
-        finally:
-            shutil.rmtree(build_dir, ignore_errors=True)
+        name = f"p0_{entry}.c"
+        self._gcc({name: source}, ["-c", "-o", "out.o", name], target, [entry], self.timeout_s)
         return target
 
     def build_all(self, programs: Sequence[Program]) -> list[SharedObject | CompileError]:

@@ -128,7 +128,6 @@ class CompiledSpace:
         self.kernel = kernel
         self.facts = StaticFacts() if facts is None else facts
         """Static predicates' values, shared by the layouts of one space."""
-        self._facts = self.facts.values
         self._quotient_memo: dict[tuple[str, int], list[tuple[int, int]]] = {}
         self._flip_tables: dict[str, list[int]] = {}
         self._enum_masks: dict[tuple[str, frozenset[Any]], int] = {}
@@ -571,12 +570,7 @@ class CompiledSpace:
         return np.array([bool(v) for v in table])
 
     def _fact(self, predicate: Callable[..., Any], *objs: str) -> Any:
-        key = (predicate, *objs)
-        try:
-            return self._facts[key]
-        except KeyError:
-            value = self._facts[key] = predicate(self.kernel, *objs)
-            return value
+        return self.facts.value(self.kernel, predicate, *objs)
 
     def carry_from(self, since: CompiledSpace) -> Carry:
         """How a candidate moves from the layout ``since`` (before a lowering) to this one,
