@@ -373,7 +373,13 @@ class LoweredPlan(Remainders):
         return node is top or any(a is top for a in self.ancestors(node))
 
     def subtree(self, node: Node) -> list[Node]:
-        return [node, *(n for child in node.children for n in self.subtree(child))]
+        """``node`` and every node under it, in preorder."""
+        out, stack = [], [node]
+        while stack:
+            n = stack.pop()
+            out.append(n)
+            stack.extend(reversed(n.children))
+        return out
 
     def insts_under(self, node: Node) -> list[str]:
         if node.inst is not None:

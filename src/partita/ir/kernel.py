@@ -276,13 +276,27 @@ class Kernel:
         """Instructions then dimensions: the objects that ``order`` relates."""
         return tuple(i.name for i in self.instructions) + tuple(d.name for d in self.dims)
 
+    @cached_property
+    def _dims_of(self) -> dict[str, tuple[str, ...]]:
+        return {ld.name: tuple(ld.dim_name(level) for level in range(ld.levels))
+                for ld in self.logical_dims}
+
+    @cached_property
+    def _iteration_dims(self) -> dict[str, tuple[str, ...]]:
+        return {i.name: tuple(d for ld in i.dims for d in self._dims_of[ld])
+                for i in self.instructions}
+
     def dims_of(self, logical: str) -> tuple[str, ...]:
-        ld = self.logical(logical)
-        return tuple(ld.dim_name(level) for level in range(ld.levels))
+        """The tile dimensions of a logical dimension, outermost first."""
+        if logical not in self._dims_of:
+            self.logical(logical)  # raises the error naming the known dimensions
+        return self._dims_of[logical]
 
     def iteration_dims(self, inst: str) -> tuple[str, ...]:
         """The tile dimensions of an instruction's iteration space."""
-        return tuple(d for ld in self.inst(inst).dims for d in self.dims_of(ld))
+        if inst not in self._iteration_dims:
+            self.inst(inst)  # raises the error naming the known instructions
+        return self._iteration_dims[inst]
 
     def strip_factors(self, logical: str) -> tuple[int, ...]:
         """Allowed values of ``prod(size(d.l), l >= 1)`` for a logical dimension."""
@@ -363,11 +377,16 @@ class Kernel:
                     total += c * stride
         return total
 
+    @cached_property
+    def _merge_keys(self) -> dict[str, tuple[int, str]]:
+        return {d.name: (d.level, self.logical_class[d.logical]) for d in self.dims}
+
     def mergeable(self, a: str, b: str) -> bool:
         """Tile dimensions that may be fused: same level of one mapping class."""
-        da, db = self.dim(a), self.dim(b)
-        return (a != b and da.level == db.level
-                and self.logical_class[da.logical] == self.logical_class[db.logical])
+        keys = self._merge_keys
+        if a not in keys or b not in keys:
+            self.dim(a), self.dim(b)  # raises the error naming the known dimensions
+        return a != b and keys[a] == keys[b]
 
     @cached_property
     def reduction_dims(self) -> frozenset[str]:
