@@ -42,6 +42,7 @@ def test_space_json_keys() -> None:
     assert result["choice_order"][:2] == ["layout", "size"]
 
 
+@pytest.mark.slow
 def test_space_flags_a_heavy_tailed_estimate() -> None:
     """axpy's descents weigh alike; matmul's few heaviest carry its estimate, and the text
     says that its interval is not to be trusted."""

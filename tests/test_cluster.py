@@ -38,6 +38,7 @@ from tests.clusters import KEY, cluster, measuring_worker, recorded
 distributed = pytest.importorskip("distributed", reason="distributed (Dask) is not installed")
 
 
+@pytest.mark.slow
 def test_a_tune_on_a_cluster_is_verified_and_names_the_measuring_host(tmp_path: Path) -> None:
     db = tmp_path / "records.sqlite"
     k = partita.kernel("axpy", n=4096)

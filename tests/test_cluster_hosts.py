@@ -153,6 +153,7 @@ def test_a_worker_describes_its_machine_once_per_process() -> None:
     assert worker_description(counted) is first and len(calls) == 1  # kept: never retaken
 
 
+@pytest.mark.slow
 def test_a_result_carries_the_hosts_description(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARTITA_HOST", "gamma")
     k = partita.kernel("axpy", n=1024)

@@ -47,6 +47,10 @@ UNTRAINED = [(37, 5, 101), (1, 300, 7), (300, 1, 3), (17, 33, 9), (1, 1, 1)]
 """Odd, tall and skinny sizes, none a multiple of the tiles the versions were tuned with."""
 
 
+# One worker runs this module, so its module fixtures (a tune each) are built once.
+pytestmark = pytest.mark.xdist_group("test_generic")
+
+
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("records") / "records.sqlite"
@@ -64,6 +68,7 @@ def operands(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndar
             rng.standard_normal((k, n), dtype=np.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(8, 8, 8), pytest.param((40, 24, 16), marks=pytest.mark.slow),
                                   *UNTRAINED])
 def test_every_version_and_the_dispatcher_match_numpy(generic: partita.GenericTuned,

@@ -63,6 +63,7 @@ def single() -> partita.GenericTuned:
                         "conv2d_generic", source, library)
 
 
+@pytest.mark.slow
 def test_a_padded_load_tests_only_the_axes_that_can_leave_the_image(
         single: partita.GenericTuned) -> None:
     """Over dynamic sizes, the image's row and column (``p + r - 1`` against ``h``) can
@@ -77,6 +78,7 @@ def test_a_padded_load_tests_only_the_axes_that_can_leave_the_image(
         assert "< n_c" not in test and "< n_n" not in test, line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", UNTRAINED)
 def test_the_dynamic_conv_matches_numpy_at_any_shape(single: partita.GenericTuned,
                                                      shape: tuple[int, ...]) -> None:

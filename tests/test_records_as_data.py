@@ -14,6 +14,9 @@ from click.testing import CliRunner
 import partita
 from partita.cli import main
 
+# One worker runs this module, so its module fixtures (a tune each) are built once.
+pytestmark = pytest.mark.xdist_group("test_records_as_data")
+
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, partita.Tuned]:

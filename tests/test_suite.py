@@ -302,6 +302,7 @@ def interrupted_then_resumed(db: Path, jobs: list[dict[str, Any]], client: Any =
     return result.jobs
 
 
+@pytest.mark.slow
 def test_an_interrupted_suite_resumes_where_it_stopped(tmp_path: Path) -> None:
     jobs = [{"kernel": "axpy", "params": {"n": 512}, "evaluations": 4},
             {"kernel": "axpy", "params": {"n": 1024}, "evaluations": 2}]

@@ -22,6 +22,10 @@ RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cy
               bandwidth_gbs=((48 << 10, 300.0), (2 << 20, 150.0), (1 << 62, 20.0)))
 
 
+# One worker runs this module, so its module fixtures (a tune each) are built once.
+pytestmark = pytest.mark.xdist_group("test_tune")
+
+
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("records") / "records.sqlite"
@@ -75,6 +79,7 @@ def test_load_returns_the_recorded_best_without_tuning(tuned: partita.Tuned, db:
         partita.load(partita.kernel("matmul", m=8, n=8, k=8), db=db)
 
 
+@pytest.mark.slow
 def test_show_export_report(tuned: partita.Tuned, db: Path, tmp_path: Path) -> None:
     code, out = run("show", "matmul", "m=16", "n=24", "k=8", "--db", str(db), "--json")
     assert code == 0, out
@@ -92,6 +97,7 @@ def test_show_export_report(tuned: partita.Tuned, db: Path, tmp_path: Path) -> N
     assert "<html" in (tmp_path / "r" / "index.html").read_text().lower()
 
 
+@pytest.mark.slow
 def test_resumed_tune_skips_what_was_evaluated(tuned: partita.Tuned, db: Path) -> None:
     k = partita.kernel("matmul", m=16, n=24, k=8)
     more = partita.tune(k, stop=Evaluations(3), db=db, model=Model(RATES), batch=3,
@@ -172,6 +178,7 @@ def test_machine_json_keys() -> None:
     assert {"cores", "peak_gflops_fp32", "peak_gflops_fp64", "stream_triad_gbs"} <= set(d)
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_keeps_the_records(tuned: partita.Tuned, db: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
@@ -228,6 +235,7 @@ def test_timing_is_abandoned_past_a_multiple_of_the_best_so_far() -> None:
     assert batch_abandon(0.2)([measured(0.4)]) == ABANDON_FACTOR * 0.2
 
 
+@pytest.mark.slow
 def test_a_new_size_starts_from_the_best_of_a_related_kernel(tuned: partita.Tuned, db: Path
                                                              ) -> None:
     """With a best recorded for matmul 16x24x8, tuning 32x24x8 first evaluates that best's

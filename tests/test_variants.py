@@ -107,6 +107,7 @@ BOUNDS = {(1, 1): 5.0, (16, 1): 0.1, (16, 2): 0.1, (64, 1): 0.1, (64, 2): 0.1, (
           (256, 2): 0.1}
 
 
+@pytest.mark.slow
 def test_successive_halving_shares_the_budget_and_the_bound_cuts() -> None:
     tuned, fake = run_fake(TIMES, BOUNDS, budget=42.0, evaluations=None)
     assert tuned.variant == {"partials": 64, "chunks": 2} and tuned.time == 0.2
@@ -131,6 +132,7 @@ def test_successive_halving_shares_the_budget_and_the_bound_cuts() -> None:
                                                             for e in res.evaluations)
 
 
+@pytest.mark.slow
 def test_an_evaluation_budget_is_shared_and_never_exceeded() -> None:
     tuned, fake = run_fake(TIMES, BOUNDS, budget=None, evaluations=42)
     assert all(c[2] is not None and c[2] >= 1 for c in fake.calls)
@@ -138,6 +140,7 @@ def test_an_evaluation_budget_is_shared_and_never_exceeded() -> None:
     assert fake.calls[0][2] == 42 // (3 * 7) == 2
 
 
+@pytest.mark.slow
 def test_failed_variants_are_skipped_and_all_failing_is_an_error() -> None:
     times = dict(TIMES) | {(64, 2): None}
     tuned, _ = run_fake(times, BOUNDS, budget=10.0, evaluations=None)

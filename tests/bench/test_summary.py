@@ -60,6 +60,7 @@ def written(tmp_path: Path) -> tuple[str, Path]:
     return md.read_text(), png
 
 
+@pytest.mark.slow
 def test_table_rows(written: tuple[str, Path]) -> None:
     text, _ = written
     assert ("| Tuning | sgemm 1024^3 | 20.24 ms | numpy/OpenBLAS: 14.74 ms | 1.37 | ≤ 1.1 "
@@ -77,6 +78,7 @@ def test_table_rows(written: tuple[str, Path]) -> None:
             "STREAM triad not stated") in text
 
 
+@pytest.mark.slow
 def test_summary_comes_first_once_and_embeds_the_plot(written: tuple[str, Path]) -> None:
     text, _ = written
     assert text.count("<!-- summary -->") == 1 and text.count("## Summary") == 1
@@ -88,6 +90,7 @@ def test_summary_comes_first_once_and_embeds_the_plot(written: tuple[str, Path])
     assert "<!-- tune -->\n## Tuning\n<!-- /tune -->" in text
 
 
+@pytest.mark.slow
 def test_plot_is_written(written: tuple[str, Path]) -> None:
     _, png = written
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -33,6 +33,7 @@ def inputs(case: Case) -> list[np.ndarray]:
             for a in k.arrays if a.role in ("in", "inout")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SMALL, ids=lambda c: c.label)
 def test_tvm_computation_matches_numpy(case: Case) -> None:
     tvm = pytest.importorskip("tvm")
@@ -56,6 +57,7 @@ def test_verify_rejects_a_wrong_element(case: Case) -> None:
         verify(case, "numpy", got, args)
 
 
+@pytest.mark.slow
 def test_without_tvm_one_line() -> None:
     blocked = ("import runpy, sys; sys.modules['tvm'] = None; "
                "sys.argv = ['tvm_bench.py', '--check']; "

@@ -195,6 +195,7 @@ def _partial_tile_candidates(params: dict, count: int, seed: int):
     return cand, list(sample_implementations(cand, count, random.Random(seed)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params", [{"m": 6, "n": 37, "k": 19},
                                     {"m": 5, "n": 21, "k": 11, "transpose_b": 1}],
                          ids=["row-major", "b-transposed"])
@@ -356,6 +357,7 @@ PREFETCHED_A = [("order", ["i_a.0", "i.0"], ["MERGED"]), ("order", ["r_a.0", "r.
 """A strided A copied per block of rows before the reduction, its copy prefetched."""
 
 
+@pytest.mark.slow
 def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
     """Each address prefetched is an element of an array (A's are elements of its strided
     view), and the prefetches of A cover every block of the view but the first (which no
@@ -390,6 +392,7 @@ def test_prefetches_cover_the_next_copies_and_nothing_else(tmp_path) -> None:
     assert checked >= 3
 
 
+@pytest.mark.slow
 def test_a_copy_inside_foreign_loops_prefetches_each_element_once(tmp_path) -> None:
     """Where the copy of A sits inside loops of other statements (the init's, B's copy's:
     they repeat its addresses), each element of A is prefetched once, not once per
@@ -437,6 +440,7 @@ def test_a_global_copy_that_a_parallel_loop_does_not_index_is_one_per_thread(
     assert report.verified == 6, report.failed[:3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params", [
     ("matmul", {"m": 64, "n": 64, "k": 16}),
     pytest.param("batched_matmul", {"b": 4, "m": 16, "n": 16, "k": 8}, marks=pytest.mark.slow)])

@@ -69,6 +69,7 @@ def test_storage_follows_the_rules_the_bound_reads() -> None:
             assert (st.temp.name if st.temp is not None else None) == held
 
 
+@pytest.mark.slow
 def test_loops_stop_where_the_plan_clamps_them() -> None:
     """A ``for`` loop stops at its logical dims' size exactly where the plan's
     :attr:`LoweredPlan.loop_clamps` says, and each such loop is the innermost tile of dims
@@ -126,6 +127,7 @@ def _element_offset(plan: GpuPlan, inst: Instruction, view: LMAD, at: dict[str, 
                                                         strict=True))
 
 
+@pytest.mark.slow
 def test_gpu_alignment_is_decided_from_the_affine_offsets() -> None:
     """The GPU plan's affine form of an access is the element offset the array's layout
     gives at every tile index, and :meth:`GpuPlan.aligned` holds exactly where that offset
@@ -167,6 +169,7 @@ def test_gpu_alignment_is_decided_from_the_affine_offsets() -> None:
     assert verdicts == {True, False}
 
 
+@pytest.mark.slow
 def test_loops_keep_the_elements_the_plan_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop printed with temporaries kept in variables has one variable per element the
     plan's :func:`promotion` lists, loaded before the loop and stored after it, and no

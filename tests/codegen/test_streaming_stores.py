@@ -75,8 +75,8 @@ CASES = [
     # columns that leave a partial vector: its lanes are stored plainly
     ("matmul", {"m": 10, "n": 37, "k": 7}),
     ("matmul", {"m": 16, "n": 32, "k": 8, "dtype": "float64"}),
-    ("contraction", {"spec": "gdab,efgc->abcdef", "a": 2, "b": 3, "c": 2, "d": 8, "e": 2,
-                     "f": 16, "g": 4}),
+    pytest.param("contraction", {"spec": "gdab,efgc->abcdef", "a": 2, "b": 3, "c": 2, "d": 8,
+                                 "e": 2, "f": 16, "g": 4}, marks=pytest.mark.slow),
 ]
 
 

@@ -187,6 +187,7 @@ def test_a_server_that_stays_away_is_reported(pg_server: PgServer, pg_url: str) 
 # ---------------------------------------------------------------------- real tunes
 
 
+@pytest.mark.slow
 def test_tune_then_show_on_the_server(pg_url: str) -> None:
     k = partita.kernel("matmul", m=16, n=16, k=16)
     tuned = partita.tune(k, stop=Evaluations(4), db=pg_url, model=Model(RATES), batch=2,

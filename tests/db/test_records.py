@@ -570,6 +570,7 @@ def test_crashed_run_is_interrupted_when_the_next_starts(db: Path) -> None:
         assert len(rec.evaluations(kid, run_id=crashed.id)) == 1  # its record is kept
 
 
+@pytest.mark.slow
 def test_live_runs_of_other_processes_are_left_running(db: Path) -> None:
     ctx = mp.get_context("spawn")
     started, release = ctx.Event(), ctx.Event()
@@ -760,6 +761,7 @@ def _tuning_process(path: str, worker: int, go: Any) -> None:
         rec.finish_run(run, "all evaluated")
 
 
+@pytest.mark.slow
 def test_concurrent_processes_lose_nothing(db: Path) -> None:
     workers = 4
     ctx = mp.get_context("spawn")

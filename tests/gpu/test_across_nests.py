@@ -25,7 +25,7 @@ OPENCL_BARRIER = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
 
 @pytest.mark.parametrize("name,params,across", [
     ("histogram", {"n": 64, "bins": 16}, ("hist",)),
-    ("two_mm", {"ni": 5, "nj": 3, "nk": 7, "nl": 9}, ("D",)),
+    pytest.param("two_mm", {"ni": 5, "nj": 3, "nk": 7, "nl": 9}, ("D",), marks=pytest.mark.slow),
     ("matmul", {"m": 8, "n": 8, "k": 8}, ()),
 ])
 def test_arrays_across_nests_leave_no_block_dim(name: str, params: dict,
@@ -49,6 +49,7 @@ def _threaded_histogram() -> Candidate:
     return random_implementation(cand, random.Random(0), tries=10)
 
 
+@pytest.mark.slow
 def test_the_nests_of_a_histogram_are_ordered_by_a_barrier(runner) -> None:  # noqa: F811
     impl = _threaded_histogram()
     program = print_opencl(impl, "hist_threads")

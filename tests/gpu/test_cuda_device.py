@@ -86,6 +86,7 @@ def test_without_a_device_the_reason_is_named() -> None:
     assert any(r in reason for r in REASONS), reason
 
 
+@pytest.mark.slow
 def test_without_a_device_tune_refuses_in_one_line(tmp_path: Path) -> None:
     _no_device()
     src = Path(__file__).resolve().parents[2] / "src"
@@ -548,6 +549,7 @@ def _stored(config: str, seed: int) -> GpuProgram:
     return print_cuda(_replay(root(config), row["decisions"]), f"{config}_{seed}")
 
 
+@pytest.mark.slow
 def test_launch_arguments_are_packed_in_parameter_order() -> None:
     program = _stored("matmul", 0)  # GLOBAL temporaries: workspace buffers
     assert program.workspace

@@ -158,6 +158,7 @@ def test_completions_are_bounded_far_below_random_implementations() -> None:
     assert statistics.median(sketched) * 20 < statistics.median(randoms)
 
 
+@pytest.mark.slow
 def test_the_first_batch_holds_the_least_bounded_completions_that_fit() -> None:
     name, params = CONFIGS["matmul"]
     k = kernel(name, **params)
@@ -175,6 +176,7 @@ class _Runner:
     device = described_device(H100)
 
 
+@pytest.mark.slow
 def test_the_target_starts_from_the_sketches() -> None:
     """The gpu target's first batch: completions of the sketches and the sketches as seeds;
     only the seeds where a best is recorded; random implementations for a kernel with no

@@ -46,6 +46,7 @@ def runner(monkeypatch: pytest.MonkeyPatch):
     r._child.close()
 
 
+@pytest.mark.slow
 def test_a_launch_that_never_ends_is_a_timeout_and_the_next_runs(runner: CudaRunner) -> None:
     t0 = time.perf_counter()
     spun = runner._measure_in_child(Program("spin"), b"", None, None, 0.1, True, {})

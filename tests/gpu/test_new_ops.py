@@ -68,6 +68,7 @@ def _programs(case: str) -> list[tuple[GpuProgram, GpuProgram]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow
                                                if c in ("conv2d-pad", "softmax") else ())
                                   for c in sorted(CASES)])

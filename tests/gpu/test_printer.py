@@ -77,6 +77,7 @@ def test_shared_temporaries_are_block_memory(printed: list[Printed]) -> None:
         assert p.cuda.dynamic_shared_bytes == 0  # small sizes: static shared memory
 
 
+@pytest.mark.slow
 def test_loops_stay_rolled_in_cuda() -> None:
     """Every sequential loop of a CUDA kernel carries ``#pragma unroll 1`` (the space decides
     what is unrolled; nvcc unrolling the rest multiplied code and build time); OpenCL's carry

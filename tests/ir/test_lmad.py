@@ -298,6 +298,7 @@ def test_normalize_preserves_points(lm):
     assert norm.normalize() == norm
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lmads(), lmads())
 def test_disjoint_is_sound(a, b):
@@ -305,6 +306,7 @@ def test_disjoint_is_sound(a, b):
         assert not (brute_points(a) & brute_points(b))
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lmads(), lmads())
 def test_disjoint_strided_test_is_sound(a, b):

@@ -99,6 +99,7 @@ def test_bad_partials_on_the_command_line() -> None:
 # -- random implementations match numpy ----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("partials", [16, pytest.param(64, marks=pytest.mark.slow)])
 def test_dot_implementations_match_numpy(evaluator: Evaluator, partials: int,
@@ -113,6 +114,7 @@ def test_dot_odd_splits_match_numpy(evaluator: Evaluator, n: int, partials: int)
     verified(evaluator, root, 3, seed=n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transpose", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_gemv_implementations_match_numpy(evaluator: Evaluator, transpose: int) -> None:
     k = kernel("gemv", m=64, n=256, transpose=transpose, partials=16)

@@ -48,6 +48,7 @@ def evaluator() -> Iterator[Evaluator]:
         yield ev
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params", FUZZED)
 def test_random_implementations_match_numpy(evaluator: Evaluator, name: str,
                                             params: dict) -> None:
@@ -72,6 +73,7 @@ def test_softmax_rows_sum_to_one_without_overflow() -> None:
     assert y[0, 0] > y[0, 1] > y[0, 2] > 0 and y[0, 4] == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_padded_convolutions_on_vectors_match_numpy(evaluator: Evaluator, dtype: str) -> None:
     """The image's channels along the lanes: at each pixel, one test for the whole vector."""

@@ -50,6 +50,7 @@ def evaluator() -> Iterator[Evaluator]:
         yield ev
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params", FUZZED)
 def test_random_implementations_match_numpy(evaluator: Evaluator, fuzz_count: int,
                                             name: str, params: dict) -> None:
@@ -99,6 +100,7 @@ CONTRACTIONS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,sizes", CONTRACTIONS, ids=[c[0] for c in CONTRACTIONS])
 def test_contractions_match_einsum(evaluator: Evaluator, spec: str, sizes: dict) -> None:
     k = kernel("contraction", spec=spec, **sizes)

@@ -60,6 +60,7 @@ def test_mistakes_are_named(kernels_file: str, name: str, params: dict, message:
         file_kernel(name.format(kernels_file), **params)
 
 
+@pytest.mark.slow
 def test_the_commands_take_a_kernel_in_a_file(kernels_file: str, tmp_path: Path) -> None:
     import json
 

@@ -127,6 +127,7 @@ SLOW_LABELS = {"conv2d"}
 """Several seconds each: the whole suite only (the fast subset fuzzes the library's conv2d)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label,kernel,ref,count", [
     pytest.param(*case, id=case[0], marks=pytest.mark.slow if case[0] in SLOW_LABELS else ())
     for case in CASES])

@@ -72,6 +72,7 @@ def _descent_cases() -> list[Any]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params,rates", _descent_cases())
 @given(seed=st.integers(0, 2**31))
 @settings(max_examples=5, deadline=None)
@@ -224,6 +225,7 @@ def _enclosing(node: Node, inst: str, path: tuple[Node, ...] = ()) -> tuple[Node
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rates", [RATES, pytest.param(ROLLED, marks=pytest.mark.slow)],
                          ids=["peeled", "rolled"])
 @given(seed=st.integers(0, 2**31))
@@ -256,6 +258,7 @@ def test_repetition_matches_the_loop_tree(rates: Rates, seed: int) -> None:
         assert got == expected, (inst.name, cand.decisions_json())
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**31))
 @example(seed=1541)  # lanes along the innermost reduction tile, a row loop around them
 @settings(max_examples=8, deadline=None)
@@ -383,6 +386,7 @@ def _body_from_tree(model: Model, cand: Candidate, acc: str) -> float:
             / (r.ghz * 1e9))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params", [("matmul", {"m": 64, "n": 48, "k": 40}),
                                          pytest.param("matmul",
                                                       {"m": 24, "n": 64, "k": 256},

@@ -130,6 +130,7 @@ def test_a_matmul_is_bounded_below_its_roofline(rows_kind: str, x: str, threads:
     assert {"thread", "hiding", "warps", "sectors", "shared"} <= set(bound.terms)
 
 
+@pytest.mark.slow
 def test_accumulators_updated_one_after_the_other_expose_their_latency() -> None:
     """The 8 unrolled rows around the reduction loop: each thread runs 8 chains of 32
     dependent FMAs one after the other, 8 x 31 latencies of 4 cycles."""
@@ -172,6 +173,7 @@ def test_an_axpy_is_bounded_by_its_stream() -> None:
     assert all(bound.terms[t] < bound.time_s for t in ("thread", "warps", "sectors"))
 
 
+@pytest.mark.slow
 def test_a_block_of_one_warp_is_bounded_above_a_block_of_eight() -> None:
     """The same 256 blocks of 8 x 32 outputs: with the 8 rows unrolled in each thread a
     block is one warp, and two on an SM issue at most two instructions per cycle, not four."""
@@ -185,6 +187,7 @@ def test_a_block_of_one_warp_is_bounded_above_a_block_of_eight() -> None:
     assert wide.limiter == "warps"
 
 
+@pytest.mark.slow
 def test_the_resident_warps_bound_the_issue_rate() -> None:
     """A block's threads (its largest ``threads`` counter) and the grid's blocks over the
     SMs cap the warps an SM holds, hence the instructions it issues per cycle."""
@@ -197,6 +200,7 @@ def test_the_resident_warps_bound_the_issue_rate() -> None:
     assert model.resident_warps(wide) == 16 and model.issue_rate(wide) == 4
 
 
+@pytest.mark.slow
 def test_an_uncoalesced_load_costs_sectors() -> None:
     """With i on threadIdx.x, consecutive threads read A (and write C) a row apart: every
     thread's element is a sector of its own. With j there, A is read by a warp's threads at
@@ -214,6 +218,7 @@ def test_an_uncoalesced_load_costs_sectors() -> None:
     assert model.bound(across).terms["sectors"] > model.bound(along).terms["sectors"]
 
 
+@pytest.mark.slow
 def test_shared_memory_accesses_are_charged_at_the_banks_rate() -> None:
     """B's values kept in shared memory, 32 x 32 of them per block: every element stored
     once, and read once per iteration of the reduction loop by each thread (the 8 unrolled

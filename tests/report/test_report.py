@@ -55,6 +55,10 @@ def pattern(n: int) -> np.ndarray:
 # ---------------------------------------------------------------------- export
 
 
+# One worker runs this module, so its module fixtures (a tune each) are built once.
+pytestmark = pytest.mark.xdist_group("test_report")
+
+
 @pytest.fixture(scope="module")
 def matmul() -> tuple[Kernel, Program, str]:
     k = partita.kernel("matmul", m=16, n=16, k=8)

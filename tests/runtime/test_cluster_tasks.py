@@ -8,6 +8,8 @@ import dataclasses
 import random
 from pathlib import Path
 
+import pytest
+
 import partita
 from partita.codegen.program import Program
 from partita.runtime import cluster
@@ -31,6 +33,7 @@ def programs(count: int) -> list[Program]:
     return [plug.print_program(random_implementation(root, rng)) for _ in range(count)]
 
 
+@pytest.mark.slow
 def test_bytes_built_elsewhere_are_checked_and_timed(tmp_path: Path) -> None:
     progs = programs(2)
     broken = dataclasses.replace(progs[1], source=progs[1].source + "\nint broken(")

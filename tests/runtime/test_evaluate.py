@@ -41,6 +41,9 @@ FAULTY: dict[str, tuple[Callable[[], Program], str, str]] = {
 }
 
 
+# One worker runs this module, so its evaluator and its batch are built once.
+pytestmark = pytest.mark.xdist_group("test_evaluate")
+
 # Built once so that the module fixture can compile them all in one batch up front.
 CORRECT_PROGRAMS = {name: make() for name, make in CORRECT.items()}
 FAULTY_PROGRAMS = {name: (make(), P.axpy()) for name, (make, _, _) in FAULTY.items()}
@@ -63,6 +66,7 @@ def _assert_ok(m: Measurement) -> None:
     assert m.compiler.startswith("gcc")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CORRECT))
 def test_correct_programs_are_ok(evaluator: Evaluator, name: str) -> None:
     program = CORRECT_PROGRAMS[name]
@@ -99,6 +103,7 @@ def test_a_dead_worker_is_replaced(evaluator: Evaluator) -> None:
     assert evaluator.worker_pid not in (None, pid) and evaluator.restarts == restarts + 1
 
 
+@pytest.mark.slow
 def test_a_worker_killed_from_outside_is_detected(evaluator: Evaluator) -> None:
     evaluator.evaluate([P.axpy()])
     pid = evaluator.worker_pid
@@ -186,6 +191,7 @@ def test_kernels_outside_the_library(evaluator: Evaluator, monkeypatch: pytest.M
     assert m.status == "wrong" and "of 64 elements wrong" in m.reason
 
 
+@pytest.mark.slow
 def test_timings_say_how_slowed_the_machine_was(evaluator: Evaluator) -> None:
     (m,) = evaluator.evaluate([P.axpy()])
     _assert_ok(m)

@@ -131,6 +131,7 @@ def search(strategy: str, stop: Any, *, slowed: set[str] = frozenset(), batch: i
     return result, optimum, size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("space_name", ["axpy_small", "matmul_tiny"])
 @pytest.mark.parametrize("strategy", ["bnb", "mcts", "random"])
 def test_the_certificate_never_exceeds_the_true_best(strategy: str, space_name: str) -> None:
@@ -144,7 +145,8 @@ def test_the_certificate_never_exceeds_the_true_best(strategy: str, space_name: 
         assert not result.certificate_violations
 
 
-@pytest.mark.parametrize("space_name", ["axpy_small", "axpy", "matmul_tiny"])
+@pytest.mark.parametrize("space_name", ["axpy_small", "axpy",
+                                        pytest.param("matmul_tiny", marks=pytest.mark.slow)])
 def test_branch_and_bound_with_gap_one_returns_the_true_best(space_name: str) -> None:
     result, optimum, size = search("bnb", GapReached(1.0), space_name=space_name)
     assert result.best is not None and result.best.median_s == pytest.approx(optimum)

@@ -337,6 +337,7 @@ def test_contraction_rows_are_a_gemm_dim_of_the_other_operand(spec: str, rows: s
     assert shape is not None and shape.vector == "f" and shape.unrolled == rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "rows", "parallel"), CCSD_T)
 def test_contraction_sketches_split_another_dim_than_a_single_vector(
         evaluator: Evaluator, spec: str, rows: str, parallel: str) -> None:
@@ -360,6 +361,7 @@ def test_contraction_sketches_split_another_dim_than_a_single_vector(
     assert sorted(copies) == ["ld_A", "ld_B"]
 
 
+@pytest.mark.slow
 def test_outputs_beyond_the_caches_stream_in_the_sketches() -> None:
     k = _contraction("gdab,efgc->abcdef")
     out_bytes = 2 * 3 * 2 * 8 * 8 * 16 * 4

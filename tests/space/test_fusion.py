@@ -90,6 +90,7 @@ def jik_outermost(k: Kernel, root: Candidate) -> Candidate | DeadEnd:
     return cand
 
 
+@pytest.mark.slow
 def test_three_mm_classes_follow_its_dependences(three_mm) -> None:
     k, _ = three_mm
     cls = k.logical_class
@@ -109,6 +110,7 @@ def test_three_mm_outer_loops_fuse_only_as_j_i_k(three_mm) -> None:
     assert fusable == [JIK]
 
 
+@pytest.mark.slow
 def test_three_mm_fused_loop_can_hold_all_three_nests(three_mm) -> None:
     """The fused (j, i, k) loop as the outermost loop of all three products: every other
     outer loop of theirs inside it."""

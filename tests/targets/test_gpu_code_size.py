@@ -74,6 +74,7 @@ def test_loop_copies_count_the_printed_loops(kernel: str, params: dict,
     assert exact >= descents // 3
 
 
+@pytest.mark.slow
 def test_loop_copies_cap_removes_exactly_the_kernels_over_it() -> None:
     """Random implementations of the space without the cap replay in the space with a cap of
     2 exactly when no loop of their CUDA is printed more than twice."""

@@ -115,6 +115,7 @@ def printed(leaf: Candidate) -> tuple[GpuProgram, GpuProgram] | None:
         return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.slow if n != "axpy 2^26" else ())
     for n in KERNELS])
@@ -142,6 +143,7 @@ def test_random_implementations_print_and_fit(name: str) -> None:
         assert unsound == 0
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(reason="the space bounds each temporary's shared memory, and their sum only "
                           "from below: a counter whose terms are other counters would bound "
                           "the sum", strict=False)
@@ -300,6 +302,7 @@ def test_local_memory_limit_removes_exactly_the_large_register_arrays() -> None:
     assert outcomes[True] >= 3 and outcomes[False] >= 3, outcomes
 
 
+@pytest.mark.slow
 def test_register_elements_count_the_printed_private_array() -> None:
     """The counter ``register_elements(t)`` of a REGISTER temporary is the length of the
     array the printers declare for it: a slot per tile, less those of fused pairs and of
@@ -330,6 +333,7 @@ def test_register_elements_count_the_printed_private_array() -> None:
     assert "tmp_ld_a_acc" in checked, checked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel,params", [
     ("matmul", {"m": 16, "n": 16, "k": 8}),
     pytest.param("atax", {"m": 16, "n": 8}, marks=pytest.mark.slow),
@@ -357,6 +361,7 @@ def test_redundant_limit_clauses_lose_no_implementation(kernel: str, params: dic
     assert checked >= 5
 
 
+@pytest.mark.slow
 def test_limits_never_decided() -> None:
     """The extents of tiles and the slots of shared and register temporaries follow from the
     other decisions: no descent in the default order decides them."""

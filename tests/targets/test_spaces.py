@@ -82,6 +82,7 @@ def tiny_matmul():
     return partita.kernel("matmul", m=8, n=16, k=4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
 @pytest.mark.parametrize("make", [
     lambda: partita.kernel("axpy", n=1024), tiny_matmul,
@@ -94,6 +95,7 @@ def test_random_implementations_are_valid_loop_nests(make, target: str) -> None:
         check_loop_nest(cand, target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
 def test_decisions_replay_and_commute(target: str) -> None:
     kernel = tiny_matmul()
@@ -197,6 +199,7 @@ REDUNDANT = (
 """Clauses stated only to prune before a draw: the other constraints imply them."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cpu", pytest.param("gpu", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("make", [
     tiny_matmul,
