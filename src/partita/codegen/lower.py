@@ -219,6 +219,8 @@ class LoweredPlan(Remainders):
         self.parent: dict[int, Node | None] = {}
         """The loop around each node (by ``id``), None at the root."""
         self.node_of: dict[str, Node] = {}
+        self.loop_of: dict[str, Node] = {}
+        """The outermost loop over each tile dim that some loop iterates."""
         self._index_tree(self.tree, None)
         self.storage: dict[str, Storage] = {}
         """Where each instruction's value lives (an accumulation: where its init put it)."""
@@ -342,6 +344,9 @@ class LoweredPlan(Remainders):
         self.parent[id(node)] = parent
         if node.inst is not None:
             self.node_of[node.inst] = node
+        else:
+            for d in node.dims:
+                self.loop_of.setdefault(d, node)
         for child in node.children:
             self._index_tree(child, node)
 

@@ -109,11 +109,6 @@ class _Walker:
         self.k = plan.k
         self.walk = walk
         self.inner = {id(n) for n in plan.subtree(top) if n.inst is None}
-        self.binders: dict[str, Node] = {}
-        """The outermost loop of the whole tree over each tile dim (see :meth:`_outer`)."""
-        for n in reversed(plan.subtree(plan.tree)):
-            if n.inst is None:
-                self.binders.update(dict.fromkeys(n.dims, n))
         self.open: set[str] = set()
         """The accumulations updating partial vectors where the walk is."""
 
@@ -276,7 +271,7 @@ class _Walker:
     def _outer(self, d: str) -> object:
         """The index a loop outside the kept one binds ``d`` to: its loop's variable, 0 for
         a single iteration, or the unrolled loop (a constant per copy)."""
-        binder = self.binders[d]
+        binder = self.plan.loop_of[d]
         if self.plan.sizes[binder.dims[0]] == 1:
             return 0
         return ("unroll", id(binder)) if binder.kind == "UNROLL" else c_name(binder.dims[0])
