@@ -18,6 +18,7 @@ from click.testing import CliRunner
 import partita
 from partita.cli import main
 from partita.codegen.program import Program, signature
+from partita.db import Records
 from partita.kernels.families import conv2d_output_sizes
 from partita.kernels.registry import get_spec
 from partita.model import Model, Rates
@@ -25,7 +26,9 @@ from partita.search.sampling import random_implementation
 from partita.targets import get as get_target
 from partita.tuning.dispatch import dispatcher_source
 from partita.tuning.generic import GenericTuned, Version, compile_versions, replay_version
-from partita.tuning.generic_tune import generic_kernel
+from partita.tuning.generic_store import Recorded, Winner
+from partita.tuning.generic_tune import generic_kernel, replayed_winner
+from partita.tuning.tuned import host_machine, kernel_params, records_target
 
 RATES = Rates(cores=2, ghz=2.0, vector_bytes=64, arith_per_cycle=2, loads_per_cycle=2,
               stores_per_cycle=1, fma_latency_cycles=4,
@@ -118,6 +121,33 @@ def test_every_version_and_the_dispatcher_match_numpy(generic: partita.GenericTu
     out = np.full(expected.shape, np.nan, np.float32)
     assert generic(image, filters, out=out) is out
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_recorded_winner_replays_as_the_version_it_became(generic: partita.GenericTuned,
+                                                           db: Path) -> None:
+    """A later tune takes the replay chosen for a recorded winner (its tiles mapped or not)
+    again rather than choosing anew: the same decisions, dropped and completed lists; a
+    winner that changed since has none."""
+    _, _, dyn = generic_kernel("conv2d", "cpu", dict(FIXED))
+    with Records(db) as rec:
+        recorded = Recorded(rec.generic(rec.kernel_id(dyn, kernel_params(dyn)),
+                                        rec.machine_id(host_machine()), records_target("cpu")))
+    plug = get_target("cpu")
+    space = plug.space(dyn)
+    for v in generic.versions:
+        for sizes in v.won_at:
+            winner = recorded.winner(sizes)
+            assert winner is not None
+            known = recorded.replay(winner)
+            assert known is not None and json.dumps(known.decisions) == json.dumps(v.decisions)
+            leaf, decisions, dropped, completed = replayed_winner(dyn, plug, space, winner, 0,
+                                                                  None, 0.0, known)
+            assert json.dumps(decisions) == json.dumps(v.decisions)  # the timings' key
+            assert plug.print_program(leaf, v.entry).source == v.source
+            assert (dropped, completed) == (v.dropped, v.completed)
+            changed = Winner(winner.sizes, winner.decisions[:-1], None)
+            assert recorded.replay(changed) is None
 
 
 @pytest.mark.slow

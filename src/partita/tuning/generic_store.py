@@ -48,6 +48,16 @@ class Winner:
     time: float | None
 
 
+@dataclass
+class RecordedReplay:
+    """A recorded version's decisions over dynamic sizes, and the winner's decisions its
+    replay dropped (or mapped) and completed."""
+
+    decisions: list[Any]
+    dropped: list[str]
+    completed: list[str]
+
+
 def sizes_key(sizes: Sizes) -> str:
     """A training size as a dictionary key (the order of the names does not matter)."""
     return json.dumps(sizes, sort_keys=True)
@@ -98,12 +108,18 @@ class Recorded:
         self.times: dict[tuple[str, str], float] = {}
         self.runs: dict[tuple[str, str], float | None] = {}
         self.chosen: dict[str, tuple[int, float]] = {}
+        self.replays: dict[str, tuple[str, RecordedReplay]] = {}
+        """Per training size: (its winner's decisions, the version that winner became)."""
         if row is None:
             return
         version_keys = [decisions_key(v.decisions) for v in row.versions]
         for t in row.training:
             key = sizes_key(t.sizes)
             self.winners[key] = Winner(dict(t.sizes), list(t.static_decisions), t.static_time_s)
+            for v in row.versions:
+                if key in (sizes_key(s) for s in v.won_at):
+                    self.replays[key] = (decisions_key(t.static_decisions), RecordedReplay(
+                        list(v.decisions), list(v.dropped), list(v.completed)))
             for vk, time in zip(version_keys, t.version_times, strict=False):
                 if time is not None:
                     self.times[(vk, key)] = time
@@ -126,6 +142,14 @@ class Recorded:
         key = sizes_key(winner.sizes)
         if key in self.winners:
             self.winners[key] = winner
+
+    def replay(self, winner: Winner) -> RecordedReplay | None:
+        """The version ``winner`` became when it was recorded (the replay chosen then, its
+        tiles mapped or not), or None where the winner is new or changed since."""
+        found = self.replays.get(sizes_key(winner.sizes))
+        if found is None or found[0] != decisions_key(winner.decisions):
+            return None
+        return found[1]
 
     def version_time(self, decisions: Sequence[Any], sizes: Sizes) -> float | None:
         """The recorded time of the version with ``decisions`` at ``sizes``, or None."""

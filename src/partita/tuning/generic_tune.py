@@ -56,11 +56,13 @@ from partita.tuning.generic import (
 )
 from partita.tuning.generic_store import (
     Recorded,
+    RecordedReplay,
     Timings,
     Winner,
     decisions_key,
     versions_key,
 )
+from partita.tuning.generic_tiles import fastest_right, tile_mappings
 from partita.tuning.pipeline import tune
 from partita.tuning.thresholds import (
     INFINITY,
@@ -193,7 +195,9 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
     data = Datasets(dyn, kernel_name, fixed, every, seed)
     timings = Timings()
     versions, failures = build_versions(dyn, kernel_name, winners,
-                                        [s.name for s in dyn.sizes], seed, target, data.full)
+                                        [s.name for s in dyn.sizes], seed, target, data.full,
+                                        lambda s: data[every.index(s)], measure_s,
+                                        recorded)
     versions, times = check_versions(dyn, versions, data, failures, measure_s, recorded,
                                      timings)
     built = {v.entry: decisions_key(v.decisions) for v in versions}
@@ -213,11 +217,16 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
 
 def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Sequence[str],
                    seed: int, target: str = "cpu",
-                   full: Callable[[Sizes], Sizes] | None = None
-                   ) -> tuple[list[Version], list[str]]:
+                   full: Callable[[Sizes], Sizes] | None = None,
+                   dataset: Callable[[Sizes], Dataset] | None = None, measure_s: float = 0.05,
+                   recorded: Recorded | None = None) -> tuple[list[Version], list[str]]:
     """The distinct winners replayed over dynamic sizes and printed, ordered by the largest
     work each won at (largest first: the first branch of the chain); failures named.
-    ``full`` gives the kernel's sizes at a winner's (default: the same)."""
+    ``full`` gives the kernel's sizes at a winner's (default: the same). With ``dataset``
+    (a winner's training size to its dataset), a winner with tile sizes the dynamic space
+    lacks is also replayed with them mapped to their neighbours, and the fastest right
+    replay at its own size is kept (:mod:`~partita.tuning.generic_tiles`), unless
+    ``recorded`` holds the replay chosen for the same winner before."""
     plug = get_target(target)
     space = plug.space(dyn)
     by_source: dict[str, tuple[Version, Candidate]] = {}
@@ -229,17 +238,18 @@ def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Seq
 
     for w in sorted(winners, key=lambda w: -size_work(w)):
         try:
-            leaf, dropped, completed, source = printable_version(plug, space, w.decisions,
-                                                                 seed, f"{name}_generic")
+            known = recorded.replay(w) if recorded is not None else None
+            leaf, decisions, dropped, completed = replayed_winner(
+                dyn, plug, space, w, seed, dataset, measure_s, known)
         except Exception as exc:  # any failure drops this winner; it is reported
             failures.append(f"the winner at {sizes_text(w.sizes)} gives no version over "
                             f"dynamic sizes: {exc}")
             continue
+        source = plug.print_program(leaf, f"{name}_generic").source
         if source in by_source:
             by_source[source][0].won_at.append(w.sizes)
             continue
-        version = Version("", "", [d.to_json() for d in leaf.decisions], [w.sizes], dropped,
-                          completed)
+        version = Version("", "", decisions, [w.sizes], dropped, completed)
         by_source[source] = (version, leaf)
     versions = []
     for i, (v, leaf) in enumerate(by_source.values()):  # entries numbered in branch order
@@ -250,6 +260,42 @@ def build_versions(dyn: Kernel, name: str, winners: Sequence[Winner], names: Seq
         raise RuntimeError(f"{name}: no winner replays over dynamic sizes: "
                            + "; ".join(failures))
     return versions, failures
+
+
+def replayed_winner(dyn: Kernel, plug: Any, space: Any, w: Winner, seed: int,
+                    dataset: Callable[[Sizes], Dataset] | None, measure_s: float,
+                    known: RecordedReplay | None = None
+                    ) -> tuple[Candidate, list[Any], list[str], list[str]]:
+    """Winner ``w`` replayed over dynamic sizes: (implementation, its decisions as JSON,
+    dropped, completed). Its
+    decisions as they are, and, with ``dataset``, with its missing tile sizes mapped to
+    their neighbours (each mapping named in the dropped decisions); the fastest of those
+    that compute the right outputs at its training size. ``known``: the version recorded
+    for this winner, replayed as it is where it still replays whole (its decisions kept in
+    their recorded order, which keys its recorded timings)."""
+    entry = f"{dyn.name}_alt"
+    if known is not None:
+        leaf, dropped, completed, _ = printable_version(plug, space, known.decisions, seed,
+                                                        entry)
+        if not dropped and not completed:
+            return leaf, list(known.decisions), known.dropped, known.completed
+    leaf, dropped, completed, source = printable_version(plug, space, w.decisions, seed,
+                                                         f"{entry}0")
+    root = space.root()
+    if dataset is None or isinstance(root, DeadEnd):
+        return leaf, [d.to_json() for d in leaf.decisions], dropped, completed
+    replays = [(leaf, dropped, completed, source)]
+    for m in tile_mappings(root, w.decisions):
+        try:
+            alt = printable_version(plug, space, m.decisions, seed, f"{entry}{len(replays)}")
+        except CodegenError:
+            continue
+        replays.append((alt[0], m.mapped + alt[1], alt[2], alt[3]))
+    if len(replays) > 1:
+        best, _ = fastest_right(dyn, [(f"{entry}{i}", r[3]) for i, r in enumerate(replays)],
+                                dataset(w.sizes), measure_s)
+        leaf, dropped, completed, _ = replays[best or 0]
+    return leaf, [d.to_json() for d in leaf.decisions], dropped, completed
 
 
 def printable_version(plug: Any, space: Any, decisions: list[Any], seed: int, entry: str
