@@ -20,7 +20,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from partita.ir.kernel import Array, Kernel, LogicalDim, ScalarParam, SizeLike, SizeParam
+from partita.ir.kernel import (
+    Array,
+    Kernel,
+    LogicalDim,
+    ScalarParam,
+    SizeLike,
+    SizeParam,
+    SizeRelation,
+)
 from partita.ir.operands import (
     Access,
     Affine,
@@ -50,6 +58,7 @@ class KernelBuilder:
         self._dims: list[LogicalDim] = []
         self._insts: list[Instruction] = []
         self._fusable: list[tuple[str, ...]] = []
+        self._relations: list[SizeRelation] = []
         self._counter = 0
 
     # -- signature -------------------------------------------------------------------------
@@ -231,12 +240,19 @@ class KernelBuilder:
         """``fn(x)`` for ``fn`` one of ``exp log sqrt abs neg``."""
         return self.op(fn, x, **kw)
 
+    def relate(self, terms: Mapping[str, int], constant: int) -> None:
+        """State a fact every caller guarantees about dynamic sizes:
+        ``sum(coefficient * size) + constant >= 0`` (a convolution's output height against
+        its image's). Indices are proven inside arrays with it, and the printers may drop
+        tests that it makes true (:class:`~partita.ir.kernel.SizeRelation`)."""
+        self._relations.append(SizeRelation(tuple(terms.items()), constant))
+
     def build(self, **meta: Any) -> Kernel:
         """Validate and freeze the kernel (raises KernelError naming what is wrong)."""
         return Kernel(
             self.name, tuple(self._sizes), tuple(self._scalars), tuple(self._arrays),
             tuple(self._dims), tuple(self._insts), tuple(sorted(meta.items())),
-            tuple(self._fusable),
+            tuple(self._fusable), tuple(self._relations),
         )
 
     # -- internals -------------------------------------------------------------------------

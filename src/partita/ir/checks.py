@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from partita.ir.forms import Form, add, least, size_form
 from partita.ir.operands import Access, Affine, Const, Index, Instruction, Reduce, Scalar, Value
 from partita.ir.types import DType, KernelError
 
@@ -63,6 +64,7 @@ def check_kernel(k: Kernel) -> None:
         check_instruction(k, inst)
     check_acyclic(k)
     check_fusable(k)
+    check_size_relations(k)
 
 
 def check_names(k: Kernel) -> None:
@@ -340,9 +342,19 @@ def check_in_bounds(k: Kernel, owner: str, array: str, axis: int, ix: Affine,
                 f"outside [0, {limit - 1}]"
             )
         return
-    # With a dynamic size, only the identity access of a dimension of that very size is proven.
-    if not (ix.const == 0 and len(ix.terms) == 1 and ix.terms[0][1] == 1
-            and k.logical(ix.terms[0][0]).size == extent):
+    # With a dynamic size: the least and greatest index are linear forms over the sizes,
+    # compared where every size the index runs over is at least 1 and the kernel's size
+    # relations hold (the identity access of a dimension of that very size, a conv's rows
+    # ``stride * p + r`` against its image's through the relation of their extents).
+    low: Form = {None: ix.const}
+    high: Form = {None: ix.const}
+    for d, c in ix.terms:
+        last = add(size_form(k.logical(d).size, k.size_values), {None: -1})
+        low, high = (add(low, last, c), high) if c < 0 else (low, add(high, last, c))
+    running = {str(k.logical(d).size) for d, _ in ix.terms}
+    room = add(size_form(extent, k.size_values), high, -1)
+    if least(low, running, k.size_relations) < 0 or \
+            least(room, running, k.size_relations) < 1:
         raise KernelError(
             f"{owner}: cannot prove index {ix} of array {array!r} axis {axis} stays within "
             f"dynamic extent {extent!r}"
@@ -370,6 +382,26 @@ def check_acyclic(k: Kernel) -> None:
 
     for name in graph:
         visit(name, [])
+
+
+def check_size_relations(k: Kernel) -> None:
+    """Each size relation names dynamic sizes of the kernel with nonzero integer
+    coefficients, each once."""
+    dynamic = {s.name for s in k.sizes if not s.is_static}
+    for rel in k.size_relations:
+        owner = f"size relation {rel}"
+        names = [name for name, _ in rel.terms]
+        if not names or len(set(names)) != len(names):
+            raise KernelError(f"{owner}: names each size once, at least one")
+        for name, coeff in rel.terms:
+            if name not in dynamic:
+                known = ", ".join(sorted(dynamic)) or "none"
+                raise KernelError(f"{owner}: {name!r} is not a dynamic size (dynamic: {known})")
+            if not isinstance(coeff, int) or isinstance(coeff, bool) or coeff == 0:
+                raise KernelError(f"{owner}: the coefficient of {name} must be a nonzero "
+                                  "integer")
+        if not isinstance(rel.constant, int) or isinstance(rel.constant, bool):
+            raise KernelError(f"{owner}: the constant must be an integer")
 
 
 def check_fusable(k: Kernel) -> None:

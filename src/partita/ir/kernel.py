@@ -71,6 +71,27 @@ class SizeParam:
 
 
 @dataclass(frozen=True)
+class SizeRelation:
+    """``sum(coefficient * size for size, coefficient in terms) + constant >= 0`` over the
+    kernel's dynamic sizes: a fact the caller guarantees (checked where sizes are bound from
+    arrays) and the printers may use."""
+
+    terms: tuple[tuple[str, int], ...]
+    constant: int
+
+    def holds(self, sizes: dict[str, int]) -> bool:
+        return sum(c * sizes[s] for s, c in self.terms) + self.constant >= 0
+
+    def __str__(self) -> str:
+        parts = [f"{'-' if c < 0 else '+'} {abs(c)}*{s}" if abs(c) != 1
+                 else f"{'-' if c < 0 else '+'} {s}" for s, c in self.terms]
+        text = " ".join(parts).removeprefix("+ ")
+        const = f" {'-' if self.constant < 0 else '+'} {abs(self.constant)}" \
+            if self.constant else ""
+        return f"{text}{const} >= 0"
+
+
+@dataclass(frozen=True)
 class ScalarParam:
     """A scalar argument of the kernel (``alpha`` in axpy)."""
 
@@ -206,6 +227,10 @@ class Kernel:
     """Groups of logical dimensions declared fusable although no value flows between them
     (see :meth:`KernelBuilder.fusable`); left out of the JSON form when empty, so kernels
     that declare none keep their structural hash."""
+    size_relations: tuple[SizeRelation, ...] = field(default=())
+    """Linear facts about dynamic sizes that every caller guarantees (a convolution's output
+    width against its image's): the printers may rely on them to drop tests. Left out of
+    the JSON form when empty, as :attr:`fusable`."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -457,8 +482,9 @@ class Kernel:
 
     def to_json(self) -> dict[str, Any]:
         data = _to_jsonable(self)
-        if not self.fusable:
-            del data["fusable"]
+        for name in ("fusable", "size_relations"):
+            if not getattr(self, name):
+                del data[name]
         return data
 
     @cached_property

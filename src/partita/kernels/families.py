@@ -131,6 +131,13 @@ def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int =
     dims = {"n": n, "p": p, "q": q, "k": k, "r": r, "s": s, "c": c}
     image: list[int | str] = [x if x is not None else f"n_{name}"
                               for x, name in ((n, "n"), (h, "h"), (w, "w"), (c, "c"))]
+    # The last output row's window ends inside the padded image: an unpadded image is then
+    # proven inside over dynamic sizes, and the printed code proves a padded index of most
+    # unrolled copies inside, as it can with static extents.
+    relations = [({f"n_{image_axis}": 1, f"n_{out_axis}": -stride},
+                  stride + 2 * pad - dilation * (taps - 1) - 1)
+                 for image_axis, out_axis, extent, taps in (("h", "p", p, r), ("w", "q", q, s))
+                 if extent is None]
     return mdh.md_hom(
         "conv2d", dims,
         (mdh.cc,) * 4 + (mdh.pw("add"),) * 3, f=lambda x, f: x * f,
@@ -138,7 +145,8 @@ def conv2d(n: int, h: int, w: int, c: int, k: int, r: int, s: int, stride: int =
                          (n, stride * p + d * r - pad, stride * q + d * s - pad, c),
                          shape=image, fill=0.0 if pad else None),
                 mdh.view("F", lambda n, p, q, k, r, s, c: (k, r, s, c))],
-        output=mdh.view("O", lambda n, p, q, k, r, s, c: (n, p, q, k)), dtype=dtype)
+        output=mdh.view("O", lambda n, p, q, k, r, s, c: (n, p, q, k)), dtype=dtype,
+        relations=relations)
 
 
 def conv2d_output_sizes(params: dict[str, Any]) -> dict[str, int]:

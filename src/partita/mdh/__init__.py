@@ -120,7 +120,8 @@ def md_hom(name: str, dims: Mapping[str, int | None], combine: Sequence[Any] | M
            f: Callable[..., Any], inputs: Sequence[View], output: View,
            dtype: str = "float32",
            tiles: Mapping[str, Sequence[Sequence[int]]] | None = None,
-           sizes: Mapping[str, str] | None = None) -> Kernel:
+           sizes: Mapping[str, str] | None = None,
+           relations: Sequence[tuple[Mapping[str, int], int]] = ()) -> Kernel:
     """The kernel ``output ∘ md_hom(f, combine) ∘ inputs`` (see the module's docstring).
 
     ``dims`` names the iteration dimensions and their extents, in order; ``combine`` gives
@@ -134,7 +135,10 @@ def md_hom(name: str, dims: Mapping[str, int | None], combine: Sequence[Any] | M
     entry. An axis of a buffer over a dynamic dimension is then that dimension's size (the
     dimension alone, with coefficient 1), or the view declares the buffer's shape, whose
     entries may name further size parameters (a padded image's rows, from which the caller
-    derives the output's)."""
+    derives the output's). ``relations`` states what every caller guarantees about those
+    sizes, each ``(coefficients by size, constant)`` for ``sum + constant >= 0``
+    (:meth:`~partita.ir.builder.KernelBuilder.relate`): a padded image's height against the
+    output's, with which an unpadded view over dynamic sizes is proven inside its buffer."""
     extents = _extents(name, dims)
     ops = _combine(extents, combine)
     DType.parse(dtype)
@@ -170,7 +174,7 @@ def md_hom(name: str, dims: Mapping[str, int | None], combine: Sequence[Any] | M
     plan = Plan(name, dtype, extents, pw_ops, scans, traced_in, traced_out, shapes,
                 covers(traced_out, shapes[traced_out.buffer], extents, names),
                 trace_f(f, len(inputs)), _tiles(extents, ops, tiles),
-                names)
+                names, tuple((dict(terms), constant) for terms, constant in relations))
     return lower(plan)
 
 

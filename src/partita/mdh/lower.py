@@ -92,6 +92,8 @@ class Plan:
     f: Node
     tiles: Mapping[str, tuple[tuple[int, ...], ...]]
     size_names: Mapping[str, str]
+    relations: tuple[tuple[dict[str, int], int], ...] = ()
+    """Facts about the dynamic sizes every caller guarantees (see :func:`partita.mdh.md_hom`)."""
     """The size parameter of each dimension."""
 
 
@@ -122,6 +124,8 @@ class _Lowering:
                 if isinstance(extent, str) and extent not in declared:
                     self.b.size(extent, None)
                     declared.add(extent)
+        for terms, constant in p.relations:
+            self.b.relate(terms, constant)
         self._declare_arrays()
         uses = _input_uses(p.f)
         for position, v in enumerate(p.inputs):

@@ -377,6 +377,9 @@ def generic_header(g: GenericTuned) -> str:
         f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "",
         f"/* {g.name} for any {', '.join(g.dynamic)} (partita, size-generic): "
         f"{len(g.versions)} versions, {g.chain()}; work = {' * '.join(g.size_names)}. */",
+        *([f"/* The sizes passed must satisfy: "
+           f"{'; '.join(str(r) for r in g.kernel.size_relations)} (the code relies on it). */"]
+          if g.kernel.size_relations else []),
         prototype(g.entry, params) + ";", f"void {g.entry}_packed(void **args);", "",
         f"#endif /* {guard} */", ""])
 
@@ -447,7 +450,12 @@ def bind_sizes(kernel: Kernel, given: Sequence[tuple[Param, Any]],
     missing = sorted(dynamic - set(bound))
     if missing:
         raise ValueError(f"no argument gives size {', '.join(missing)}: pass out=")
-    return {n: v for n, (v, _) in bound.items()}
+    values = {n: v for n, (v, _) in bound.items()}
+    for rel in kernel.size_relations:  # the printed code relies on them
+        if not rel.holds(values):
+            where = "; ".join(f"{n} = {values[n]} from {bound[n][1]}" for n, _ in rel.terms)
+            raise ValueError(f"the sizes break the kernel's relation {rel}: {where}")
+    return values
 
 
 def call_checked(ffi: Any, fn: Any, params: tuple[Param, ...], sizes: Sizes,
