@@ -10,6 +10,7 @@ import json
 import random
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,9 +24,16 @@ from partita.kernels.families import conv2d_output_sizes
 from partita.kernels.registry import get_spec
 from partita.model import Model, Rates
 from partita.search.sampling import random_implementation
+from partita.space.candidate import Candidate
 from partita.targets import get as get_target
 from partita.tuning.dispatch import dispatcher_source
-from partita.tuning.generic import GenericTuned, Version, compile_versions, replay_version
+from partita.tuning.generic import (
+    GenericTuned,
+    Version,
+    compile_versions,
+    first_completion,
+    replay_version,
+)
 from partita.tuning.generic_store import Recorded, Winner
 from partita.tuning.generic_tune import generic_kernel, replayed_winner
 from partita.tuning.tuned import host_machine, kernel_params, records_target
@@ -49,13 +57,11 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("records") / "records.sqlite"
 
 
-@pytest.fixture(scope="module")
-def single() -> partita.GenericTuned:
-    """No tune: one version, the dynamic space's first implementation (plain loops, every
-    temporary in memory), behind a dispatcher of one branch."""
-    _, fixed, dyn = generic_kernel("conv2d", "cpu", dict(FIXED))
+def one_version(fixed: dict[str, Any], leaf: Candidate) -> partita.GenericTuned:
+    """The implementation ``leaf`` of the conv over dynamic sizes with the parameters
+    ``fixed``, alone behind a dispatcher of one branch."""
     plug = get_target("cpu")
-    leaf, _, _ = replay_version(plug.space(dyn), [], 0)
+    dyn = leaf.kernel
     entry = "conv2d_generic_v1"
     version = Version(entry, plug.print_program(leaf, entry).source,
                       [d.to_json() for d in leaf.decisions], [])
@@ -64,6 +70,15 @@ def single() -> partita.GenericTuned:
                                Program(dyn, "conv2d_generic", source, signature(dyn)))
     return GenericTuned("conv2d", dyn, fixed, ["n", "h", "w", "c", "k"], [version], [],
                         "conv2d_generic", source, library)
+
+
+@pytest.fixture(scope="module")
+def single() -> partita.GenericTuned:
+    """No tune: one version, the dynamic space's first implementation (plain loops, every
+    temporary in memory), behind a dispatcher of one branch."""
+    _, fixed, dyn = generic_kernel("conv2d", "cpu", dict(FIXED))
+    leaf, _, _ = replay_version(get_target("cpu").space(dyn), [], 0)
+    return one_version(fixed, leaf)
 
 
 @pytest.mark.slow
@@ -79,6 +94,77 @@ def test_a_padded_load_tests_only_the_axes_that_can_leave_the_image(
         test = line.split("? I[")[0]
         assert "< n_h" in test and "< n_w" in test, line
         assert "< n_c" not in test and "< n_n" not in test, line
+
+
+def unrolled_windows(params: dict[str, int], rows: int = 8, columns: int = 1) -> Candidate:
+    """The first implementation of the conv over dynamic sizes whose output rows and
+    columns are tiled by ``rows`` and ``columns``, unrolled where more than 1 (the image's
+    loads with them): copies of a padded load that the printer proves inside the image, and
+    others it cannot. (A random completion may nest whole tiles of the filter's loads inside
+    the image's, for 10^11 iterations at any size: the first keeps the rest plain.)"""
+    _, _, dyn = generic_kernel("conv2d", "cpu", dict(params))
+    root = get_target("cpu").space(dyn).root()
+    for dim, size in (("p", rows), ("q", columns)):
+        assert isinstance(root, Candidate)
+        root = root.restrict("size", [f"{dim}.2"], [size])
+        for tile in (f"{dim}.2", f"{dim}_I.2") if size > 1 else ():
+            assert isinstance(root, Candidate)
+            root = root.restrict("dim_kind", [tile], ["UNROLL"])
+    assert isinstance(root, Candidate)
+    leaf = first_completion(root)
+    assert leaf is not None
+    return leaf
+
+
+def check_at_shapes(g: partita.GenericTuned, params: dict[str, int], seed: int) -> None:
+    """``g`` against numpy at shapes around its tiles (smaller than a tile, a multiple of
+    it, one more)."""
+    rng = np.random.default_rng(seed)
+    taps = (params["r"] - 1) * params["dilation"] + 1 - 2 * params["pad"]
+    for h, w in [(4, 8), (5, 9), (13, 3), (1, 1), (12, 17)]:
+        h, w = max(h, taps), max(w, taps)
+        image = rng.standard_normal((1, h, w, 3), dtype=np.float32)
+        filters = rng.standard_normal((5, params["r"], params["s"], 3), dtype=np.float32)
+        expected = get_spec("conv2d").reference(
+            image.astype(np.float64), filters.astype(np.float64), stride=params["stride"],
+            dilation=params["dilation"], pad=params["pad"])["O"]
+        np.testing.assert_allclose(g(image, filters), expected, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{h}x{w}")
+
+
+def test_padded_tests_of_copies_proven_inside_the_image_are_dropped() -> None:
+    """With rows tiled by 8 and unrolled, the full tiles' middle copies of a 3x3 window
+    (pad 1) stay inside the image, through the relation of the output's height to the
+    image's (``n_h - n_p >= 0``): their loads test the column only. The first and last
+    copies, and the last partial tile, keep the row's test."""
+    params = {**FIXED, "stride": 1, "dilation": 1}
+    leaf = unrolled_windows(params)
+    assert [str(r) for r in leaf.kernel.size_relations] == ["n_h - n_p >= 0",
+                                                             "n_w - n_q >= 0"]
+    g = one_version({"r": 3, "s": 3, "pad": 1}, leaf)
+    tests = [line.split("? I[")[0] for line in g.versions[0].source.splitlines()
+             if "? I[" in line]
+    assert any("< n_h" not in t for t in tests) and any("< n_h" in t for t in tests)
+    check_at_shapes(g, params, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("params", [
+    {"r": 7, "s": 7, "stride": 2, "pad": 3, "dilation": 1},
+    {"r": 3, "s": 3, "stride": 1, "pad": 2, "dilation": 2},
+    {"r": 3, "s": 2, "stride": 3, "pad": 0, "dilation": 1},
+    {"r": 1, "s": 1, "stride": 1, "pad": 0, "dilation": 1},
+    {"r": 1, "s": 3, "stride": 1, "pad": 2, "dilation": 1},
+], ids=["7x7-stride2-pad3", "dilated", "stride3-unpadded", "1x1-unpadded",
+        "pad-beyond-the-filter"])
+def test_copies_proven_inside_are_inside_at_every_stride_dilation_and_pad(
+        params: dict[str, int]) -> None:
+    """Random implementations with unrolled output rows and columns, over dynamic sizes,
+    against numpy at shapes around their tiles: a test dropped wrongly reads outside the
+    image (or its zeros) and shows as a wrong output."""
+    for rows, columns in ((8, 1), (1, 4)):
+        check_at_shapes(one_version(params, unrolled_windows(params, rows, columns)), params,
+                        rows)
 
 
 @pytest.mark.slow

@@ -14,61 +14,88 @@ from typing import TYPE_CHECKING
 
 from partita.codegen.expr import c_literal, fold_product, fold_sum
 from partita.codegen.vector import broadcast
+from partita.ir.forms import Form, add, size_form
+from partita.ir.forms import least as least_value
 from partita.ir.operands import Instruction
 
 if TYPE_CHECKING:
     from partita.codegen.cfamily import CFamilyPrinter
 
 
-Form = dict[str | None, int]
-"""A linear form over the kernel's dynamic sizes: coefficient by size name, the constant
-under None."""
-
-
 def _size_form(p: CFamilyPrinter, size: int | str) -> Form:
     """A size as a form: its value where it is static, else its name."""
-    value = p.k.static_size(size)
-    return {None: value} if value is not None else {str(size): 1}
+    return size_form(size, p.k.size_values)
 
 
-def _add(a: Form, b: Form, scale: int = 1) -> Form:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + scale * v
-    return out
+def _logical_range(p: CFamilyPrinter, ld: str, env: dict[str, str], lane_dims: set[str],
+                   clamped: frozenset[str]) -> tuple[int, list[Form]]:
+    """(least index, forms of the greatest) of logical dim ``ld`` where the printer is.
+
+    Its index sums its tile dims' indices times their strides: an unrolled copy's is a
+    constant, a loop's or a vector's runs over its tile. Where no index of ``ld`` passes its
+    end here (a full tile, or a size the tiles divide), every copy of the unrolled tile dims
+    is in range, so a copy ``v`` of a tile dim of size ``t`` stays ``(t - 1 - v) * stride``
+    below the size (the first and last columns of a row of copies differ); a guarded or
+    clamped index stays below the size; the tiles' own extents bound it too where they are
+    static."""
+    least, slack, spread = 0, 0, 0
+    stride = 1
+    static = True
+    for d in reversed(p.k.dims_of(ld)):
+        size = p.sizes[d]
+        value = env.get(d, "")
+        if d not in lane_dims and value.lstrip("-").isdigit():
+            least += int(value) * stride
+            if isinstance(size, int):
+                slack += (size - 1 - int(value)) * stride
+        elif isinstance(size, int):
+            spread += (size - 1) * stride
+        else:
+            static = False
+        stride = stride * size if isinstance(size, int) else stride
+    greatest: list[Form] = [{None: least + spread}] if static else []
+    lane = any(d in lane_dims for d in p.k.dims_of(ld))
+    last = add(_size_form(p, p.k.logical(ld).size), {None: -1})
+    if not p.needs_guard(ld):
+        greatest.append(add(last, {None: -slack}))
+    elif ld in clamped or not lane:  # clamped, or tested by the instruction's guard
+        greatest.append(last)
+    return least, greatest
 
 
-def _least(form: Form, running: set[str]) -> float:
-    """The least value of ``form`` where the sizes in ``running`` are at least 1 (a load runs
-    only where each size of its iteration space is) and the others at least 0: minus
-    infinity where a size has a negative coefficient."""
-    if any(v < 0 for k, v in form.items() if k is not None):
-        return float("-inf")
-    return sum(v for k, v in form.items() if k is None or k in running)
+def _may_leave(p: CFamilyPrinter, inst: Instruction, axis: int, env: dict[str, str],
+               lane_dims: set[str], clamped: frozenset[str]) -> bool:
+    """Whether the index of ``axis`` may leave ``[0, extent)`` where the printer is.
 
-
-def _may_leave(p: CFamilyPrinter, inst: Instruction, axis: int) -> bool:
-    """Whether the index of ``axis`` may leave ``[0, extent)`` over the iteration space.
-
-    The index ``const + sum(c * d)`` has each dimension ``d`` in ``[0, size(d))``; its least
-    and greatest values are forms over the sizes, and the test is dropped only where the
-    least is at least 0 and the extent exceeds the greatest for every size of at least 1: a
-    dynamic size proves as much as a static one where the index is the dimension that
-    spans the array (a channel index under a loop over all channels), and nothing where it
-    is not (a padded image's row ``p + r - 1`` against its height)."""
+    The index ``const + sum(c * d)`` has each logical dimension ``d`` in the range
+    :func:`_logical_range` gives; its least and greatest values are forms over the sizes,
+    and the test is dropped only where the least is at least 0 and the extent exceeds the
+    greatest for every size of at least 1 that the kernel's size relations allow. So a
+    dynamic size proves as much as a static one where the index is the dimension that spans
+    the array (a channel index under a loop over all channels), and a padded image's column
+    ``q + s - 1`` is proven inside for the unrolled copies of ``q`` away from the ends of
+    their tile, through the relation of the output's width to the image's."""
     assert inst.access is not None
     ix = inst.access.index[axis]
-    lo: Form = {None: ix.const}
-    hi: Form = {None: ix.const}
     running = {str(p.k.logical(d).size) for d, _ in ix.terms}
+    lo: Form = {None: ix.const}
+    his: list[Form] = [{None: ix.const}]
     for d, c in ix.terms:
-        last = _add(_size_form(p, p.k.logical(d).size), {None: -1})  # size(d) - 1
+        least, greatest = _logical_range(p, d, env, lane_dims, clamped)
         if c > 0:
-            hi = _add(hi, last, c)
+            lo = add(lo, {None: least}, c)
+            his = [add(h, g, c) for h in his for g in greatest]
         else:
-            lo = _add(lo, last, c)
+            his = [add(h, {None: least}, c) for h in his]
+            if len(greatest) == 0:
+                return True
+            lo = max((add(lo, g, c) for g in greatest),
+                     key=lambda f: least_value(f, running, p.k.size_relations))
     extent = _size_form(p, p.k.array(inst.access.array).shape[axis])
-    return _least(lo, running) < 0 or _least(_add(extent, hi, -1), running) < 1
+    relations = p.k.size_relations
+    inside_above = any(least_value(add(extent, h, -1), running, relations) >= 1
+                       for h in his)
+    return least_value(lo, running, relations) < 0 or not inside_above
 
 
 def padded_load(p: CFamilyPrinter, inst: Instruction, env: dict[str, str],
@@ -81,11 +108,12 @@ def padded_load(p: CFamilyPrinter, inst: Instruction, env: dict[str, str],
     # A static size is a number in the printed code; a dynamic one, the parameter of its name.
     extents = [p.k.static_size(x) or x for x in arr.shape]
     base, step = p.access_address(inst, env, lane_dims, clamped)
+    leaving = [axis for axis in range(len(axes))
+               if _may_leave(p, inst, axis, env, lane_dims, clamped)]
     tested = [axis for axis, (_, lane) in enumerate(axes)
-              if _may_leave(p, inst, axis) or (lanes > 1 and lane)]
+              if axis in leaving or (lanes > 1 and lane)]
     if not tested:
         return p.load(arr.name, base, step, inst.dtype, lanes)
-    leaving = [axis for axis in tested if _may_leave(p, inst, axis)]
     moving = {d for ix in inst.access.index for d, _ in ix.terms
               if p.lane_coeff(d, lane_dims)}
     if lanes > 1 and all(axes[a][1] == 0 for a in leaving) and not any(
