@@ -37,7 +37,11 @@ def _logical_range(p: CFamilyPrinter, ld: str, env: dict[str, str], lane_dims: s
     is in range, so a copy ``v`` of a tile dim of size ``t`` stays ``(t - 1 - v) * stride``
     below the size (the first and last columns of a row of copies differ); a guarded or
     clamped index stays below the size; the tiles' own extents bound it too where they are
-    static."""
+    static. A clamped index (speculated past the end: :meth:`LoweredPlan.speculated`) is
+    the last one there, whatever its copy: its least is 0."""
+    last = add(_size_form(p, p.k.logical(ld).size), {None: -1})
+    if ld in clamped:
+        return 0, [last]
     least, slack, spread = 0, 0, 0
     stride = 1
     static = True
@@ -54,11 +58,9 @@ def _logical_range(p: CFamilyPrinter, ld: str, env: dict[str, str], lane_dims: s
             static = False
         stride = stride * size if isinstance(size, int) else stride
     greatest: list[Form] = [{None: least + spread}] if static else []
-    lane = any(d in lane_dims for d in p.k.dims_of(ld))
-    last = add(_size_form(p, p.k.logical(ld).size), {None: -1})
     if not p.needs_guard(ld):
         greatest.append(add(last, {None: -slack}))
-    elif ld in clamped or not lane:  # clamped, or tested by the instruction's guard
+    elif not any(d in lane_dims for d in p.k.dims_of(ld)):  # the instruction's guard tests it
         greatest.append(last)
     return least, greatest
 
