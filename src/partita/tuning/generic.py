@@ -66,7 +66,8 @@ class Version:
     won_at: list[Sizes]
     """The training sizes whose static tune it won."""
     dropped: list[str] = field(default_factory=list)
-    """The winner's decisions that do not replay on the dynamic space."""
+    """The winner's decisions that do not replay on the dynamic space (a tile size mapped to
+    a neighbour the space offers reads ``size(p.2) = 14 -> 8``)."""
     completed: list[str] = field(default_factory=list)
     """The decisions the first completion added for the choices left open."""
 

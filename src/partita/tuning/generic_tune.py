@@ -267,12 +267,11 @@ def replayed_winner(dyn: Kernel, plug: Any, space: Any, w: Winner, seed: int,
                     known: RecordedReplay | None = None
                     ) -> tuple[Candidate, list[Any], list[str], list[str]]:
     """Winner ``w`` replayed over dynamic sizes: (implementation, its decisions as JSON,
-    dropped, completed). Its
-    decisions as they are, and, with ``dataset``, with its missing tile sizes mapped to
-    their neighbours (each mapping named in the dropped decisions); the fastest of those
-    that compute the right outputs at its training size. ``known``: the version recorded
-    for this winner, replayed as it is where it still replays whole (its decisions kept in
-    their recorded order, which keys its recorded timings)."""
+    dropped, completed). Its decisions as they are, and, with ``dataset``, with its missing
+    tile sizes mapped to their neighbours (each mapping named in the dropped decisions): the
+    fastest of those that compute the right outputs at its training size. ``known``: the
+    version recorded for this winner, replayed as it is where it still replays whole (its
+    decisions kept in their recorded order, which keys its recorded timings)."""
     entry = f"{dyn.name}_alt"
     if known is not None:
         leaf, dropped, completed, _ = printable_version(plug, space, known.decisions, seed,
