@@ -132,6 +132,7 @@ def check_at_shapes(g: partita.GenericTuned, params: dict[str, int], seed: int) 
                                    err_msg=f"{h}x{w}")
 
 
+@pytest.mark.slow
 def test_padded_tests_of_copies_proven_inside_the_image_are_dropped() -> None:
     """With rows tiled by 8 and unrolled, the full tiles' middle copies of a 3x3 window
     (pad 1) stay inside the image, through the relation of the output's height to the
