@@ -49,6 +49,12 @@ def test_a_missing_tile_maps_to_the_nearest_offered_below_and_above(dynamic: tup
     assert below.decisions == [["size", ["q.2"], [4]], kept, winner[2]]
     assert above.decisions == [["size", ["q.2"], [8]], kept, winner[2]]
     assert below.mapped == ["size(q.2) = 6 -> 4"] and above.mapped == ["size(q.2) = 6 -> 8"]
+    # A set of sizes maps each of its own, and keeps agreeing with the final size.
+    kept_open = [["size", ["q.2"], [4, 6]], ["size", ["q.2"], [6]]]
+    below, above = tile_mappings(root, kept_open)
+    assert below.decisions == [["size", ["q.2"], [4]], ["size", ["q.2"], [4]]]
+    assert above.decisions == [["size", ["q.2"], [4, 8]], ["size", ["q.2"], [8]]]
+    assert above.mapped == ["size(q.2) = 4|6 -> 4|8", "size(q.2) = 6 -> 8"]
     # Every tile offered: nothing to map. Past the largest tile: only the one below.
     assert tile_mappings(root, [kept]) == []
     beyond = tile_mappings(root, [["size", ["q.2"], [max(offered) + 1]]])

@@ -37,40 +37,46 @@ class TileMapping:
 
 def missing_tiles(root: Candidate, decisions: Sequence[Any]) -> list[tuple[int, Decision,
                                                                          tuple[int, ...]]]:
-    """(position, decision, the values offered) of each single tile size among
-    ``decisions`` that the dynamic space's ``root`` does not offer; tiles of objects the
-    root lacks (added by lowering) are left to the replay."""
+    """(position, decision, the values offered) of each tile size decision among
+    ``decisions`` (one size, or a set a search kept open) that names a size the dynamic
+    space's ``root`` does not offer; tiles of objects the root lacks (added by lowering) are
+    left to the replay."""
     out = []
     for i, item in enumerate(decisions):
         d = item if isinstance(item, Decision) else Decision.from_json(item)
-        if d.choice != "size" or len(d.values) != 1:
+        if d.choice != "size":
             continue
         try:
             offered = tuple(int(v) for v in root.domain("size", *d.args))
         except SpaceError:
             continue
-        if offered and d.values[0] not in offered:
+        if offered and any(v not in offered for v in d.values):
             out.append((i, d, offered))
     return out
 
 
 def tile_mappings(root: Candidate, decisions: Sequence[Any]) -> list[TileMapping]:
     """The winner's decisions with every missing tile size replaced by the nearest value
-    offered below it, then by the nearest above it (a tile with no such neighbour keeps its
-    value, which the replay then drops); empty when the space offers every tile the winner
-    chose."""
+    offered below it, then by the nearest above it (a size with no such neighbour keeps its
+    value, which the replay then drops). A set of sizes maps each of its own, so that it
+    keeps the size the same tile's final decision maps to (``4|20`` and then ``20`` become
+    ``4|16`` and ``16``). Empty when the space offers every tile the winner chose."""
     missing = missing_tiles(root, decisions)
     out: list[TileMapping] = []
     for below in (True, False):
         replaced, mapped = list(decisions), []
         for i, d, offered in missing:
-            wanted = d.values[0]
-            side = [v for v in offered if (v < wanted if below else v > wanted)]
-            if not side:
+            values = []
+            for wanted in d.values:
+                side = [v for v in offered if (v < wanted if below else v > wanted)]
+                values.append(wanted if wanted in offered or not side
+                              else max(side) if below else min(side))
+            values = list(dict.fromkeys(values))
+            if values == list(d.values):
                 continue
-            value = max(side) if below else min(side)
-            replaced[i] = Decision(d.choice, d.args, (value,)).to_json()
-            mapped.append(f"{d.choice}({', '.join(d.args)}) = {wanted} -> {value}")
+            replaced[i] = Decision(d.choice, d.args, tuple(values)).to_json()
+            was, now = "|".join(map(str, d.values)), "|".join(map(str, values))
+            mapped.append(f"{d.choice}({', '.join(d.args)}) = {was} -> {now}")
         if mapped:
             out.append(TileMapping(replaced, mapped))
     return out
