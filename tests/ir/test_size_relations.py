@@ -64,6 +64,7 @@ def test_an_unpadded_conv_over_dynamic_sizes_is_proven_inside_its_image() -> Non
                   {"r": 3, "s": 3, "pad": 0, "stride": 3}):
         _, _, dyn = generic_kernel("conv2d", "cpu", dict(fixed))
         assert len(dyn.size_relations) == 2, fixed
+        assert f"sizes: {dyn.size_relations[0]}" in dyn.describe()  # what a report shows
 
 
 def test_sizes_that_break_a_relation_are_refused() -> None:

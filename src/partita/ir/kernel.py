@@ -515,6 +515,8 @@ class Kernel:
             lines.append(f"  dim {ld.name} (size {ld.size}) tiles {tiles}")
         for i in self.instructions:
             lines.append(f"  {i.name} = {i.op}(...) over {', '.join(i.dims) or '()'}")
+        for rel in self.size_relations:
+            lines.append(f"  sizes: {rel}")
         return "\n".join(lines)
 
     # -- validation -----------------------------------------------------------------------
