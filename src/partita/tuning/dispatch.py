@@ -217,6 +217,15 @@ class Dataset:
                              f"{self.expected[p.name][at]:g} ({int(bad.sum())} elements wrong)")
         return wrong
 
+    def run_checked(self, fn: Any, args: Sequence[Any], measure_s: float
+                    ) -> tuple[list[str], float | None]:
+        """``fn(*args)`` called once on outputs poisoned with NaN (:meth:`reset`) and checked:
+        (what it gets wrong, its time per call where it gets nothing wrong, else None)."""
+        self.reset()
+        fn(*args)
+        wrong = self.errors()
+        return wrong, None if wrong else per_call(fn, args, measure_s)
+
     def reset(self) -> None:
         """Outputs poisoned with NaN, so an element a version fails to write is caught."""
         for p in self.params:

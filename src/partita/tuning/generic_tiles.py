@@ -22,7 +22,7 @@ from partita.ir.kernel import Kernel
 from partita.runtime.compile import Compiler
 from partita.space.candidate import Candidate, Decision
 from partita.space.decl import SpaceError
-from partita.tuning.dispatch import Dataset, declaration, load_function, per_call
+from partita.tuning.dispatch import Dataset, declaration, load_function
 
 
 @dataclass
@@ -93,9 +93,6 @@ def fastest_right(dyn: Kernel, programs: Sequence[tuple[str, str]], dataset: Dat
     times: list[float | None] = []
     for entry, _ in programs:
         ffi, fn = load_function(library, entry, declaration(entry, params))
-        dataset.reset()
-        args = dataset.arguments(ffi, dyn)
-        fn(*args)
-        times.append(None if dataset.errors() else per_call(fn, args, measure_s))
+        times.append(dataset.run_checked(fn, dataset.arguments(ffi, dyn), measure_s)[1])
     right = [i for i, t in enumerate(times) if t is not None]
     return (min(right, key=lambda i: times[i] or 0.0) if right else None), times

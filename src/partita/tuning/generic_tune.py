@@ -38,7 +38,6 @@ from partita.tuning.dispatch import (
     declaration,
     dispatcher_source,
     load_function,
-    per_call,
     work_names,
 )
 from partita.tuning.generic import (
@@ -351,15 +350,11 @@ def check_versions(dyn: Kernel, versions: list[Version], data: Sequence[Dataset]
             if fn is None:
                 library = library or compile_versions(dyn, versions)
                 ffi, fn = load_function(library, v.entry, declaration(v.entry, params))
-            d = data[i]
-            d.reset()
-            args = d.arguments(ffi, dyn)
-            fn(*args)
-            wrong = d.errors()
+            wrong, took = data[i].run_checked(fn, data[i].arguments(ffi, dyn), measure_s)
             if wrong:
                 failures.append(f"{v.entry} is wrong at {sizes_text(s)}: {wrong[0]}; dropped")
                 break
-            times.append(per_call(fn, args, measure_s))
+            times.append(took)
             timings.fresh.append((v.entry, s))
         else:
             good.append(v)
@@ -460,10 +455,7 @@ def tune_dispatch(dyn: Kernel, entry: str, versions: Sequence[Version],
             d = data[index]
             limits = ffi.new("int64_t[]", [(1 << 63) - 1 if t is None else math.ceil(t)
                                            for t in given])
-            args = [limits, *d.arguments(ffi, dyn)]
-            d.reset()
-            fn(*args)
-            took = None if d.errors() else per_call(fn, args, measure_s)
+            took = d.run_checked(fn, [limits, *d.arguments(ffi, dyn)], measure_s)[1]
             timings.fresh.append(("dispatcher", s))
         timings.threshold_runs.append({"sizes": s, "thresholds": given, "time_s": took})
         return Run(took, compared)
@@ -516,11 +508,7 @@ def training_runs(generic: GenericTuned, winners: Sequence[Winner], data: Sequen
         else:
             ffi, fn = load_function(generic.loaded_library(), generic.entry,
                                     declaration(generic.entry, signature(dyn)))
-            d = data[i]
-            d.reset()
-            args = d.arguments(ffi, dyn)
-            fn(*args)
-            took = None if d.errors() else per_call(fn, args, measure_s)
+            took = data[i].run_checked(fn, data[i].arguments(ffi, dyn), measure_s)[1]
             timings.fresh.append(("dispatcher", w.sizes))
         generic.training.append(TrainingRun(w.sizes, w.time, row, chosen, took,
                                             list(w.decisions)))
