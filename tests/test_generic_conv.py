@@ -6,6 +6,7 @@ are slow; the dynamic conv's first implementation is checked in the fast subset.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import random
 import subprocess
@@ -24,7 +25,7 @@ from partita.kernels.families import conv2d_output_sizes
 from partita.kernels.registry import get_spec
 from partita.model import Model, Rates
 from partita.search.sampling import random_implementation
-from partita.space.candidate import Candidate
+from partita.space.candidate import Candidate, DeadEnd
 from partita.targets import get as get_target
 from partita.tuning.dispatch import dispatcher_source
 from partita.tuning.generic import (
@@ -96,14 +97,24 @@ def test_a_padded_load_tests_only_the_axes_that_can_leave_the_image(
         assert "< n_c" not in test and "< n_n" not in test, line
 
 
+@functools.cache
+def dynamic_root(params: tuple[tuple[str, int], ...]) -> Candidate:
+    """The root of the conv's space over dynamic sizes with the parameters ``params``, built
+    once for every tiling of its windows drawn below (the same space each time: its
+    layouts, compiled on the first descent, serve the others)."""
+    _, _, dyn = generic_kernel("conv2d", "cpu", dict(params))
+    root = get_target("cpu").space(dyn).root()
+    assert isinstance(root, Candidate)
+    return root
+
+
 def unrolled_windows(params: dict[str, int], rows: int = 8, columns: int = 1) -> Candidate:
     """The first implementation of the conv over dynamic sizes whose output rows and
     columns are tiled by ``rows`` and ``columns``, unrolled where more than 1 (the image's
     loads with them): copies of a padded load that the printer proves inside the image, and
     others it cannot. (A random completion may nest whole tiles of the filter's loads inside
     the image's, for 10^11 iterations at any size: the first keeps the rest plain.)"""
-    _, _, dyn = generic_kernel("conv2d", "cpu", dict(params))
-    root = get_target("cpu").space(dyn).root()
+    root: Candidate | DeadEnd = dynamic_root(tuple(sorted(params.items())))
     for dim, size in (("p", rows), ("q", columns)):
         assert isinstance(root, Candidate)
         root = root.restrict("size", [f"{dim}.2"], [size])
@@ -355,9 +366,10 @@ def test_random_static_implementations_replayed_on_dynamic_sizes_match_numpy() -
     static_root = partita.space(partita.kernel("conv2d", **TRAIN[0], **FIXED)).root()
     rng = random.Random(3)
     versions, vector_kept = [], 0
+    dyn_space = plug.space(dyn)  # one space replays every version, as in the generic tuner
     for i in range(5):
         decisions = random_implementation(static_root, rng).decisions
-        leaf, dropped, _ = replay_version(plug.space(dyn), decisions, i)
+        leaf, dropped, _ = replay_version(dyn_space, decisions, i)
         vector_kept += sum(d.choice == "dim_kind" and "VECTOR" in map(str, d.values)
                            for d in leaf.decisions)
         entry = f"conv2d_replayed_v{i}"

@@ -72,16 +72,24 @@ def test_stats_prune_runs_on_the_gpu_space() -> None:
 class LeafPenaltyModel:
     """The bound of :class:`Model`, four times higher on about half of the implementations
     (chosen by their decisions): a model that knows more of complete implementations than of
-    partial ones, so that some nodes kept by their bound hold nothing below the cut."""
+    partial ones, so that some nodes kept by their bound hold nothing below the cut.
+
+    A bound is a function of the candidate's decisions: each is computed once and kept, for
+    the test's two runs of ``prune_stats`` draw the same candidates (the second checks just
+    that) and the enumerations below revisit the same leaves."""
 
     def __init__(self) -> None:
         self.model = Model(RATES)
+        self.bounds: dict[str, Bound] = {}
 
     def bound(self, cand: Candidate) -> Bound:
-        b = self.model.bound(cand)
-        if cand.is_implementation and zlib.crc32(cand.decisions_json().encode()) % 2:
-            return Bound(4 * b.time_s, b.terms)
-        return b
+        key = cand.decisions_json()
+        if key not in self.bounds:
+            b = self.model.bound(cand)
+            if cand.is_implementation and zlib.crc32(key.encode()) % 2:
+                b = Bound(4 * b.time_s, b.terms)
+            self.bounds[key] = b
+        return self.bounds[key]
 
 
 @pytest.mark.slow
