@@ -218,7 +218,7 @@ class CFamilyPrinter:
         """The offset of an access to temporary ``st`` and the step between its lanes: an
         int, or a C expression where a lane dim's stride depends on dynamic sizes (a
         temporary sized by them; its lanes are then accessed one by one)."""
-        terms = []
+        terms = [str(st.offset)] if st.offset else []  # a temporary in its output
         step: int = 0
         dynamic: list[str] = []
         for s in st.slots:
@@ -448,7 +448,7 @@ class CFamilyPrinter:
         guard = self.copy_guard(inst)
         if guard:
             self.emit(indent, f"if ({guard}) {{")
-        for tst in self.plan.copies_of(inst):
+        for tst in self.plan.written_copies(inst):
             self._emit_write(indent + bool(guard), tst, env, "p", lane_dims, lanes, src)
         if guard:
             self.emit(indent, "}")
@@ -562,6 +562,8 @@ class CFamilyPrinter:
 
     def print_inst(self, inst: Instruction, env: dict[str, str], indent: int,
                     lane: tuple[Node, int] | None) -> None:
+        if self.plan.elided_store(inst.name):  # its value is built where it would write
+            return
         lane_logicals = {self.k.dim(d).logical for d in lane[0].dims} if lane else set()
         open_dims = [ld for ld in inst.dims
                      if self.needs_guard(ld) and ld not in lane_logicals]
@@ -697,7 +699,7 @@ class CFamilyPrinter:
             var = self._promoted_var(st, base, n, step)
             if var is not None:
                 return var
-        return self.load(st.name, base, step, st.dtype, n)
+        return self.load(st.buffer, base, step, st.dtype, n)
 
     def _vector_element(self, st: Storage, index: str) -> str:
         """One element of an array-of-vectors register temporary."""
@@ -789,7 +791,7 @@ class CFamilyPrinter:
             if var is not None:
                 self.emit(indent, f"{var} = {expr};")
                 return
-        self.emit_store(indent, st.name, base, step if lane_dims else 0, expr, st.dtype, n)
+        self.emit_store(indent, st.buffer, base, step if lane_dims else 0, expr, st.dtype, n)
 
 
 def _lane_offset(lane: int, step: int | str) -> str:

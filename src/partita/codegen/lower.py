@@ -73,6 +73,7 @@ from partita.ir.kernel import Array, Kernel
 from partita.ir.operands import Instruction, Reduce, Value, combine_op
 from partita.ir.types import DType
 from partita.space.candidate import Candidate
+from partita.space.in_place import output_place
 from partita.space.memory import privatizes_scatter, reduced_along, scatter_updates
 from partita.space.nest import CommonKind, Order
 from partita.space.temporaries import CommonPlace, layout_order, temporary_name
@@ -88,11 +89,12 @@ CACHE_LINE_BYTES = 64
 
 
 def keeps_pair(space: str, fused: bool) -> bool:
-    """Whether a temporary in memory ``space`` (``LOCAL``, ``GLOBAL``, ``REGISTER``) has a
-    slot for a (producer tile, consumer tile) pair: a buffer allocated whole (``GLOBAL``)
-    keeps every pair; a local buffer or registers hold one slice per iteration of the loops
-    fused around both ends, so a fused pair is left out."""
-    return space == CommonPlace.GLOBAL or not fused
+    """Whether a temporary in memory ``space`` (``LOCAL``, ``GLOBAL``, ``REGISTER``,
+    ``OUTPUT``) has a slot for a (producer tile, consumer tile) pair: a buffer allocated whole
+    (``GLOBAL``, or the output's elements) keeps every pair; a local buffer or registers hold
+    one slice per iteration of the loops fused around both ends, so a fused pair is left
+    out."""
+    return space in (CommonPlace.GLOBAL, CpuPlace.OUTPUT) or not fused
 
 
 def accumulator_temporary(k: Kernel, inst: str) -> str | None:
@@ -135,6 +137,15 @@ class Storage:
     """The instruction whose value this variable holds (its first writer)."""
     lanes: int = 1
     """A register temporary stored as an array of vectors of this many lanes (1: scalars)."""
+    in_array: str | None = None
+    """The kernel array whose elements a temporary placed in its output lives in (its slots'
+    strides are then that array's, from ``offset``)."""
+    offset: int = 0
+
+    @property
+    def buffer(self) -> str:
+        """The C array a temporary in memory is accessed through."""
+        return self.in_array or self.name
 
     @property
     def elements(self) -> int | str:
@@ -418,6 +429,8 @@ class LoweredPlan(Remainders):
         """How a temporary is indexed: its slots in the decided layout (an extension point:
         GPU memories keep other slots)."""
         space = self.cand.domain("mem_space", temp.name)[0]
+        if space == CpuPlace.OUTPUT:
+            return self._output_storage(temp, op)
         perm, panels = layout_order(len(op.mapping), self.cand.domain("layout", temp.name)[0])
         slots: list[Slot] = []
         fastest: list[Slot] = []
@@ -452,6 +465,45 @@ class LoweredPlan(Remainders):
                                                      and isinstance(s.size, int)) \
                 else stride * s.size
         return Storage(temp.name, temp.dtype, temp, space, slots, lanes=lanes)
+
+    def _output_storage(self, temp: Array, op: Value | Reduce) -> Storage:
+        """A temporary in its output's elements: a slot per tile pair of each axis, its
+        stride the output's stride along that axis times the tiles inside it (the space
+        tiles these dims exactly: :mod:`partita.space.in_place`)."""
+        place = output_place(self.k, temp.name)
+        if place is None:
+            raise CodegenError(f"{temp.name}: placed in its output, which it cannot be")
+        slots: list[Slot] = []
+        for (src, dst), stride in zip(op.mapping, place.strides, strict=True):
+            axis: list[Slot] = []
+            inner = 1
+            for a, b in reversed(list(zip(self.k.dims_of(src), self.k.dims_of(dst),
+                                          strict=True))):
+                size = self.sizes[a]
+                if not isinstance(size, int):
+                    raise CodegenError(f"{temp.name}: placed in its output over a dynamic "
+                                       f"tile {a}")
+                axis.insert(0, Slot(a, b, size, stride * inner))
+                inner *= size
+            slots += axis
+        return Storage(temp.name, temp.dtype, temp, CpuPlace.OUTPUT, slots,
+                       in_array=place.array, offset=place.offset)
+
+    def elided_store(self, inst: str) -> bool:
+        """Whether store ``inst`` prints nothing: the value it copies already lives in the
+        elements it writes (a temporary placed in its output)."""
+        i = self.k.inst(inst)
+        if i.op != "store" or len(i.operands) != 1 or not isinstance(i.operands[0], Value):
+            return False
+        op = i.operands[0]
+        st = self.temps.get((op.inst, inst), self.storage.get(op.inst))
+        return st is not None and st.space == CpuPlace.OUTPUT
+
+    def written_copies(self, inst: str) -> list[Storage]:
+        """The temporaries ``inst``'s value is written into for its consumers: its copies
+        but those in the output's elements that hold it already (its own storage is there)."""
+        here = self.storage[inst].space == CpuPlace.OUTPUT
+        return [t for t in self.copies_of(inst) if not (here and t.space == CpuPlace.OUTPUT)]
 
     def _plan_storage(self) -> None:
         k = self.k
@@ -509,7 +561,7 @@ class LoweredPlan(Remainders):
         """LOCAL buffers too large for the stack: on the heap."""
         out = []
         for st in self.all_storage():
-            if st.temp is None or st.space == CommonPlace.GLOBAL:
+            if st.temp is None or st.space in (CommonPlace.GLOBAL, CpuPlace.OUTPUT):
                 continue
             n = st.elements
             if not isinstance(n, int) or n * st.dtype.itemsize > LOCAL_STACK_BYTES:
@@ -667,7 +719,8 @@ class LoweredPlan(Remainders):
         out = []
         for st in self.all_storage():
             if (st.temp is None or st.lanes > 1
-                    or st.space not in (CpuPlace.LOCAL, CommonPlace.GLOBAL, "HEAP")):
+                    or st.space not in (CpuPlace.LOCAL, CommonPlace.GLOBAL, CpuPlace.OUTPUT,
+                                        "HEAP")):
                 continue
             here = [i for i in st.accessors if i in inside]
             if not any(self.writes(i, st, sunk) for i in here):

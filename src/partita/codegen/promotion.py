@@ -214,6 +214,8 @@ class _Walker:
 
     def inst(self, inst: Instruction, env: dict[str, object], lane: tuple[Node, int] | None,
              sunk: set[str]) -> None:
+        if self.plan.elided_store(inst.name):
+            return
         ops = []
         in_lanes = inst.name in self.open  # updates its partial vector, not its storage
         for op in inst.operands:
@@ -236,7 +238,7 @@ class _Walker:
 
     def copies(self, inst: str, env: dict[str, object], lane: tuple[Node, int] | None) -> None:
         src = self.read(self.plan.storage[inst], env, self.plan.value_side(inst), lane)
-        for tst in self.plan.copies_of(inst):
+        for tst in self.plan.written_copies(inst):
             self.write(tst, env, "p", lane, src)
 
     def access(self, st: Storage, env: dict[str, object], side: str,
@@ -331,13 +333,13 @@ def print_promoted(p: CFamilyPrinter, node: Node, env: dict[str, str], indent: i
         st = by_name[name]
         for (base, width, step), var in accesses.items():
             if width == 1:
-                p.emit(indent + 1, f"{st.dtype.c_type} {var} = {name}[{base}];")
+                p.emit(indent + 1, f"{st.dtype.c_type} {var} = {st.buffer}[{base}];")
                 continue
-            value = p.load(name, base, step, st.dtype, width)
+            value = p.load(st.buffer, base, step, st.dtype, width)
             p.emit(indent + 1, f"{p.vtype(st.dtype, width)} {var} = {value};")
     p.lines += loop
     for name, accesses in promoted.items():
         st = by_name[name]
         for (base, width, step), var in accesses.items():
-            p.emit_store(indent + 1, name, base, step, var, st.dtype, width)
+            p.emit_store(indent + 1, st.buffer, base, step, var, st.dtype, width)
     p.emit(indent, "}")

@@ -72,6 +72,7 @@ from partita.model.terms import (
     temporary_axes,
 )
 from partita.space.candidate import Candidate
+from partita.space.in_place import in_place_stores, unplaced_pairs
 from partita.space.nest import CommonKind, Order
 from partita.space.temporaries import layout_order
 from partita.targets.cpu.space import DimKind as CpuKind
@@ -410,6 +411,23 @@ class Model:
         return max(t.memory_s, t.moved_bytes / self.rates.bandwidth(t.footprint_bytes,
                                                                      working))
 
+    def elidable_stores(self, cand: Candidate) -> frozenset[str]:
+        """The stores that may print nothing (:mod:`partita.space.in_place`): a temporary
+        between their accumulation, its init and them may live in their output, or an
+        undecided pair may still create one that may."""
+        k = cand.kernel
+        if "mem_space" not in cand.compiled.sdef.enums or not any(
+                v == CpuPlace.OUTPUT for v in cand.compiled.sdef.enums["mem_space"].values):
+            return frozenset()
+        out = set()
+        for store, (acc, init) in in_place_stores(k).items():
+            temps = [a.name for a in k.arrays if a.carries in ((init, acc), (acc, store))]
+            if any(CpuPlace.OUTPUT in cand.domain("mem_space", t) for t in temps) or any(
+                    Order.BEFORE in cand.domain("order", a, b)
+                    for a, b in unplaced_pairs(k, store)):
+                out.add(store)
+        return frozenset(out)
+
     def in_memory(self, cand: Candidate, temp: str) -> bool:
         """A temporary that can no longer live in registers."""
         return self.rates.register_space not in cand.domain("mem_space", temp)
@@ -645,8 +663,10 @@ class Model:
                 share = shares[key] = self.work_share(cand, inst, parallel, key[1])
             busy[slot[kind]] += times / n / r.issue_rates(n, t.widest)[slot[kind]] * share
 
+        elided = self.elidable_stores(cand)
         for kind, inst, _ in t.issued:
-            issue(kind, inst, n=1 if k.inst(inst).op in r.lane_calls else None)
+            if inst not in elided:
+                issue(kind, inst, n=1 if k.inst(inst).op in r.lane_calls else None)
         # A temporary out of registers is stored and loaded once per element, times the loops
         # the store or load cannot be moved out of (the producer's or consumer's dims that do
         # not index it, and its foreign loops).
@@ -654,6 +674,8 @@ class Model:
             if arr.carries is None or not self.in_memory(cand, arr.name):
                 continue
             producer, consumer = arr.carries
+            if consumer in elided and CpuPlace.OUTPUT in cand.domain("mem_space", arr.name):
+                continue  # the copy for the store, in the store's own elements: none left
             # A store leaves the loops its address does not vary in: an accumulator's partial
             # values are kept in variables across its reduction loop and its copies written
             # once after it (the plan's LoweredPlan.promotable and LoweredPlan.sinkable), and
@@ -671,14 +693,7 @@ class Model:
             for port, cost in enumerate((arith, load, store)):
                 busy[port] += cost
         cycles = max(busy, default=0.0)
-        chains = bodies = 0.0
-        if not r.lane_group:
-            for inst in k.reducing_insts:
-                chains = max(chains, self.chain_time(cand, inst, parallel))
-                key = (inst, ())
-                if key not in shares:
-                    shares[key] = self.work_share(cand, inst, parallel)
-                bodies = max(bodies, self.body_time(cand, inst, parallel, shares[key]))
+        chains, bodies = self._reductions(cand, parallel, shares)
         terms = {"issue": cycles / (r.ghz * 1e9), "memory": self.memory_time(cand, parallel),
                  "latency": max(self.latency_time(cand, parallel), chains)}
         if bodies:
@@ -690,6 +705,20 @@ class Model:
             if pages:
                 terms["allocation"] = pages * r.fresh_page_s
         return Bound(max(terms.values()), terms)
+
+    def _reductions(self, cand: Candidate, parallel: list[tuple[Any, tuple[str, ...]]],
+                    shares: dict[tuple[str, tuple[str, ...]], float]) -> tuple[float, float]:
+        """The longest chain of dependent updates of an accumulation and the slowest body of
+        its innermost loop (none on a GPU, whose lanes are threads)."""
+        chains = bodies = 0.0
+        if self.rates.lane_group:
+            return chains, bodies
+        for inst in cand.kernel.reducing_insts:
+            chains = max(chains, self.chain_time(cand, inst, parallel))
+            if (inst, ()) not in shares:
+                shares[inst, ()] = self.work_share(cand, inst, parallel)
+            bodies = max(bodies, self.body_time(cand, inst, parallel, shares[inst, ()]))
+        return chains, bodies
 
     def fresh_pages(self, cand: Candidate, t: KernelTerms, temp: str) -> int:
         """The 4 KiB pages of ``temp`` faulted in at every call, at least: 0 while it may
@@ -703,8 +732,8 @@ class Model:
         """
         r = self.rates
         spaces = cand.domain("mem_space", temp)
-        if r.register_space in spaces:
-            return 0
+        if r.register_space in spaces or CpuPlace.OUTPUT in spaces:
+            return 0  # registers, or the output's elements: nothing allocated
         itemsize, axes = t.large_temps[temp]
         elements = t.temp_elements[temp]
         if spaces != (r.heap_space,):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from collections.abc import Callable
 from enum import StrEnum
 
 from partita.ir.kernel import Array, Kernel
@@ -131,10 +132,11 @@ def permutation(rank: int, index: int) -> tuple[int, ...]:
 
 
 def declare_temporaries(S: SpaceDef, places: type[StrEnum],
-                        panel_spaces: tuple[str, ...] = ()) -> None:
+                        panel_spaces: tuple[str, ...] = (),
+                        requires: dict[str, Callable[..., bool]] | None = None) -> None:
     """The trigger, the ``Temporaries`` sets and ``mem_space`` / ``layout`` of temporaries;
     with ``panel_spaces``, the panel layouts of :func:`layout_order` too, for temporaries
-    stored in those places."""
+    stored in those places; ``requires`` names the places only some temporaries may take."""
     S.set("Temporaries", lambda k: [a.name for a in k.arrays if a.carries is not None])
     S.set("TempDims", temporary_dims, param="Temporaries")
     S.trigger("carry through a temporary", [Var("a", "Dims"), Var("b", "Dims")],
@@ -142,7 +144,7 @@ def declare_temporaries(S: SpaceDef, places: type[StrEnum],
                Is("order", ("a", "b"), values(Order.BEFORE))],
               lower_to_temporary,
               doc="Mapped dims that are not fused communicate through a temporary array.")
-    S.enum("mem_space", ["Temporaries"], places,
+    S.enum("mem_space", ["Temporaries"], places, requires=requires,
            doc="Where a temporary lives.")
     panels = bool(panel_spaces)
     S.integer("layout", ["Temporaries"], lambda k, t: layouts(k, t, panels),

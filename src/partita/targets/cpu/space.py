@@ -25,7 +25,11 @@ On top of the shared loop-nest structure (``size``, ``order``), a dimension is i
 
 Values communicated between unfused nests live in temporaries placed in ``REGISTER``s (all
 their dims unrolled or vectorised, like the accumulator tile of a register-blocked
-micro-kernel), a ``LOCAL`` buffer (a packed panel on the stack), or ``GLOBAL`` memory.
+micro-kernel), a ``LOCAL`` buffer (a packed panel on the stack), ``GLOBAL`` memory, or the
+``OUTPUT``'s own elements: an accumulator whose final value one store copies into an array
+nothing else accesses may be built in that array, where the store would write it (memory
+short-circuiting, :mod:`partita.space.in_place`): the init writes the output, the accumulation
+updates it in place, and the store and the copies into it vanish with their buffer.
 Counters bound the values kept in vector registers, the unrolling and the parallel nest.
 
 A temporary that packs a kernel array (a copy nest, then the nest that reads the copy, inside
@@ -50,6 +54,7 @@ from enum import StrEnum
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce, Value
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
+from partita.space.in_place import in_place_dims, in_place_reductions, output_place
 from partita.space.memory import (
     carries,
     declare_memory_dependences,
@@ -87,6 +92,7 @@ class MemSpace(StrEnum):
     REGISTER = "REGISTER"
     LOCAL = "LOCAL"
     GLOBAL = "GLOBAL"
+    OUTPUT = "OUTPUT"
 
 
 class StoreHint(StrEnum):
@@ -104,6 +110,8 @@ class Prefetch(StrEnum):
 
 
 REGISTER_KINDS = values(DimKind.UNROLL, DimKind.VECTOR)
+IN_MEMORY = values(MemSpace.LOCAL, MemSpace.GLOBAL, MemSpace.OUTPUT)
+NOT_IN_OUTPUT = values(MemSpace.REGISTER, MemSpace.LOCAL, MemSpace.GLOBAL)
 CHOICE_ORDER = ("layout", "size", "dim_kind", "mem_space", "order", "prefetch", "store_hint")
 """Decisions in the order of Beaugnon's thesis, §6.1: layouts, sizes, kinds, memory spaces,
 order, then the cache hints (prefetching, streaming stores)."""
@@ -312,7 +320,8 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
     declare_nest(S)
     if memory_dependences:
         declare_memory_dependences(S, (DimKind.LOOP, DimKind.UNROLL))
-    declare_temporaries(S, MemSpace, panel_spaces=(MemSpace.LOCAL, MemSpace.GLOBAL))
+    declare_temporaries(S, MemSpace, panel_spaces=(MemSpace.LOCAL, MemSpace.GLOBAL),
+                        requires={MemSpace.OUTPUT: lambda k, t: output_place(k, t) is not None})
     S.quotient("merged", "Dims", "order", Order.MERGED,
                doc="Fused dimensions count once around an instruction.")
     _declare_vectors(S, vec_sizes)
@@ -320,6 +329,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
     _declare_registers(S, cpu, itemsize)
     _declare_prefetch(S)
     _declare_streaming(S)
+    _declare_in_place(S)
     S.prefer("dim_kind", values(DimKind.VECTOR),
              doc="One vector instruction does the work of a register's lanes of scalar ones; "
                  "wherever a dimension may be VECTOR, it usually should be.")
@@ -421,6 +431,41 @@ def _declare_streaming(S: SpaceDef) -> None:
               Is("dim_kind", ("d",), values(DimKind.VECTOR)),
               doc="A non-temporal store moves a vector to an aligned address; scalar "
                   "non-temporal stores would each fill a write-combining buffer alone.")
+
+
+def _exact_factors(k: Kernel, ld: str) -> tuple[int, ...]:
+    """The strip factors of logical dim ``ld`` that cover its (static) extent exactly."""
+    extent = k.static_size(k.logical(ld).size)
+    return tuple(f for f in k.strip_factors(ld) if extent is not None and extent % f == 0)
+
+
+def _declare_in_place(S: SpaceDef) -> None:
+    t, ld, d = Var("t", "Temporaries"), Var("ld", "Logical"), Var("d", "Dims")
+    S.require("a temporary in its output is tiled exactly", [t, ld],
+              Static(lambda k, temp, x: x not in in_place_dims(k, temp), ("t", "ld")),
+              Is("mem_space", ("t",), NOT_IN_OUTPUT),
+              Compare("strip_factor", ("ld",), "in", _exact_factors, ("ld",)),
+              doc="The unrolled copies of a partial tile run past the end of their dims "
+                  "unguarded where they only write temporaries: in the output's elements they "
+                  "would write the next rows, or past the array.")
+    S.require("a reduction held in its output is not split across threads", [t, d],
+              Static(lambda k, temp, x: x not in in_place_reductions(k, temp), ("t", "d")),
+              Is("mem_space", ("t",), NOT_IN_OUTPUT),
+              Is("dim_kind", ("d",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.VECTOR)),
+              doc="A parallel loop along the reduction gives each thread a private "
+                  "accumulator; the output has one copy of each element.")
+    S.require("a temporary in its output has one layout", [t],
+              Is("mem_space", ("t",), NOT_IN_OUTPUT),
+              Compare("layout", ("t",), "==", 0),
+              doc="Its elements are the output's: a layout would print the same code.")
+    m = Var("m", "StreamStores")
+    S.require("a store that vanishes does not stream", [t, m],
+              Static(lambda k, temp, st: (place := output_place(k, temp)) is None
+                     or place.store != st, ("t", "m")),
+              Is("mem_space", ("t",), NOT_IN_OUTPUT),
+              Is("store_hint", ("m",), values(StoreHint.CACHED)),
+              doc="The accumulation writes the output where the store would have: no store "
+                  "is left to stream.")
 
 
 def _declare_vectors(S: SpaceDef, vec_sizes: tuple[int, ...]) -> None:
@@ -559,7 +604,7 @@ def _declare_registers(S: SpaceDef, cpu: CpuCapabilities, itemsize: int) -> None
     for side in ("a", "b"):
         S.require(f"register temporaries are unrolled ({side})", [t, a, b],
                   Static(lambda k, p, q: not produces_into(k, p, q), ("a", "b")),
-                  Is("mem_space", ("t",), values(MemSpace.LOCAL, MemSpace.GLOBAL)),
+                  Is("mem_space", ("t",), IN_MEMORY),
                   Is("order", ("a", "b"), values(Order.MERGED)),
                   Is("dim_kind", (side,), REGISTER_KINDS),
                   doc="A temporary lives in registers only if every index into it is a "
