@@ -31,7 +31,10 @@ Where values live
     both ends, so one slice per iteration of them is enough) or by all of them (``GLOBAL``,
     on the heap, once; one copy per thread where a parallel loop around its writer does not
     index it, since two threads would otherwise write the same elements at once).
-    ``LOCAL`` buffers larger than :data:`LOCAL_STACK_BYTES` go to the heap too.
+    ``LOCAL`` buffers larger than :data:`LOCAL_STACK_BYTES` go to the heap too. A temporary
+    in the ``OUTPUT`` is no buffer: its elements are the output array's that its store writes
+    (:mod:`partita.space.in_place`), indexed by all its tiles with the array's strides; the
+    store, and a copy into it from storage in the same elements, print nothing.
     Slots are ordered by the decided layout (a permutation of the logical axes, fastest last)
     then by tile level; a panel layout moves the outer tiles of the fastest axis first. An
     accumulation keeps its running value where its init put it: the init's variable, or the
@@ -141,6 +144,7 @@ class Storage:
     """The kernel array whose elements a temporary placed in its output lives in (its slots'
     strides are then that array's, from ``offset``)."""
     offset: int = 0
+    """The element of ``in_array`` at which such a temporary's index 0 lies."""
 
     @property
     def buffer(self) -> str:
