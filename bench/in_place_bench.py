@@ -5,8 +5,8 @@ numpy, timed side by side in rounds.
 Run with ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/in_place_bench.py
 --size 2048`` (add ``--rounds``, ``--row-block``). The kc-blocked implementation is stated by
 its decisions (below): rows in parallel blocks, the reduction in blocks of 256 around the
-column tiles, B's panel packed per block, a register tile of 4 rows by two vectors; only
-where its accumulator lives changes between the variants.
+column tiles, B's panel packed per block, a register tile of 4 rows (``--rows``) by two
+vectors; only where its accumulator lives changes between the variants.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ LANES = 8
 """The register tile's vector: 8 fp32 lanes, a 256-bit register (AVX2 and AVX-512 alike)."""
 
 
-def kc_blocked(space: Space, place: str, row_block: int) -> Candidate:
-    """The kc-blocked sgemm with its accumulator (and the store's copy) in ``place``."""
+def kc_blocked(space: Space, place: str, row_block: int, rows: int = 4) -> Candidate:
+    """The kc-blocked sgemm with its accumulator (and the store's copy) in ``place``, its
+    register tile ``rows`` by two vectors."""
     d = Decision
-    ds = [d("size", ("i.2",), (4,)), d("size", ("i.1",), (row_block,)),
+    ds = [d("size", ("i.2",), (rows,)), d("size", ("i.1",), (row_block,)),
           d("size", ("j.2",), (LANES,)), d("size", ("j.1",), (2,)), d("size", ("r.1",), (256,)),
           d("dim_kind", ("i.0",), ("PARALLEL",)), d("dim_kind", ("i.2",), ("UNROLL",)),
           d("dim_kind", ("j.1",), ("UNROLL",)), d("dim_kind", ("j.2",), ("VECTOR",))]
@@ -66,12 +67,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--row-block", type=int, default=32,
                     help="row tiles of the register tile's height per parallel block")
+    ap.add_argument("--rows", type=int, default=4,
+                    help="rows of the register tile (in C, the size must be a multiple of "
+                         "rows times the row block)")
     args = ap.parse_args()
     n = args.size
     k = partita.kernel("matmul", m=n, n=n, k=n)
     space = partita.space(k)
     programs: dict[str, Program] = {
-        f"kc-blocked, accumulator in {label}": print_c(kc_blocked(space, place, args.row_block),
+        f"kc-blocked, accumulator in {label}": print_c(kc_blocked(space, place, args.row_block,
+                                                                  args.rows),
                                                        f"kc_{place.lower()}")
         for place, label in (("GLOBAL", "a heap buffer"), ("LOCAL", "a local buffer"),
                              ("OUTPUT", "C (OUTPUT)"))}
