@@ -132,3 +132,29 @@ def test_a_contraction_takes_one_size_per_index() -> None:
 def test_bad_contractions_are_refused(spec: str, message: str) -> None:
     with pytest.raises(KernelError, match=message):
         kernel("contraction", spec=spec)
+
+
+def test_a_vector_of_channels_that_no_axis_lets_leave_the_image_loads_without_a_test(
+        evaluator: Evaluator) -> None:
+    """A padded conv whose image loads run along the channels in vectors, at pixels the
+    printer proves inside the image: no axis is left to test, and the load is a plain vector
+    load (it once printed an empty condition, ``( ? load : 0)``, and failed to compile)."""
+    from partita.codegen.c import print_c
+    from partita.space.candidate import Candidate, Decision
+    from partita.tuning.generic import first_completion
+
+    k = kernel("conv2d", n=2, h=8, w=8, c=4, k=6, r=3, s=3, pad=1)
+    sizes = {"n.2": 1, "p.2": 4, "q.2": 8, "k.2": 1, "r.1": 3, "s.1": 3, "c.1": 4, "n.1": 1,
+             "p.1": 2, "k.1": 1}
+    kinds = {"n_I.2": "UNROLL", "p_I.2": "UNROLL", "r_I.1": "LOOP", "s_I.1": "UNROLL",
+             "c_I.1": "VECTOR", "n_I.1": "UNROLL"}
+    decisions = [Decision("size", (d,), (v,)) for d, v in sizes.items()]
+    decisions += [Decision("dim_kind", (d,), (v,)) for d, v in kinds.items()]
+    cand = partita.space(k).replay(decisions)
+    assert isinstance(cand, Candidate)
+    impl = first_completion(cand)
+    assert impl is not None
+    program = print_c(impl, "channels_inside")
+    assert "( ?" not in program.source
+    (m,) = evaluator.evaluate([program], time_it=False)
+    assert m.ok, (m.status, m.reason)

@@ -121,7 +121,10 @@ def padded_load(p: CFamilyPrinter, inst: Instruction, env: dict[str, str],
     if lanes > 1 and all(axes[a][1] == 0 for a in leaving) and not any(
             p.needs_guard(d) for d in moving):
         # Every lane is inside or every lane is outside (a convolution's channels along
-        # the lanes, at one pixel): one test, and the vector load where it is inside.
+        # the lanes, at one pixel): one test, and the vector load where it is inside; none
+        # where no axis may leave the image (the lanes were the only reason to look).
+        if not leaving:
+            return p.load(arr.name, base, step, inst.dtype, lanes)
         test = " && ".join(f"({axes[a][0]}) >= 0 && ({axes[a][0]}) < {extents[a]}"
                             for a in leaving)
         vt = p.vtype(inst.dtype, lanes)
