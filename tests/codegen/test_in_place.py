@@ -110,16 +110,25 @@ def test_an_output_read_elsewhere_or_a_computed_store_keeps_its_accumulator_apar
     assert in_place_stores(_read_back(kind)) == {}
 
 
-def test_the_space_tiles_an_accumulator_in_its_output_exactly() -> None:
-    """12 rows: a register tile of 8 rows leaves a partial tile, whose unguarded copies would
-    write past the output; the same tile is allowed in a buffer."""
-    c = _in_memory(partita.kernel("matmul", m=12, n=16, k=8))
+def test_a_partial_tile_may_live_in_the_output_and_a_partial_vector_may_not() -> None:
+    """12 rows in tiles of 8 leave a partial tile: its copies past the end are guarded, so
+    the accumulator may still live in C. 20 columns in vectors of 8 leave a partial vector,
+    whose lanes past the end would write the next row's elements: not in C, only in a
+    buffer."""
+    c = _in_memory(partita.kernel("matmul", m=12, n=20, k=8))
+    rows = c.restrict("size", ["i.1"], [1])
+    assert isinstance(rows, Candidate)
+    rows = rows.restrict("size", ["i.2"], [8])
+    assert isinstance(rows, Candidate)
+    assert OUTPUT in rows.domain("mem_space", "tmp_init_acc")
     for space, dead in (("GLOBAL", False), ("OUTPUT", True)):
         placed = c.restrict("mem_space", ["tmp_init_acc"], [space])
         assert isinstance(placed, Candidate)
-        tiled = placed.restrict("size", ["i.1"], [1])
-        tiled = tiled.restrict("size", ["i.2"], [8]) if isinstance(tiled, Candidate) else tiled
-        assert isinstance(tiled, DeadEnd) == dead, space
+        cols = placed.restrict("size", ["j.1"], [2])
+        cols = cols.restrict("size", ["j.2"], [8]) if isinstance(cols, Candidate) else cols
+        cols = (cols.restrict("dim_kind", ["j.2"], ["VECTOR"]) if isinstance(cols, Candidate)
+                else cols)
+        assert isinstance(cols, DeadEnd) == dead, space
 
 
 def test_a_reduction_in_its_output_is_not_split_across_threads() -> None:
@@ -155,6 +164,8 @@ def test_the_store_the_copies_and_the_buffers_vanish() -> None:
 
 CASES = [
     ("matmul", {"m": 16, "n": 16, "k": 64}),
+    ("matmul", {"m": 10, "n": 37, "k": 19}),
+    ("matmul", {"m": 7, "n": 13, "k": 5}),
     ("matmul", {"m": 8, "n": 24, "k": 12, "transpose_a": 1, "stride_a": 3}),
     ("matmul", {"m": 12, "n": 8, "k": 16, "dtype": "float64"}),
     ("batched_matmul", {"b": 3, "m": 4, "n": 8, "k": 4}),

@@ -32,7 +32,7 @@ import numpy as np
 from partita.codegen.expr import CodegenError, c_literal
 from partita.codegen.looptree import Node
 from partita.codegen.vector import broadcast
-from partita.ir.operands import COMBINE_IDENTITY, Instruction, combine_op
+from partita.ir.operands import COMBINE_IDENTITY, Instruction, Reduce, combine_op
 from partita.ir.types import DType
 from partita.space.nest import CommonKind
 
@@ -147,7 +147,24 @@ def print_lane_scope(printer: CFamilyPrinter, node: Node, partials: list[LanePar
         def join(ops: list[str], combine: Instruction = combine) -> str:
             return p.arith(combine, ops, None)
 
-        p._emit_write(indent + 1, st, env, side, set(), 1, join([acc, joined_lanes(lp, join)]))
+        guard = _past_the_output(p, lp.inst, env)
+        if guard:
+            p.emit(indent + 1, f"if ({guard}) {{")
+        at = indent + 1 + bool(guard)
+        p._emit_write(at, st, env, side, set(), 1, join([acc, joined_lanes(lp, join)]))
         if lp.inst in copied:
-            p._write_copies(lp.inst, env, indent + 1, None)
+            p._write_copies(lp.inst, env, at, None)
+        if guard:
+            p.emit(indent + 1, "}")
     p.emit(indent, "}")
+
+
+def _past_the_output(p: CFamilyPrinter, inst: str, env: dict[str, str]) -> str:
+    """The condition under which the join of accumulation ``inst`` writes a temporary in its
+    output (empty: always): the indices of its other dims within their extents, in a partial
+    tile. Past the end, a buffer's padding takes such writes, the output would not."""
+    if not p.plan.writes_output(inst):
+        return ""
+    reduced = {ld for op in p.k.inst(inst).operands if isinstance(op, Reduce) for ld in op.dims}
+    return " && ".join(f"{p.logical_index(env, ld)} < {p.extent(ld)}"
+                       for ld in p.k.inst(inst).dims if ld not in reduced and p.needs_guard(ld))

@@ -472,8 +472,8 @@ class LoweredPlan(Remainders):
 
     def _output_storage(self, temp: Array, op: Value | Reduce) -> Storage:
         """A temporary in its output's elements: a slot per tile pair of each axis, its
-        stride the output's stride along that axis times the tiles inside it (the space
-        tiles these dims exactly: :mod:`partita.space.in_place`)."""
+        stride the output's stride along that axis times the tiles inside it (a partial tile
+        past the end is never accessed: its writers are guarded, :meth:`speculated`)."""
         place = output_place(self.k, temp.name)
         if place is None:
             raise CodegenError(f"{temp.name}: placed in its output, which it cannot be")
@@ -503,10 +503,31 @@ class LoweredPlan(Remainders):
         st = self.temps.get((op.inst, inst), self.storage.get(op.inst))
         return st is not None and st.space == CpuPlace.OUTPUT
 
+    def speculated(self, inst: Instruction, logical: str) -> bool:
+        """As :meth:`Remainders.speculated`, and never an instruction that writes a temporary
+        in its output: past the end of ``logical``, those are the output's next rows, or past
+        the array."""
+        return not self.writes_output(inst.name) and super().speculated(inst, logical)
+
+    def writes_output(self, inst: str) -> bool:
+        """Whether printing ``inst`` writes a temporary placed in its output."""
+        st = self.storage.get(inst)
+        return (st is not None and st.space == CpuPlace.OUTPUT) or any(
+            t.space == CpuPlace.OUTPUT for t in self.written_copies(inst))
+
+    def overruns(self, st: Storage, full_tiles: AbstractSet[str]) -> bool:
+        """Whether a temporary in its output has an index that may pass its end where the
+        printer is (a partial tile): its elements may then only be accessed under the
+        guards of its instructions, not kept in variables across a loop."""
+        return st.space == CpuPlace.OUTPUT and any(
+            self.needs_guard(self.k.dim(sl.consumer_dim).logical, full_tiles)
+            for sl in st.slots)
+
     def written_copies(self, inst: str) -> list[Storage]:
         """The temporaries ``inst``'s value is written into for its consumers: its copies
         but those in the output's elements that hold it already (its own storage is there)."""
-        here = self.storage[inst].space == CpuPlace.OUTPUT
+        own = self.storage.get(inst)  # (a store has none)
+        here = own is not None and own.space == CpuPlace.OUTPUT
         return [t for t in self.copies_of(inst) if not (here and t.space == CpuPlace.OUTPUT)]
 
     def _plan_storage(self) -> None:

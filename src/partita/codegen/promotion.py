@@ -72,7 +72,7 @@ def promotion(plan: LoweredPlan, node: Node, sunk: AbstractSet[str] = frozenset(
     module's documentation), each with the elements kept, in the order the body first
     accesses them; ``sunk`` and ``full_tiles`` say where the printer is, as for
     :meth:`LoweredPlan.sinkable`."""
-    stores = plan.promotable(node, sunk)
+    stores = [st for st in plan.promotable(node, sunk) if not plan.overruns(st, full_tiles)]
     while stores:
         walk = _Walk({st.name: st for st in stores}, {st.name: [] for st in stores})
         walker = _Walker(plan, walk, node)

@@ -19,8 +19,9 @@ That is right where nothing else observes those elements between the init and th
 - its index is affine with static strides, so a temporary's element is the store's element of
   the same point (:class:`OutputPlace`).
 
-The space adds what depends on decisions: every tile of the temporary's logical dims covers
-its extent exactly (a partial tile's unguarded copies would write past the output's end), and
+The space adds what depends on decisions: a vector along the temporary's dims covers its dim
+exactly (the lanes of a partial vector past the end would write the output's next elements;
+the unrolled copies of a partial tile are guarded instead, :mod:`partita.codegen.lower`), and
 no parallel loop splits the reduction (each thread would need a private accumulator).
 """
 
@@ -170,13 +171,15 @@ def unplaced_pairs(k: Kernel, store: str) -> list[tuple[str, str]]:
 
 
 def in_place_dims(k: Kernel, temp: str) -> list[str]:
-    """The logical dims whose tiles a temporary in its output must cover exactly (every
-    index into it): those of the accumulation's output."""
-    place = output_place(k, temp)
-    if place is None:
+    """The logical dims that index a temporary that may live in its output, on both its
+    producer's and its consumer's side (none for another temporary): a vector along one of
+    them must cover it exactly."""
+    if output_place(k, temp) is None:
         return []
-    return [ld for ld in k.inst(place.accumulation).dims
-            if ld not in _reduced(k, place.accumulation)]
+    producer, consumer = k.array(temp).carries or ("", "")
+    op = next(o for o in k.inst(consumer).values()
+              if (o.init if isinstance(o, Reduce) else o.inst) == producer)
+    return sorted({ld for pair in op.mapping for ld in pair})
 
 
 def in_place_reductions(k: Kernel, temp: str) -> list[str]:

@@ -441,13 +441,15 @@ def _exact_factors(k: Kernel, ld: str) -> tuple[int, ...]:
 
 def _declare_in_place(S: SpaceDef) -> None:
     t, ld, d = Var("t", "Temporaries"), Var("ld", "Logical"), Var("d", "Dims")
-    S.require("a temporary in its output is tiled exactly", [t, ld],
+    S.require("a temporary in its output has no partial vector", [t, ld, d],
               Static(lambda k, temp, x: x not in in_place_dims(k, temp), ("t", "ld")),
+              Static(lambda k, x, y: y != k.dims_of(x)[-1], ("ld", "d")),
               Is("mem_space", ("t",), NOT_IN_OUTPUT),
               Compare("strip_factor", ("ld",), "in", _exact_factors, ("ld",)),
-              doc="The unrolled copies of a partial tile run past the end of their dims "
-                  "unguarded where they only write temporaries: in the output's elements they "
-                  "would write the next rows, or past the array.")
+              Is("dim_kind", ("d",), values(DimKind.LOOP, DimKind.UNROLL, DimKind.PARALLEL)),
+              doc="The lanes of a partial vector past the end of its dim would write the "
+                  "output's next elements: a vector along a temporary in its output covers "
+                  "its dim exactly. (Unrolled copies past the end are guarded there.)")
     S.require("a reduction held in its output is not split across threads", [t, d],
               Static(lambda k, temp, x: x not in in_place_reductions(k, temp), ("t", "d")),
               Is("mem_space", ("t",), NOT_IN_OUTPUT),
