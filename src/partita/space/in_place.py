@@ -1,6 +1,6 @@
-"""Temporaries placed in their output's memory (Futhark's memory short-circuiting, in the
-words of Munksgaard et al. and Henriksen's thesis: a result is built directly in the memory of
-the array it is finally copied into).
+"""Temporaries placed in their output's memory: array short-circuiting (Munksgaard's thesis,
+"Futhark", ch. 6), where an intermediate array is constructed directly in the memory of the
+array it is finally copied into, so that the copy becomes a no-op.
 
 An accumulation whose final value one store copies, unchanged, into an output array keeps its
 running values in temporaries: the one between its init and itself (a tile of C accumulated
@@ -18,6 +18,10 @@ That is right where nothing else observes those elements between the init and th
   two points of the accumulation never share an element;
 - its index is affine with static strides, so a temporary's element is the store's element of
   the same point (:class:`OutputPlace`).
+
+The thesis proves the accesses in between disjoint from the destination's (unions of LMADs and
+a non-overlap test); asking that there be none at all is stronger and enough for the
+accumulators of contractions and convolutions, whose output only their store writes.
 
 The space adds what depends on decisions: a vector along the temporary's dims covers its dim
 exactly (the lanes of a partial vector past the end would write the output's next elements;
