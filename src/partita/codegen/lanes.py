@@ -32,7 +32,7 @@ import numpy as np
 from partita.codegen.expr import CodegenError, c_literal
 from partita.codegen.looptree import Node
 from partita.codegen.vector import broadcast
-from partita.ir.operands import COMBINE_IDENTITY, Instruction, Reduce, combine_op
+from partita.ir.operands import COMBINE_IDENTITY, Instruction, combine_op
 from partita.ir.types import DType
 from partita.space.nest import CommonKind
 
@@ -165,6 +165,6 @@ def _past_the_output(p: CFamilyPrinter, inst: str, env: dict[str, str]) -> str:
     tile. Past the end, a buffer's padding takes such writes, the output would not."""
     if not p.plan.writes_output(inst):
         return ""
-    reduced = {ld for op in p.k.inst(inst).operands if isinstance(op, Reduce) for ld in op.dims}
+    reduced = p.k.reduced_logicals(inst)
     return " && ".join(f"{p.logical_index(env, ld)} < {p.extent(ld)}"
                        for ld in p.k.inst(inst).dims if ld not in reduced and p.needs_guard(ld))

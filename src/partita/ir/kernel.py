@@ -419,11 +419,16 @@ class Kernel:
         return frozenset(d for inst in self.instructions
                          for d in self.reduction_dims_of(inst.name))
 
+    def reduced_logicals(self, inst: str) -> tuple[str, ...]:
+        """The logical dimensions accumulation ``inst`` reduces along (none for any other
+        instruction)."""
+        return tuple(ld for op in self.inst(inst).operands if isinstance(op, Reduce)
+                     for ld in op.dims)
+
     def reduction_dims_of(self, inst: str) -> frozenset[str]:
         """The tile dimensions of accumulation ``inst``'s reduction (none for any other
         instruction)."""
-        return frozenset(d for op in self.inst(inst).operands if isinstance(op, Reduce)
-                         for ld in op.dims for d in self.dims_of(ld))
+        return frozenset(d for ld in self.reduced_logicals(inst) for d in self.dims_of(ld))
 
     @cached_property
     def compute_dtype(self) -> DType:

@@ -8,16 +8,17 @@ from dataclasses import dataclass
 
 from partita.codegen.lower import accumulator_temporary
 from partita.ir.kernel import Kernel
-from partita.ir.operands import Reduce, Value
-from partita.model.terms import BodyTerms, BoundModel, KernelTerms, Parallel, carried_operand
+from partita.ir.operands import Value
+from partita.model.terms import BodyTerms, BoundModel, KernelTerms, Parallel
 from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind, Order
+from partita.space.temporaries import carried_operand
 
 
 def body_terms(model: BoundModel, k: Kernel, inst: str) -> BodyTerms:
     """What :meth:`body_time` needs of an accumulation, per kernel."""
     i = k.inst(inst)
-    reduction = frozenset(ld for op in i.operands if isinstance(op, Reduce) for ld in op.dims)
+    reduction = frozenset(k.reduced_logicals(inst))
     # One load feeds every operand that reads the same value (``x * x``).
     loaded = dict.fromkeys((op.inst, op.mapping) for op in i.operands
                            if isinstance(op, Value) and k.inst(op.inst).op == "load")

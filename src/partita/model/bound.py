@@ -420,8 +420,9 @@ class Model:
                 v == CpuPlace.OUTPUT for v in cand.compiled.sdef.enums["mem_space"].values):
             return frozenset()
         out = set()
-        for store, (acc, init) in in_place_stores(k).items():
-            temps = [a.name for a in k.arrays if a.carries in ((init, acc), (acc, store))]
+        for store, place in in_place_stores(k).items():
+            ends = ((place.init, place.accumulation), (place.accumulation, store))
+            temps = [a.name for a in k.arrays if a.carries in ends]
             if any(CpuPlace.OUTPUT in cand.domain("mem_space", t) for t in temps) or any(
                     Order.BEFORE in cand.domain("order", a, b)
                     for a, b in unplaced_pairs(k, store)):

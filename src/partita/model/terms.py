@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from partita.ir.kernel import Kernel
-from partita.ir.operands import Reduce, Value
+from partita.ir.operands import Value
 from partita.model.rates import Rates
 from partita.space.candidate import Candidate
+from partita.space.temporaries import carried_operand
 
 Parallel = list[tuple[Any, tuple[str, ...]]]
 """(dim, its kinds) of the dims that may still be parallel loops of more than one iteration."""
@@ -113,16 +114,6 @@ def contractible_muls(k: Kernel) -> frozenset[str]:
                 uses.setdefault(op.inst, []).append(inst.op)
     return frozenset(i.name for i in k.instructions if i.op == "mul" and uses.get(i.name)
                      and all(u in ("add", "sub") for u in uses[i.name]))
-
-
-def carried_operand(k: Kernel, producer: str, consumer: str) -> Value | Reduce | None:
-    """The operand of ``consumer`` whose mapping the axes of a temporary carrying
-    ``producer``'s value to it follow: the first that reads ``producer``."""
-    for op in k.inst(consumer).values():
-        src = op.inst if isinstance(op, Value) else op.init if isinstance(op, Reduce) else None
-        if src == producer:
-            return op
-    return None
 
 
 def temporary_axes(k: Kernel, carries: tuple[str, str]) -> tuple[tuple[tuple[str, str], ...],

@@ -99,11 +99,6 @@ class _Shape:
     """Loads that read the vector dim with a stride (a transposed operand)."""
 
 
-def _reduced(k: Kernel, inst: str) -> list[str]:
-    """The logical dims ``inst`` accumulates over."""
-    return [ld for op in k.inst(inst).operands if isinstance(op, Reduce) for ld in op.dims]
-
-
 def initial_value(k: Kernel, acc: str) -> str:
     """The instruction that gives accumulation ``acc`` its initial value."""
     return next(op.init for op in k.inst(acc).operands if isinstance(op, Reduce))
@@ -185,7 +180,7 @@ def contraction_shape(k: Kernel) -> _Shape | None:
     if not k.reducing_insts:
         return None
     acc = max(sorted(k.reducing_insts), key=lambda i: len(k.inst(i).dims))
-    red = set(_reduced(k, acc))
+    red = set(k.reduced_logicals(acc))
     stores = [i for i in readers(k, acc) if k.inst(i).op == "store"]
     if len(stores) != 1:
         return None
@@ -559,10 +554,10 @@ def partial_sum_shape(k: Kernel) -> _PartialShape | None:
     """The shape of a reduction reassociated into partial sums (dot and gemv with
     ``partials``), or None."""
     for acc in sorted(k.reducing_insts):
-        red = _reduced(k, acc)
+        red = k.reduced_logicals(acc)
         loads = accumulated_loads(k, acc)
         for fin in sorted(k.reducing_insts & set(readers(k, acc))):
-            summed = set(_reduced(k, fin))
+            summed = set(k.reduced_logicals(fin))
 
             def contiguous(ld: str, loads: list[str] = loads) -> bool:
                 return all(k.element_stride(x, counterpart(k, x, ld) or "") in (0, 1)
@@ -655,7 +650,7 @@ def row_chain_sketches(k: Kernel, cores: int = 1) -> list[Sketch]:
             or partial_sum_shape(k) is not None):
         return []
     acc = next(iter(k.reducing_insts))
-    red = _reduced(k, acc)
+    red = k.reduced_logicals(acc)
     row_tiles = [k.dims_of(ld) for ld in k.inst(acc).dims
                  if ld not in red and len(k.dims_of(ld)) > 1]
     if not row_tiles:

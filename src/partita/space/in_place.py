@@ -37,7 +37,20 @@ from dataclasses import dataclass
 from partita.ir.kernel import Kernel
 from partita.ir.lmad import LMAD
 from partita.ir.operands import Reduce, Value
-from partita.space.temporaries import temporary_name
+from partita.space.temporaries import carried_operand, temporary_name
+
+
+@dataclass(frozen=True)
+class InPlaceStore:
+    """A store whose accumulation may be built in its output: the accumulation and its init,
+    the output array, the constant offset of the store's view and the element stride of each
+    of the accumulation's kept logical dims (those the store maps to its own)."""
+
+    accumulation: str
+    init: str
+    array: str
+    offset: int
+    strides: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -51,11 +64,6 @@ class OutputPlace:
     strides: tuple[int, ...]
     accumulation: str
     store: str
-
-
-def _reduced(k: Kernel, acc: str) -> set[str]:
-    """The logical dims accumulation ``acc`` reduces along."""
-    return {ld for op in k.inst(acc).operands if isinstance(op, Reduce) for ld in op.dims}
 
 
 def _final_store(k: Kernel, acc: str) -> tuple[str, dict[str, str]] | None:
@@ -78,7 +86,7 @@ def _final_store(k: Kernel, acc: str) -> tuple[str, dict[str, str]] | None:
             for i in k.instructions):
         return None
     to_store = dict(op.mapping)
-    kept = [ld for ld in k.inst(acc).dims if ld not in _reduced(k, acc)]
+    kept = [ld for ld in k.inst(acc).dims if ld not in k.reduced_logicals(acc)]
     if sorted(to_store) != sorted(kept) or sorted(to_store.values()) != sorted(store.dims):
         return None
     return store.name, to_store
@@ -92,38 +100,52 @@ def _store_view(k: Kernel, store: str) -> tuple[int, dict[str, int]] | None:
     assert access is not None
     sizes = {s.name: s.value for s in k.sizes if s.value is not None}
     axis_strides = k.array(access.array).axis_strides(sizes)
-    offset = 0
-    for stride, ix in zip(axis_strides, access.index, strict=True):
-        if stride is None:
-            return None
-        offset += stride * ix.const
+    if any(stride is None for stride in axis_strides):
+        return None
+    offset = sum(int(stride or 0) * ix.const
+                 for stride, ix in zip(axis_strides, access.index, strict=True))
     strides: dict[str, int] = {}
+    counts = []
     for ld in inst.dims:
-        s = k.element_stride(store, ld)
+        stride = k.element_stride(store, ld)
         extent = k.static_size(k.logical(ld).size)
-        if s is None or s == 0 or extent is None:
+        if not stride or extent is None:
             return None
-        strides[ld] = s
-    view = LMAD(offset, tuple((int(k.static_size(k.logical(ld).size) or 0), strides[ld])
-                              for ld in inst.dims))
-    if not view.is_injective():
+        strides[ld] = stride
+        counts.append((extent, stride))
+    if not LMAD(offset, tuple(counts)).is_injective():
         return None
     return offset, strides
 
 
 @functools.cache
-def in_place_stores(k: Kernel) -> dict[str, tuple[str, str]]:
-    """The stores whose accumulation may be built in their output, each with (the
-    accumulation, its init): the store copies the accumulation's final value unchanged into
-    an array nothing else accesses, through an injective view of static strides."""
+def in_place_stores(k: Kernel) -> dict[str, InPlaceStore]:
+    """The stores whose accumulation may be built in their output (see
+    :class:`InPlaceStore`): each copies one accumulation's final value unchanged into an
+    array nothing else accesses, through an injective view of static strides."""
     out = {}
     for acc in sorted(k.reducing_insts):
         final = _final_store(k, acc)
-        if final is None or _store_view(k, final[0]) is None:
+        inits = {op.init for op in k.inst(acc).operands if isinstance(op, Reduce)}
+        view = _store_view(k, final[0]) if final is not None else None
+        if final is None or view is None or len(inits) != 1:
             continue
-        (init,) = {op.init for op in k.inst(acc).operands if isinstance(op, Reduce)}
-        out[final[0]] = (acc, init)
+        store, to_store = final
+        access = k.inst(store).access
+        assert access is not None
+        out[store] = InPlaceStore(acc, inits.pop(), access.array, view[0],
+                                  {ld: view[1][st] for ld, st in to_store.items()})
     return out
+
+
+def _ends(k: Kernel, temp: str) -> tuple[str, InPlaceStore] | None:
+    """The store whose accumulation temporary ``temp`` carries (from its init, or to the
+    store), with its record; None for any other temporary."""
+    carries = k.array(temp).carries
+    for store, place in in_place_stores(k).items():
+        if carries in ((place.init, place.accumulation), (place.accumulation, store)):
+            return store, place
+    return None
 
 
 @functools.cache
@@ -131,46 +153,34 @@ def output_place(k: Kernel, temp: str) -> OutputPlace | None:
     """Where temporary ``temp`` may live in an output array (None where it may not; see the
     module's documentation): the temporary between an accumulation's init and the
     accumulation, or between the accumulation and the store of its final value."""
+    ends = _ends(k, temp)
     carries = k.array(temp).carries
-    if carries is None:
+    op = carried_operand(k, *carries) if ends is not None and carries is not None else None
+    if ends is None or op is None:
         return None
-    producer, consumer = carries
-    for store, (acc, init) in in_place_stores(k).items():
-        if (producer, consumer) in ((init, acc), (acc, store)):
-            break
-    else:
+    store, place = ends
+    # The temporary's axes, as the accumulation names them (the consumer's side from the
+    # init, the producer's side to the store).
+    axis_dims = [dst if isinstance(op, Reduce) else src for src, dst in op.mapping]
+    if sorted(axis_dims) != sorted(place.strides):
         return None
-    view = _store_view(k, store)
-    assert view is not None
-    offset, strides = view
-    _, to_store = _final_store(k, acc) or ("", {})
-    op = next(o for o in k.inst(consumer).values()
-              if (o.init if isinstance(o, Reduce) else o.inst) == producer)
-    # The temporary's axes, as the accumulation names them.
-    axis_dims = [dst if consumer == acc else src for src, dst in op.mapping]
-    if sorted(axis_dims) != sorted(to_store):
-        return None
-    access = k.inst(store).access
-    assert access is not None
-    return OutputPlace(access.array, offset, tuple(strides[to_store[ld]] for ld in axis_dims),
-                       acc, store)
+    return OutputPlace(place.array, place.offset,
+                       tuple(place.strides[ld] for ld in axis_dims), place.accumulation, store)
 
 
 def unplaced_pairs(k: Kernel, store: str) -> list[tuple[str, str]]:
     """The (producer, consumer) dim pairs of an in-place store's accumulation (its init to it,
     it to the store) whose temporary does not exist yet: deciding one of them unfused would
     create a temporary that may live in the output."""
-    acc, init = in_place_stores(k)[store]
+    place = in_place_stores(k)[store]
     names = {a.name for a in k.arrays}
     out: list[tuple[str, str]] = []
-    for producer, consumer in ((init, acc), (acc, store)):
-        if temporary_name(producer, consumer) in names:
+    for producer, consumer in ((place.init, place.accumulation), (place.accumulation, store)):
+        op = carried_operand(k, producer, consumer)
+        if op is None or temporary_name(producer, consumer) in names:
             continue
-        for op in k.inst(consumer).values():
-            if (op.init if isinstance(op, Reduce) else op.inst) != producer:
-                continue
-            for src, dst in op.mapping:
-                out += zip(k.dims_of(src), k.dims_of(dst), strict=True)
+        for src, dst in op.mapping:
+            out += zip(k.dims_of(src), k.dims_of(dst), strict=True)
     return out
 
 
@@ -178,12 +188,11 @@ def in_place_dims(k: Kernel, temp: str) -> list[str]:
     """The logical dims that index a temporary that may live in its output, on both its
     producer's and its consumer's side (none for another temporary): a vector along one of
     them must cover it exactly."""
-    if output_place(k, temp) is None:
+    carries = k.array(temp).carries
+    if output_place(k, temp) is None or carries is None:
         return []
-    producer, consumer = k.array(temp).carries or ("", "")
-    op = next(o for o in k.inst(consumer).values()
-              if (o.init if isinstance(o, Reduce) else o.inst) == producer)
-    return sorted({ld for pair in op.mapping for ld in pair})
+    op = carried_operand(k, *carries)
+    return sorted({ld for pair in (op.mapping if op else ()) for ld in pair})
 
 
 def in_place_reductions(k: Kernel, temp: str) -> list[str]:

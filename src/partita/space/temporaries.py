@@ -57,6 +57,16 @@ def lower_to_temporary(k: Kernel, a: str, b: str) -> Kernel:
     return dataclasses.replace(k, arrays=(*k.arrays, temp))
 
 
+def carried_operand(k: Kernel, producer: str, consumer: str) -> Value | Reduce | None:
+    """The operand of ``consumer`` whose mapping the axes of a temporary carrying
+    ``producer``'s value to it follow: the first that reads ``producer``."""
+    for op in k.inst(consumer).values():
+        src = op.inst if isinstance(op, Value) else op.init
+        if src == producer:
+            return op
+    return None
+
+
 def temporary_dims(k: Kernel, t: str) -> list[str]:
     """Producer-side tile dimensions of the pairs a temporary carries."""
     producer, consumer = k.array(t).carries or ("", "")
