@@ -217,6 +217,27 @@ def test_the_bound_charges_no_vanished_store() -> None:
     assert model.bound(c).time_s >= open_bound
 
 
+def test_the_bound_sees_the_outputs_contiguous_axis() -> None:
+    """Batched matmul's accumulator runs (rows, columns, batch) where C is stored (batch,
+    rows, columns): in C, its columns are contiguous and its batch is not, whatever layout 0
+    would say of a buffer; the bound, which charges a strided axis's vectors element by
+    element, must see C's strides (else it charges more than the printed code does)."""
+    k = partita.kernel("batched_matmul", b=8, m=16, n=32, k=16)
+    root = partita.space(k).root()
+    assert isinstance(root, Candidate)
+    c = root.restrict("order", ["i_init.1", "r.0"], ["BEFORE"])
+    assert isinstance(c, Candidate)
+    c = c.restrict("mem_space", ["tmp_init_acc"], [OUTPUT])
+    assert isinstance(c, Candidate)
+    c = c.restrict("size", ["p.1"], [2])
+    assert isinstance(c, Candidate)
+    assert output_place(c.kernel, "tmp_init_acc").strides == (32, 1, 512)
+    model = Model(RATES)
+    axes = model.terms(c.kernel).temp_axes["tmp_init_acc"]
+    assert [model.contiguous(c, "tmp_init_acc", axes, ax) for ax in range(3)] == [
+        False, True, False]
+
+
 @pytest.mark.slow
 @MEASURED_HOST
 def test_the_bound_is_below_the_measured_time_of_implementations_in_their_output() -> None:

@@ -72,7 +72,7 @@ from partita.model.terms import (
     temporary_axes,
 )
 from partita.space.candidate import Candidate
-from partita.space.in_place import in_place_stores, unplaced_pairs
+from partita.space.in_place import in_place_stores, output_place, unplaced_pairs
 from partita.space.nest import CommonKind, Order
 from partita.space.temporaries import layout_order
 from partita.targets.cpu.space import DimKind as CpuKind
@@ -541,11 +541,20 @@ class Model:
         contiguously: the pairs stored after it may all be one element or left out of a local
         buffer (fused pairs). With ``unfused``, the pairs of that axis are not fused: the
         axis holds more than one element (its innermost tile, where a panel layout stores
-        only that one after the others, where that tile certainly does)."""
+        only that one after the others, where that tile certainly does). In its output's
+        elements a temporary has the output's strides, whatever its layout: there the axis is
+        contiguous where the output's stride along it is 1."""
+        spaces = cand.domain("mem_space", temp)
+        if CpuPlace.OUTPUT in spaces:
+            place = output_place(cand.kernel, temp)
+            if place is not None and place.strides[ax] == 1:
+                return True
+            if spaces == (CpuPlace.OUTPUT,):
+                return False
         kept: dict[tuple[int, bool], bool] = {}
         # Some space of ``temp`` in memory may leave fused pairs out (a local buffer), as the
         # printers' storage does (keeps_pair).
-        local = any(not keeps_pair(space, fused=True) for space in cand.domain("mem_space", temp)
+        local = any(not keeps_pair(space, fused=True) for space in spaces
                     if space != self.rates.register_space)
 
         def blocks(b: int, inner: bool = False) -> bool:
