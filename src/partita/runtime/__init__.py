@@ -8,16 +8,33 @@
   :class:`Measurement`, its result.
 """
 
-from partita.runtime.compile import (
-    DEFAULT_FLAGS,
-    CompileError,
-    Compiler,
-    SharedObject,
-    compiler_version,
-)
-from partita.runtime.data import generate_inputs, make_case, tolerance
-from partita.runtime.evaluate import STATUSES, Checked, Evaluator, Measurement, Outcome
-from partita.runtime.harness import Timing, TimingOptions, measure, summarize
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from partita.lazy import exports
+
+if TYPE_CHECKING:
+    from partita.runtime.compile import (
+        DEFAULT_FLAGS,
+        CompileError,
+        Compiler,
+        SharedObject,
+        compiler_version,
+    )
+    from partita.runtime.data import generate_inputs, make_case, tolerance
+    from partita.runtime.evaluate import STATUSES, Checked, Evaluator, Measurement, Outcome
+    from partita.runtime.harness import Timing, TimingOptions, measure, summarize
+
+# Imported on first use (PEP 562): the sandboxed worker imports this package and needs only
+# the buffers, the harness and the protocol, not the compiler's or the references' imports.
+_HOMES = {
+    "partita.runtime.compile": ("DEFAULT_FLAGS", "CompileError", "Compiler", "SharedObject",
+                                "compiler_version"),
+    "partita.runtime.data": ("generate_inputs", "make_case", "tolerance"),
+    "partita.runtime.evaluate": ("STATUSES", "Checked", "Evaluator", "Measurement", "Outcome"),
+    "partita.runtime.harness": ("Timing", "TimingOptions", "measure", "summarize"),
+}
 
 __all__ = [
     "DEFAULT_FLAGS", "STATUSES", "Checked", "CompileError", "Compiler", "Evaluator",
@@ -25,3 +42,5 @@ __all__ = [
     "generate_inputs",
     "make_case", "measure", "summarize", "tolerance",
 ]
+
+__getattr__, __dir__ = exports(__name__, _HOMES, globals())
