@@ -19,7 +19,7 @@ from partita.ir.kernel import Kernel
 from partita.space.compiler import CompiledSpace, DeadEndSignal
 from partita.space.decl import SpaceDef, SpaceError
 from partita.space.engine import all_slots, initial_vector, open_slots, propagate
-from partita.space.facts import StaticFacts
+from partita.space.layouts import Lowered, layouts_of
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,6 @@ class DeadEnd:
         return False
 
 
-Lowered = frozenset[tuple[str, tuple[str, ...]]]
-
 
 class Space:
     """A decision space on one kernel; compiles one layout per set of fired triggers."""
@@ -68,11 +66,12 @@ class Space:
     def __init__(self, sdef: SpaceDef, kernel: Kernel) -> None:
         self.sdef = sdef
         self.kernel = kernel
-        self._compiled: dict[Lowered, CompiledSpace] = {}
-        self._by_backbone: dict[str, CompiledSpace] = {}
-        self._steps: dict[tuple[int, str, tuple[str, ...]], tuple[Kernel, Kernel]] = {}
-        self._kernels: dict[str, Kernel] = {}
-        self._facts = StaticFacts()
+        shared = layouts_of(sdef, kernel)
+        self._compiled = shared.compiled
+        self._by_backbone = shared.by_backbone
+        self._steps = shared.steps
+        self._kernels = shared.kernels
+        self._facts = shared.facts
 
     def compiled(self, lowered: Lowered = frozenset()) -> CompiledSpace:
         """The layout for a set of fired triggers. Sets that lower to the same backbone (two

@@ -234,9 +234,28 @@ class SpaceDef:
     triggers: list[TriggerDecl] = field(default_factory=list)
     preferences: dict[str, PreferDecl] = field(default_factory=dict)
     choice_order: tuple[str, ...] = ()
+    sealed: bool = field(default=False, init=False, compare=False)
+    """Built and shared: the target's constructors return one definition per machine and
+    element size, and the spaces of one definition and kernel share their compiled layouts
+    (:mod:`partita.space.layouts`), so a sealed definition takes no new declaration. A copy
+    (``dataclasses.replace``) is not sealed; a reordered one is if its original is."""
+    _orders: dict[tuple[str, ...], SpaceDef] = field(default_factory=dict, init=False,
+                                                     repr=False, compare=False)
+    """The reordered copies made so far, one per order (each shares its spaces' layouts)."""
+
+    def seal(self) -> SpaceDef:
+        """This definition, closed to new declarations (see :attr:`sealed`)."""
+        self.sealed = True
+        return self
+
+    def _writable(self, what: str) -> None:
+        if self.sealed:
+            raise SpaceError(f"space {self.name!r} is sealed (built and shared): {what} cannot "
+                             "be declared on it; declare it on a space of your own")
 
     def set(self, name: str, items: Callable[..., Sequence[str]], *, param: str | None = None,
             doc: str = "") -> str:
+        self._writable(f"set {name!r}")
         if param is not None and param not in self.sets:
             raise SpaceError(f"set {name!r}: unknown parameter set {param!r}")
         self.sets[name] = SetDecl(name, items, param, doc)
@@ -248,6 +267,7 @@ class SpaceDef:
              doc: str = "") -> str:
         """``values`` is a class of named constants (its members are the values, in
         declaration order) or, for spaces without one, the value strings."""
+        self._writable(f"enum {name!r}")
         self._check_params(name, params)
         constants = values if isinstance(values, type) else None
         values = tuple(values)
@@ -264,6 +284,7 @@ class SpaceDef:
 
     def integer(self, name: str, params: Sequence[str], universe: Callable[..., Sequence[int]],
                 *, doc: str = "") -> str:
+        self._writable(f"integer {name!r}")
         self._check_params(name, params)
         self.integers[name] = IntegerDecl(name, tuple(params), universe, doc)
         return name
@@ -272,6 +293,7 @@ class SpaceDef:
                 value: Any = 1, when: Sequence[Is] = (), half: bool = False,
                 quotient: str | None = None, default: Any = 1, doc: str = "") -> str:
         """Params are Vars (or set names, then the variable has the set's name)."""
+        self._writable(f"counter {name!r}")
         pvars = [p if isinstance(p, Var) else Var(p, p) for p in params]
         self._check_params(name, [p.set for p in pvars])
         if kind not in ("sum", "mul"):
@@ -283,19 +305,23 @@ class SpaceDef:
 
     def quotient(self, name: str, set_name: str, choice: str, value: str, *,
                  doc: str = "") -> str:
+        self._writable(f"quotient {name!r}")
         self.quotients[name] = QuotientDecl(name, set_name, choice, value, doc)
         return name
 
     def require(self, name: str, forall: Sequence[Var], *any_of: Condition,
                 doc: str = "") -> None:
+        self._writable(f"require {name!r}")
         self.constraints.append(Require(name, tuple(forall), tuple(any_of), doc))
 
     def trigger(self, name: str, forall: Sequence[Var], when: Sequence[Is | Static],
                 lower: Callable[..., Kernel], *, doc: str = "") -> None:
+        self._writable(f"trigger {name!r}")
         self.triggers.append(TriggerDecl(name, tuple(forall), tuple(when), lower, doc))
 
     def prefer(self, choice: str, preferred: frozenset[Any], *, doc: str = "") -> None:
         """Values of a choice that searches favour (see :class:`PreferDecl`)."""
+        self._writable(f"prefer {choice!r}")
         if choice not in self.enums and choice not in self.integers:
             raise SpaceError(f"preference on {choice!r}: not a choice of {self.name!r}")
         if choice in self.enums:
@@ -324,14 +350,26 @@ class SpaceDef:
 
         ``order`` is ``"default"``, ``"reverse"`` (the default order backwards), or choice
         names (a sequence, or one string separated by commas) that go first, in that order;
-        the choices not named follow in their default order.
+        the choices not named follow in their default order. One order gives one copy (its
+        spaces share their layouts).
         """
+        choices = self._order_for(order)
+        if choices is None:
+            return self
+        found = self._orders.get(choices)
+        if found is None:
+            found = self._orders[choices] = replace(self, choice_order=choices)
+            found.sealed = self.sealed
+        return found
+
+    def _order_for(self, order: str | Sequence[str]) -> tuple[str, ...] | None:
+        """The choice order ``order`` names (None: the default)."""
         current = self.decision_choices()
         if isinstance(order, str):
             if order == "default":
-                return self
+                return None
             if order == "reverse":
-                return replace(self, choice_order=tuple(reversed(current)))
+                return tuple(reversed(current))
             order = [c.strip() for c in order.split(",") if c.strip()]
         names = list(order)
         unknown = [c for c in names if c not in current]
@@ -345,7 +383,7 @@ class SpaceDef:
             raise SpaceError(f"choice order: {', '.join(map(repr, twice))} named twice")
         if not names:
             raise SpaceError("choice order: no choice named")
-        return replace(self, choice_order=(*names, *(c for c in current if c not in names)))
+        return (*names, *(c for c in current if c not in names))
 
     def kind_of(self, choice: str) -> str:
         for kind, table in (("enum", self.enums), ("integer", self.integers),

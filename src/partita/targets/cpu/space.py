@@ -49,6 +49,7 @@ caller is faster written through them.
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 
 from partita.ir.kernel import Kernel
@@ -294,13 +295,16 @@ def _strided_access(k: Kernel, m: str, d: str) -> bool:
     return stride is None or stride not in (0, 1)
 
 
+@functools.cache
 def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
               memory_dependences: bool = True, parallel_reductions: bool = True) -> SpaceDef:
     """The CPU space for a machine; ``itemsize`` sets the vector lanes. Without
     ``memory_dependences`` (for tests only) the space ignores dependences through memory and
     holds illegal implementations of kernels that update arrays in place. Without
     ``parallel_reductions`` no loop that carries a reduction is parallel or a vector (the
-    space before reductions were split across cores and lanes, to compare with)."""
+    space before reductions were split across cores and lanes, to compare with). One
+    definition per set of arguments, sealed: the spaces built on it share their layouts
+    (:mod:`partita.space.layouts`)."""
     S = SpaceDef("cpu", choice_order=CHOICE_ORDER)
     declare_sets(S)
     vec_sizes = cpu.vector_sizes(itemsize)
@@ -342,7 +346,7 @@ def cpu_space(cpu: CpuCapabilities, itemsize: int = 4, *,
              doc="A temporary in registers costs no load or store, and an accumulator kept "
                  "in registers between its init and its store is the heart of a fast "
                  "micro-kernel.")
-    return S
+    return S.seal()
 
 
 def _packs_kernel_array(k: Kernel, t: str) -> bool:

@@ -13,6 +13,8 @@ cannot wait for each other, and the printers order the nests with a barrier of t
 
 from __future__ import annotations
 
+import functools
+
 from partita.ir.kernel import Kernel
 from partita.ir.operands import Reduce
 from partita.space.decl import Compare, Is, Related, SpaceDef, Static, Var, values
@@ -64,6 +66,7 @@ def _is_load_of_input(k: Kernel, m: str) -> bool:
             and k.array(inst.access.array).role == "in")
 
 
+@functools.cache
 def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
     S = SpaceDef("gpu", choice_order=CHOICE_ORDER)
     declare_sets(S)
@@ -92,7 +95,7 @@ def gpu_space(gpu: GpuCapabilities) -> SpaceDef:
     declare_block_limits(S, gpu)
     declare_shared_memory(S, gpu)
     declare_local_memory(S, gpu)
-    return S
+    return S.seal()
 
 
 def _declare_kinds(S: SpaceDef, gpu: GpuCapabilities) -> None:
