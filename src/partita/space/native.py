@@ -313,35 +313,45 @@ class _Builder:
         cocc: dict[str, list[int]] = {}
         root: list[int] = []
         for kid, req in enumerate(sp.sdef.constraints):
+            conds = self._conditions(req.forall, req.any_of, False)
             for cond in req.any_of:
                 for choice, args in choice_refs(cond):
-                    off = self._occurrence(req.forall, req.any_of, args, kid, None)
+                    off = self._occurrence(req.forall, req.any_of, conds, args, kid, None)
                     if choice in sp.sdef.counters:
                         cocc.setdefault(choice, []).append(off)
                     else:
                         occ.setdefault(choice, []).append(
                             (off, GATE_FALSE, *self.sp.occurrence_masks(cond)))
             if len(req.forall) <= 2:
-                root.append(self._occurrence(req.forall, req.any_of, (), kid, None))
+                root.append(self._occurrence(req.forall, req.any_of, conds, (), kid, None))
         trig: dict[str, list] = {}
         for tid, t in enumerate(sp.sdef.triggers):
+            conds = self._conditions(t.forall, t.when, True)
             for cond in t.when:
                 if isinstance(cond, Static):
                     continue
-                off = self._occurrence(t.forall, t.when, cond.args, -1, tid)
+                off = self._occurrence(t.forall, t.when, conds, cond.args, -1, tid)
                 trig.setdefault(cond.choice, []).append(
                     (off, GATE_TRUE, *self.sp.occurrence_masks(cond)))
         for choice, lst in trig.items():
             occ.setdefault(choice, []).extend(lst)
         return occ, cocc, root
 
-
-    def _occurrence(self, forall: tuple[Var, ...], conds: tuple[Condition, ...],
-                    pattern: tuple[str, ...], kid: int, trigger: int | None) -> int:
+    def _conditions(self, forall: tuple[Var, ...], conds: tuple[Condition, ...],
+                    trigger: bool) -> list[int]:
+        """The records of a constraint's (or trigger's) conditions, written once: each of
+        its occurrences (one per choice it reads, and the root's) points to the same ones,
+        which the C engine only reads."""
         if len(forall) > MAX_VARS:
             raise Unsupported("more than 8 variables in a constraint")
         vidx = {v.name: i for i, v in enumerate(forall)}
         self._sets_of = {v.name: v.set for v in forall}
+        return [self._condition(ci, c, vidx, trigger) for ci, c in enumerate(conds)]
+
+    def _occurrence(self, forall: tuple[Var, ...], conds: tuple[Condition, ...],
+                    cond_offs: list[int], pattern: tuple[str, ...], kid: int,
+                    trigger: int | None) -> int:
+        vidx = {v.name: i for i, v in enumerate(forall)}
         by_name = {v.name: v for v in forall}
         bound: list[str] = []
         params = []
@@ -372,8 +382,6 @@ class _Builder:
             dfr = [vidx[d.name] for d in deferred if d.of == v.name]
             loops += [vidx[v.name], len(dfr), *dfr]
         levels = condition_levels(conds, [v.name for v in forall if v.name in bound], rest)
-        cond_offs = [self._condition(ci, c, vidx, trigger is not None)
-                     for ci, c in enumerate(conds)]
         lv_flat: list[int] = []
         for lv in levels:
             lv_flat += [len(lv), *(cond_offs[ci] for ci in lv)]
