@@ -217,9 +217,17 @@ def reference_name(case: Case) -> str:
             "triad": "STREAM triad"}[case.reference]
 
 
+def of_peak(value: float, peak: float | None) -> str:
+    """``value`` with its share of the machine's ``peak`` (none where it was not measured)."""
+    return f"{value:.3g}" if not peak else f"{value:.3g} ({value / peak:.0%})"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| case | partita | reference | ratio or bandwidth (target) | GFLOP/s | GB/s | "
-             "evaluations (failed) | bound violations |", "|---|---|---|---|---|---|---|---|"]
+    """Each row's GFLOP/s and GB/s come with their share of the peak FLOP/s and of the STREAM
+    triad of the machine that row was measured on (``peak``, ``machine_triad``)."""
+    lines = ["| case | partita | reference | ratio or bandwidth (target) | GFLOP/s (% of peak) "
+             "| GB/s (% of the machine's triad) | evaluations (failed) | bound violations |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         case: Case = r["case"]
         if case.reference == "triad":
@@ -240,8 +248,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             shown = f"{value:.0%}" if case.reference == "triad" else f"{value:g}"
             versus += f" ({op} {shown}) {'met' if met else 'not met'}"
         lines.append(f"| {case.label} | {r['partita'] * 1e3:.4g} ms | {reference} | {versus} | "
-                     f"{r['gflops']:.3g} | {r['gbs']:.3g} | {r['evals']} ({r['failed']}) | "
-                     f"{r['violations']} |")
+                     f"{of_peak(r['gflops'], r.get('peak'))} | "
+                     f"{of_peak(r['gbs'], r.get('machine_triad'))} | "
+                     f"{r['evals']} ({r['failed']}) | {r['violations']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -306,8 +315,10 @@ memory-bound too once the recurrence is split: their rows count the array read a
 (what `np.cumsum`, the reference, moves) against the triad, whether the kernel runs as one
 chain of dependent adds (`chunks=1`) or as the scan decomposition whose chunk count the tuner
 picks (`reassociate=True`; each chunk scanned in place, then its offset added: two passes
-over the array, each parallel over the chunks). What stands between each row and its target is in
-[docs/benchmark-notes.md](docs/benchmark-notes.md#kernel-families).
+over the array, each parallel over the chunks). Each row's GFLOP/s and GB/s are also given as
+shares of the peak FLOP/s and of the STREAM triad of the machine that row was measured on
+(named in the summary), as `partita machine` measured them. What stands between each row and
+its target is in [docs/benchmark-notes.md](docs/benchmark-notes.md#kernel-families).
 """
 
 
@@ -325,11 +336,14 @@ def main() -> None:
     cases = [c for c in CASES if not args.only
              or any(s in c.label for s in args.only.split(","))]
     rows = []
+    host = machine_description()
     with tempfile.TemporaryDirectory() as tmp, TriadProbe() as probe:
         db = Path(tmp) / "records.sqlite"
         for case in cases:
             print(f"tuning {case.label} for {args.budget:g} s ...", flush=True)
             rows.append(run(case, args.budget, db, args.seed, probe))
+            rows[-1].update(peak=host.get("peak_gflops_fp32"),
+                            machine_triad=host.get("stream_triad_gbs"))
             if args.keep_code:
                 args.keep_code.mkdir(parents=True, exist_ok=True)
                 name = "".join(ch if ch.isalnum() else "_" for ch in case.label)
@@ -405,6 +419,8 @@ def table_of_records(records: list[Record]) -> str:
                      "scipy": scipy[rec["case"]]["reference"]["value"]
                      if rec["case"] in scipy else math.nan,
                      "gflops": d["gflops"], "gbs": d["gbs"], "evals": d["evaluations"],
+                     "peak": rec["machine"].get("peak_gflops_fp32"),
+                     "machine_triad": rec["machine"].get("stream_triad_gbs"),
                      "failed": d["failed"], "violations": d["bound_violations"]})
     rows.sort(key=lambda r: CASES.index(case_of(r["case"].label)))
     return table(rows)

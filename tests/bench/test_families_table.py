@@ -48,6 +48,9 @@ def test_the_table_is_made_from_the_records_in_case_order() -> None:
     assert rows[3].startswith(f"| {PREFIX.label}: chunks=8 | ")
     assert "50% of the triad's 40.0 GB/s (>= 80%) not met" in rows[3]
     assert "| 10 (1) | 0 |" in rows[3]
+    # GFLOP/s and GB/s with their shares of the recording machine's peak and triad.
+    assert rows[0].count("% of") == 2
+    assert rows[2].endswith("| 1 (0%) | 2 (4%) | 10 (1) | 0 |")
 
 
 def test_a_rerun_variant_replaces_the_old_one(tmp_path: Path) -> None:
