@@ -38,6 +38,10 @@ def test_two_spaces_of_one_kernel_share_their_layouts_and_descend_alike() -> Non
     assert len(first.layouts()) > 1
     second = partita.space(matmul(), cpu=AVX512_REFERENCE)  # an equal kernel, built again
     assert second.root().compiled is first.root().compiled
+    # The root is propagated once for both; each space's root is its own candidate.
+    root = second.root()
+    assert isinstance(root, Candidate) and root.space is second
+    assert root.vec is first.root().vec and root.domains() == first.root().domains()
     assert second.layouts() == first.layouts()
     assert descend(second, 1) == walked
     forget_shared()

@@ -59,14 +59,13 @@ class DeadEnd:
         return False
 
 
-
 class Space:
     """A decision space on one kernel; compiles one layout per set of fired triggers."""
 
     def __init__(self, sdef: SpaceDef, kernel: Kernel) -> None:
         self.sdef = sdef
         self.kernel = kernel
-        shared = layouts_of(sdef, kernel)
+        shared = self._shared = layouts_of(sdef, kernel)
         self._compiled = shared.compiled
         self._by_backbone = shared.by_backbone
         self._steps = shared.steps
@@ -112,11 +111,16 @@ class Space:
         return kernel
 
     def root(self) -> Candidate | DeadEnd:
-        """The candidate with every decision open, after initial propagation."""
-        sp = self.compiled()
-        vec = initial_vector(sp)
-        cand = Candidate(self, sp, vec, (), frozenset())
-        return cand._settle(all_slots(sp), root=True)
+        """The candidate with every decision open, after initial propagation (propagated once
+        for the spaces that share this one's layouts: candidates are never mutated)."""
+        found = self._shared.root
+        if found is None:
+            sp = self.compiled()
+            cand = Candidate(self, sp, initial_vector(sp), (), frozenset())
+            found = self._shared.root = cand._settle(all_slots(sp), root=True)
+        if isinstance(found, DeadEnd) or found.space is self:
+            return found
+        return Candidate(self, found.compiled, found.vec, (), found.lowered)
 
     def replay(self, decisions: list[Decision] | list[Any], *,
                lenient: bool = False) -> Candidate | DeadEnd:

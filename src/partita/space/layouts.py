@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from partita import config
 from partita.ir.kernel import Kernel
@@ -50,6 +51,8 @@ class Layouts:
     """One kernel per structural hash, so that equal results of two steps are one object."""
     facts: StaticFacts = field(default_factory=StaticFacts)
     """Static predicates' values, shared by the layouts."""
+    root: Any = None
+    """The root candidate (or its dead end) once propagated, None before."""
 
 
 _SHARED: OrderedDict[tuple[int, Kernel, bool], Layouts] = OrderedDict()
