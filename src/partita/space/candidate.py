@@ -65,29 +65,24 @@ class Space:
     def __init__(self, sdef: SpaceDef, kernel: Kernel) -> None:
         self.sdef = sdef
         self.kernel = kernel
-        shared = self._shared = layouts_of(sdef, kernel)
-        self._compiled = shared.compiled
-        self._by_backbone = shared.by_backbone
-        self._steps = shared.steps
-        self._kernels = shared.kernels
-        self._facts = shared.facts
+        self._shared = layouts_of(sdef, kernel)
 
     def compiled(self, lowered: Lowered = frozenset()) -> CompiledSpace:
         """The layout for a set of fired triggers. Sets that lower to the same backbone (two
         pairs of one operand add the same temporary) share one compiled space."""
-        sp = self._compiled.get(lowered)
+        sp = self._shared.compiled.get(lowered)
         if sp is None:
             kernel = self._lower(lowered)
-            sp = self._by_backbone.get(kernel.structural_hash)
+            sp = self._shared.by_backbone.get(kernel.structural_hash)
             if sp is None:
-                sp = CompiledSpace(self.sdef, kernel, self._facts)
-                self._by_backbone[kernel.structural_hash] = sp
-            self._compiled[lowered] = sp
+                sp = CompiledSpace(self.sdef, kernel, self._shared.facts)
+                self._shared.by_backbone[kernel.structural_hash] = sp
+            self._shared.compiled[lowered] = sp
         return sp
 
     def layouts(self) -> list[CompiledSpace]:
         """The layouts compiled so far, one per backbone reached (the root's first)."""
-        return list(self._by_backbone.values())
+        return list(self._shared.by_backbone.values())
 
     def _lower(self, lowered: Lowered) -> Kernel:
         """The backbone after the fired triggers, applied in a canonical order. Sets share
@@ -97,16 +92,16 @@ class Space:
         after it are found kept too: descents reach ever new sets of fired triggers, but few
         backbones."""
         triggers = {t.name: t for t in self.sdef.triggers}
-        kernel = self.kernel
+        kernel = self._shared.kernel  # equal to self.kernel; the steps kept start from it
         for name, objs in sorted(lowered):
             key = (id(kernel), name, objs)
-            found = self._steps.get(key)
+            found = self._shared.steps.get(key)
             if found is None:
                 result = triggers[name].lower(kernel, *objs)
                 if result is not kernel:
-                    result = self._kernels.setdefault(result.structural_hash, result)
+                    result = self._shared.kernels.setdefault(result.structural_hash, result)
                 # The input kernel is kept with the result, so its id is never reused.
-                found = self._steps[key] = (kernel, result)
+                found = self._shared.steps[key] = (kernel, result)
             kernel = found[1]
         return kernel
 

@@ -20,13 +20,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from partita import config
 from partita.ir.kernel import Kernel
 from partita.space.compiler import CompiledSpace
 from partita.space.decl import SpaceDef
 from partita.space.facts import StaticFacts
+
+if TYPE_CHECKING:
+    from partita.space.candidate import Candidate, DeadEnd
 
 Lowered = frozenset[tuple[str, tuple[str, ...]]]
 
@@ -40,6 +43,9 @@ class Layouts:
 
     sdef: SpaceDef
     """Kept so that its identity, part of the key, is not reused while shared."""
+    kernel: Kernel
+    """The kernel of the first of these spaces, which the lowering steps start from (the
+    others' kernels equal it)."""
     compiled: dict[Lowered, CompiledSpace] = field(default_factory=dict)
     """The layout of each set of fired triggers."""
     by_backbone: dict[str, CompiledSpace] = field(default_factory=dict)
@@ -51,7 +57,7 @@ class Layouts:
     """One kernel per structural hash, so that equal results of two steps are one object."""
     facts: StaticFacts = field(default_factory=StaticFacts)
     """Static predicates' values, shared by the layouts."""
-    root: Any = None
+    root: Candidate | DeadEnd | None = None
     """The root candidate (or its dead end) once propagated, None before."""
 
 
@@ -63,12 +69,12 @@ def layouts_of(sdef: SpaceDef, kernel: Kernel) -> Layouts:
     """The layouts of the spaces of ``sdef`` on ``kernel``: shared where ``sdef`` is sealed,
     a space's own otherwise."""
     if not sdef.sealed:
-        return Layouts(sdef)
+        return Layouts(sdef, kernel)
     key = (id(sdef), kernel, config.native_engine())
     with _LOCK:
         found = _SHARED.get(key)
         if found is None:
-            found = _SHARED[key] = Layouts(sdef)
+            found = _SHARED[key] = Layouts(sdef, kernel)
         else:
             _SHARED.move_to_end(key)
         held = sum(len(layouts.by_backbone) for layouts in _SHARED.values())
