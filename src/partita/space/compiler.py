@@ -59,7 +59,7 @@ Occurrence = tuple[Callable, int | None, int | None]
 :meth:`CompiledSpace.occurrence_masks`)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Instance:
     """A choice instance: ``choice(args)`` stored in ``slot``."""
 
@@ -70,7 +70,7 @@ class Instance:
     values: tuple[Any, ...]
 
 
-@dataclass
+@dataclass(slots=True)
 class CounterInstance:
     """A counter instance and its terms ``(conds, value, quotient_check)``."""
 
@@ -467,11 +467,7 @@ class CompiledSpace:
     def _build_tables(self) -> None:
         self.choice_of_slot = [inst.choice for inst in self.instances]
         self.pair_choice = {n: d.is_pair for n, d in self.sdef.enums.items()}
-        self.counter_deps: list[list[int]] = [[] for _ in range(self.size)]
-        self.counter_watch: list[list[tuple[int, tuple[int, ...] | None]]] = [
-            [] for _ in range(self.size)]
-        """Per slot, ``(counter, masks)``: the counter can only move when, for some mask,
-        whether the slot's domain meets it changes (None: on any change)."""
+        watchers: dict[int, list[tuple[int, tuple[int, ...] | None]]] = {}
         for ci, c in enumerate(self.counters):
             watch: dict[int, set[int] | None] = {}
             for conds, value, quot, _ in c.terms:
@@ -482,9 +478,15 @@ class CompiledSpace:
                 if isinstance(value, tuple):
                     self._watch(watch, value[0], None)
             for slot, masks in watch.items():
-                self.counter_deps[slot].append(ci)
-                self.counter_watch[slot].append(
+                watchers.setdefault(slot, []).append(
                     (ci, None if masks is None else tuple(sorted(masks))))
+        # Most slots watch no counter: they share one empty tuple, where a list each made a
+        # layout hold hundreds of thousands of objects that every full collection walks.
+        none: tuple[tuple[int, tuple[int, ...] | None], ...] = ()
+        self.counter_watch: list[Sequence[tuple[int, tuple[int, ...] | None]]] = [
+            watchers.get(slot, none) for slot in range(self.size)]
+        """Per slot, ``(counter, masks)``: the counter can only move when, for some mask,
+        whether the slot's domain meets it changes (None: on any change)."""
 
         rank = {c: i for i, c in enumerate(self.sdef.choice_order)}
         last = len(rank)

@@ -31,8 +31,10 @@ class StaticFacts:
     """Static predicates' values by object names, for every layout of one space."""
 
     def __init__(self) -> None:
-        self.values: dict[tuple[Any, ...], Any] = {}
-        """``(predicate, *objects) -> value``, as the predicate returned it."""
+        self.values: dict[Callable[..., Any], dict[tuple[str, ...], Any]] = {}
+        """``predicate -> objects -> value``, as the predicate returned it. Keyed by
+        predicate first: a key that held the predicate (a function) would stay tracked by the
+        cyclic garbage collector, tens of thousands of them per kernel."""
         self.initial_domains: dict[tuple[str, tuple[str, ...]], int] = {}
         """``(enum, objects) -> domain``: the values whose requirements (static facts) hold,
         which every layout's instance on those objects starts from."""
@@ -43,11 +45,13 @@ class StaticFacts:
         names' numbers (the truth of the value; a matrix grown as names are met)."""
 
     def value(self, kernel: Kernel, predicate: Callable[..., Any], *objs: str) -> Any:
-        key = (predicate, *objs)
+        known = self.values.get(predicate)
+        if known is None:
+            known = self.values[predicate] = {}
         try:
-            return self.values[key]
+            return known[objs]
         except KeyError:
-            found = self.values[key] = predicate(kernel, *objs)
+            found = known[objs] = predicate(kernel, *objs)
             return found
 
     def pair_flags(self, kernel: Kernel, predicate: Callable[..., Any],
