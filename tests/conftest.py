@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 
@@ -10,6 +11,30 @@ import pytest
 FUZZ_DEFAULT = 8
 """Random implementations per case in the kernel families' fuzz tests, unless ``--fuzz``
 says otherwise (``make fuzz`` checks 100)."""
+
+
+FULL_COLLECTION_EVERY = 100
+"""Tests between two full garbage collections of a test process. A process of the suite holds
+hundreds of thousands of objects alive on purpose (the compiled layouts that spaces of equal
+kernels share, the memoized space definitions); Python's automatic full collections, started
+whenever the objects kept grew by a quarter, walked them all about 85 times per process: 45-55
+s of each worker's time, where a tune in one process spends a fraction of a second. The young
+generations are still collected automatically."""
+
+_tests_since_collection = 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, 1 << 30)  # the oldest generation: by the hook below
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    global _tests_since_collection
+    _tests_since_collection += 1
+    if _tests_since_collection >= FULL_COLLECTION_EVERY:
+        _tests_since_collection = 0
+        gc.collect()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
