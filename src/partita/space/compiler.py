@@ -131,9 +131,11 @@ class CompiledSpace:
         self._quotient_memo: dict[tuple[str, int], list[tuple[int, int]]] = {}
         self._flip_tables: dict[str, list[int]] = {}
         self._enum_masks: dict[tuple[str, frozenset[Any]], int] = {}
+        self._slot_masks: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
         self._collect_objects()
         self._layout_choices()
         self._layout_counters()
+        self._slot_masks.clear()  # only the counters' terms read it
         self._static_tables: dict[Any, Any] = {}
         self._carried: dict[CompiledSpace, Carry] = {}
         self.native_engine: Any = False
@@ -391,7 +393,17 @@ class CompiledSpace:
         return int(decl.value(self.kernel, self.objects[x]))
 
     def _is_slot_mask(self, cond: Is, env: dict[str, int]) -> tuple[int, int]:
+        """The slot a condition reads on the objects of ``env`` and the mask it tests; half
+        the calls of a layout's counters repeat one (the key holds the condition by
+        identity: the space definition that holds it outlives the layout)."""
         ids = tuple(env[a] for a in cond.args)
+        key = (id(cond), ids)
+        found = self._slot_masks.get(key)
+        if found is None:
+            found = self._slot_masks[key] = self._slot_mask(cond, ids)
+        return found
+
+    def _slot_mask(self, cond: Is, ids: tuple[int, ...]) -> tuple[int, int]:
         slot = self.lookup_slot(cond.choice, ids)
         if slot < 0:
             return ~slot, self.flip_table(cond.choice)[self.value_mask(cond.choice, ~slot,
@@ -452,34 +464,42 @@ class CompiledSpace:
 
     # ------------------------------------------------------------------ tables
 
-    def _watch(self, watch: dict[int, set[int] | None], slot: int,
-               masks: tuple[int, ...] | None) -> None:
-        if slot == self.absent_slot:
-            return
-        if masks is None or (slot in watch and watch[slot] is None):
-            watch[slot] = None
-            return
-        full = (1 << len(self.universe_of_slot[slot])) - 1
-        seen = watch.setdefault(slot, set())
-        assert seen is not None
-        seen.update(m & full for m in masks)
+    def _counter_watchers(self) -> dict[int, list[tuple[int, tuple[int, ...] | None]]]:
+        """Per slot that some counter reads, ``(counter, masks)`` (see :attr:`counter_watch`):
+        the masks of its conditions and quotients and their complements, within the slot's
+        universe; None where a term's value is the slot's."""
+        absent, universe = self.absent_slot, self.universe_of_slot
+        watchers: dict[int, list[tuple[int, tuple[int, ...] | None]]] = {}
+        for ci, c in enumerate(self.counters):
+            masks: dict[int, set[int]] = {}
+            valued: set[int] = set()
+            for conds, value, quot, _ in c.terms:
+                for slot, mask in conds:
+                    found = masks.get(slot)
+                    if found is None:
+                        masks[slot] = {mask}
+                    else:
+                        found.add(mask)
+                for slot in quot or ():
+                    masks.setdefault(slot, set()).add(c.merged_bit)
+                if isinstance(value, tuple):
+                    valued.add(value[0])
+            for slot in valued:
+                masks.setdefault(slot, set())
+            masks.pop(absent, None)
+            for slot, raw in masks.items():
+                if slot in valued:
+                    watchers.setdefault(slot, []).append((ci, None))
+                    continue
+                full = (1 << len(universe[slot])) - 1
+                both = {m & full for m in raw} | {~m & full for m in raw}
+                watchers.setdefault(slot, []).append((ci, tuple(sorted(both))))
+        return watchers
 
     def _build_tables(self) -> None:
         self.choice_of_slot = [inst.choice for inst in self.instances]
         self.pair_choice = {n: d.is_pair for n, d in self.sdef.enums.items()}
-        watchers: dict[int, list[tuple[int, tuple[int, ...] | None]]] = {}
-        for ci, c in enumerate(self.counters):
-            watch: dict[int, set[int] | None] = {}
-            for conds, value, quot, _ in c.terms:
-                for slot, mask in conds:
-                    self._watch(watch, slot, (mask, ~mask))
-                for slot in quot or ():
-                    self._watch(watch, slot, (c.merged_bit, ~c.merged_bit))
-                if isinstance(value, tuple):
-                    self._watch(watch, value[0], None)
-            for slot, masks in watch.items():
-                watchers.setdefault(slot, []).append(
-                    (ci, None if masks is None else tuple(sorted(masks))))
+        watchers = self._counter_watchers()
         # Most slots watch no counter: they share one empty tuple, where a list each made a
         # layout hold hundreds of thousands of objects that every full collection walks.
         none: tuple[tuple[int, tuple[int, ...] | None], ...] = ()

@@ -250,12 +250,18 @@ class _Builder:
         P[H_SLOT_CHOICE] = self.add(index[inst.choice] for inst in sp.instances)
         ids: list[int] = []
         for inst in sp.instances:
-            ids += [len(inst.ids), *_pad(inst.ids, 2)]
+            n = len(inst.ids)
+            ids += (n, *inst.ids[:2]) if n >= 2 else (1, inst.ids[0], 0) if n else (0, 0, 0)
         P[H_SLOT_IDS] = self.add(ids)
         univ = []
+        # One record per distinct universe: an enum's instances share their values.
+        written: dict[tuple[Any, ...], int] = {}
         for vals in sp.universe_of_slot:  # at most MAX_VALUES each (the compiler checks)
-            ints = all(isinstance(v, int) for v in vals)
-            univ.append(self.add([len(vals), *(vals if ints else [0] * len(vals))]))
+            off = written.get(vals)
+            if off is None:
+                ints = all(isinstance(v, int) for v in vals)
+                off = written[vals] = self.add([len(vals), *(vals if ints else [0] * len(vals))])
+            univ.append(off)
         univ.append(self.add([0]))
         P[H_SLOT_UNIV] = self.add(univ)
         occ, cocc, root = self._occurrences()
