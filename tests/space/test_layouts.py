@@ -113,3 +113,34 @@ def test_layouts_no_space_uses_are_kept_within_the_limit() -> None:
     assert sum(held[:-1]) <= SHARED_LAYOUTS or len(held) == 1
     kept = partita.space(matmul(sizes[-1]), cpu=AVX512_REFERENCE)
     assert len(kept.layouts()) > 1  # the last one's are still there
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_each_counter_watches_exactly_the_slots_its_terms_read(target: str) -> None:
+    """A layout's counter-watch table, against its definition read from the counters' terms:
+    a slot a term's value is read from is watched on any change, a slot a condition or a
+    quotient reads on its masks and their complements (within the slot's values); the
+    absent slot and the slots no counter reads watch nothing."""
+    space = partita.space(partita.kernel("matmul", m=16, n=16, k=8), target)
+    rng = random.Random(3)
+    for _ in range(3):
+        random_descent(space.root(), rng)
+    for sp in space.layouts():
+        expected: dict[int, dict[int, set[int] | None]] = {}
+        for ci, c in enumerate(sp.counters):
+            for conds, value, quot, _ in c.terms:
+                reads = [(s, m) for s, m in conds] + [(s, c.merged_bit) for s in quot or ()]
+                for slot, mask in reads:
+                    if slot == sp.absent_slot:
+                        continue
+                    full = (1 << len(sp.universe_of_slot[slot])) - 1
+                    seen = expected.setdefault(slot, {}).setdefault(ci, set())
+                    if seen is not None:
+                        seen |= {mask & full, ~mask & full}
+                if isinstance(value, tuple) and value[0] != sp.absent_slot:
+                    expected.setdefault(value[0], {})[ci] = None
+        for slot in range(sp.size):
+            want = {ci: None if m is None else tuple(sorted(m))
+                    for ci, m in expected.get(slot, {}).items()}
+            assert dict(sp.counter_watch[slot]) == want, (slot, sp.instances[slot]
+                                                          if slot < sp.absent_slot else slot)
