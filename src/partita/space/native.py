@@ -500,16 +500,19 @@ class _Builder:
             index_a[s] = i
         for i, s in enumerate(slots_b):
             index_b[s] = i
-        rows_of: dict[tuple[tuple[Any, ...], tuple[Any, ...]], int] = {}
-        pairs = [len(slots_b)]
-        for sa in slots_a:
-            for sb in slots_b:
-                ua, ub = sp.universe_of_slot[sa], sp.universe_of_slot[sb]
-                off = rows_of.get((ua, ub))
-                if off is None:
-                    rows = [sum(1 << j for j, y in enumerate(ub) if rel.test(x, y)) for x in ua]
-                    off = rows_of[(ua, ub)] = self.add(rows)
-                pairs.append(off)
+        # One table of rows per pair of distinct universes (instances share a few), numbered
+        # once: hashing each pair's universes again cost more than the rest of the table.
+        numbers: dict[tuple[Any, ...], int] = {}
+        of_a = [numbers.setdefault(sp.universe_of_slot[s], len(numbers)) for s in slots_a]
+        of_b = [numbers.setdefault(sp.universe_of_slot[s], len(numbers)) for s in slots_b]
+        universes = list(numbers)
+        rows_of: dict[tuple[int, int], int] = {}
+        for ia in dict.fromkeys(of_a):
+            for ib in dict.fromkeys(of_b):
+                ua, ub = universes[ia], universes[ib]
+                rows_of[ia, ib] = self.add(
+                    [sum(1 << j for j, y in enumerate(ub) if rel.test(x, y)) for x in ua])
+        pairs = [len(slots_b), *(rows_of[ia, ib] for ia in of_a for ib in of_b)]
         found = (self.add(index_a), self.add(index_b), self.add(pairs))
         self._relation_tables[key] = found
         return list(found)
