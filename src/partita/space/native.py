@@ -254,13 +254,19 @@ class _Builder:
             ids += (n, *inst.ids[:2]) if n >= 2 else (1, inst.ids[0], 0) if n else (0, 0, 0)
         P[H_SLOT_IDS] = self.add(ids)
         univ = []
-        # One record per distinct universe: an enum's instances share their values.
-        written: dict[tuple[Any, ...], int] = {}
+        # One record per distinct universe (an enum's instances share one tuple of values),
+        # keyed with whether its values are integers: (1.0, 2.0) == (1, 2) in Python.
+        by_tuple: dict[int, int] = {}
+        written: dict[tuple[bool, tuple[Any, ...]], int] = {}
         for vals in sp.universe_of_slot:  # at most MAX_VALUES each (the compiler checks)
-            off = written.get(vals)
+            off = by_tuple.get(id(vals))
             if off is None:
                 ints = all(isinstance(v, int) for v in vals)
-                off = written[vals] = self.add([len(vals), *(vals if ints else [0] * len(vals))])
+                off = written.get((ints, vals))
+                if off is None:
+                    off = written[ints, vals] = self.add(
+                        [len(vals), *(vals if ints else [0] * len(vals))])
+                by_tuple[id(vals)] = off
             univ.append(off)
         univ.append(self.add([0]))
         P[H_SLOT_UNIV] = self.add(univ)
