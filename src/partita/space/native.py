@@ -250,8 +250,7 @@ class _Builder:
         P[H_SLOT_CHOICE] = self.add(index[inst.choice] for inst in sp.instances)
         ids: list[int] = []
         for inst in sp.instances:
-            n = len(inst.ids)
-            ids += (n, *inst.ids[:2]) if n >= 2 else (1, inst.ids[0], 0) if n else (0, 0, 0)
+            ids += [len(inst.ids), *_pad(inst.ids, 2)]
         P[H_SLOT_IDS] = self.add(ids)
         univ = []
         # One record per distinct universe (an enum's instances share one tuple of values),
