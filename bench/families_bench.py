@@ -204,7 +204,7 @@ def run(case: Case, budget: float, db: Path, seed: int, probe: TriadProbe) -> di
         # The records are a temporary database: what a violation needs to be diagnosed is
         # printed here, or it is lost with them.
         print(f"  bound violation: evaluation {e.index}, bound {e.bound_s:.4g} s, fastest "
-              f"{e.min_s:.4g} s, median {e.median_s:.4g} s, slowdown {e.slowdown}\n"
+              f"{e.min_s} s, median {e.median_s} s, slowdown {e.slowdown}\n"
               f"    decisions: {json.dumps(e.decisions)}", flush=True)
     return {"case": case, **times, "gflops": spec.flops(**params) / t / 1e9,
             "gbs": spec.bytes(**params) / t / 1e9,
