@@ -118,6 +118,11 @@ def test_sketches_state_the_micro_kernel(name: str, params: dict, lanes: int,
     ("gemv", {"m": 64, "n": 64, "partials": 32, "transpose": 1}, set()),
     # one chain and no rows: nothing to put side by side
     ("dot", {"n": 4096}, set()),
+    # stencil sweeps into another array walk whole rows
+    ("jacobi2d", {"n": 34}, {"row streams"}), ("jacobi3d", {"n": 18}, {"row streams"}),
+    # one row (a 1D sweep), a load across the rows (a transpose), an array updated in place
+    ("jacobi1d", {"n": 256}, set()), ("transpose", {"m": 32, "n": 32}, set()),
+    ("seidel_2d", {"n": 32, "steps": 1}, set()),
 ])
 def test_each_kernel_gets_the_sketches_its_shape_allows(name: str, params: dict,
                                                         names: set[str]) -> None:
@@ -192,6 +197,28 @@ def test_rows_run_their_chains_side_by_side(evaluator: Evaluator, params: dict) 
     for r in reduction:
         assert cand.domain("order", r, rows[-1]) == ("OUT",)
     report = sample_and_evaluate(cand, 3, random.Random(2),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 3, report.failed[:2]
+
+
+@pytest.mark.parametrize(("name", "params"), [("jacobi2d", {"n": 34}),
+                                             ("jacobi3d", {"n": 18})])
+def test_row_streams_walk_whole_rows(evaluator: Evaluator, name: str, params: dict) -> None:
+    """Every tile of the output's contiguous dim runs inside every tile of its other dims
+    (in the sketch and in its completions, which compute the sweep), its innermost tile a
+    vector, the slowest dim's outermost tile parallel."""
+    (cand,) = [c for n, c in sketch_candidates(_space(name, params), 16) if n == "row streams"]
+    k = cand.kernel
+    (store,) = [i.name for i in k.instructions if i.op == "store"]
+    *rows, vector = k.inst(store).dims
+    assert cand.domain("dim_kind", k.dims_of(vector)[-1]) == ("VECTOR",)
+    assert cand.domain("size", k.dims_of(vector)[-1]) == (16,)
+    assert cand.domain("dim_kind", k.dims_of(rows[0])[0]) == ("PARALLEL",)
+    pairs = [(r, v) for ld in rows for r in k.dims_of(ld) for v in k.dims_of(vector)]
+    assert all(cand.domain("order", r, v) == ("OUT",) for r, v in pairs)
+    impls = [random_implementation(cand, random.Random(s)) for s in range(3)]
+    assert all(impl.domain("order", r, v) == ("OUT",) for impl in impls for r, v in pairs)
+    report = sample_and_evaluate(cand, 3, random.Random(4),
                                  lambda ps: evaluator.evaluate(ps, time_it=False))
     assert report.verified == 3, report.failed[:2]
 

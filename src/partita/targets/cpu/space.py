@@ -383,7 +383,7 @@ STREAM_DTYPES = ("float32", "float64")
 """Element types a streaming store writes (``movntps``, ``movntpd``)."""
 
 
-def _contiguous_dim(k: Kernel, store: str) -> str | None:
+def contiguous_dim(k: Kernel, store: str) -> str | None:
     """The logical dim of ``store`` that alone indexes its array's fastest axis, with
     coefficient 1 (None if there is none)."""
     access = k.inst(store).access
@@ -407,7 +407,7 @@ def streamable_stores(k: Kernel) -> list[str]:
         access = inst.access
         if (inst.op != "store" or access is None or k.array(access.array).is_temporary
                 or k.array(access.array).dtype.value not in STREAM_DTYPES
-                or _contiguous_dim(k, inst.name) is None):
+                or contiguous_dim(k, inst.name) is None):
             continue
         others = [i for i in k.instructions if i.name != inst.name
                   and i.access is not None and i.access.array == access.array]
@@ -419,7 +419,7 @@ def streamable_stores(k: Kernel) -> list[str]:
 def _stream_dims(k: Kernel, store: str) -> list[str]:
     """The tile that a streaming store's vectors run along: the innermost tile of its
     contiguous dim."""
-    ld = _contiguous_dim(k, store)
+    ld = contiguous_dim(k, store)
     return [k.dims_of(ld)[-1]] if ld is not None else []
 
 
