@@ -67,6 +67,9 @@ def test_the_decomposition_means_the_running_sum() -> None:
     for n, chunks in [(2, 1), (6, 3), (35, 5), (64, 8)]:
         assert_reference_is_the_sequential_meaning(
             partita.kernel("prefix_sum", n=n, chunks=chunks, dtype="float64"))
+    for n, chunks in [(4, 2), (6, 3), (35, 5), (96, 4)]:
+        assert_reference_is_the_sequential_meaning(
+            partita.kernel("prefix_sum", n=n, chunks=chunks, first="sum", dtype="float64"))
 
 
 @pytest.mark.parametrize("n,chunks,dtype", [(21, 3, "float32"), (35, 5, "float64"),
@@ -90,6 +93,28 @@ def test_random_implementations_match_numpy_and_keep_the_sums_in_order(
     report = sample_and_evaluate(root, 16, random.Random(rng_seed),
                                  lambda ps: two_threads.evaluate(ps, time_it=False))
     assert report.verified == 16, report.failed[:3]
+
+
+@pytest.mark.parametrize("n,chunks,dtype", [(96, 4, "float32"), (35, 5, "float64")])
+def test_summed_first_chunks_match_numpy_and_scan_in_order(
+        two_threads: Evaluator, n: int, chunks: int, dtype: str) -> None:
+    """The sum-first decomposition: its chunks' sums may be parallel and their partial sums
+    a vector, each chunk's scan runs in order, and random implementations compute numpy's
+    running sum on two threads."""
+    root = _root(n=n, chunks=chunks, first="sum", dtype=dtype)
+    assert dependences(root.kernel).carried_logical == {"j_scan", "k"}
+    for d in ("c.0", "c_scan.0"):
+        assert "PARALLEL" in root.domain("dim_kind", d), d
+    if n // chunks % 8 == 0:  # 8 partial sums or more: a vector of them
+        assert "VECTOR" in root.domain("dim_kind", "p.2")
+    rng_seed = zlib.crc32(f"sum-first-{n}-{chunks}".encode())
+    impls = list(sample_implementations(root, 12, random.Random(rng_seed)))
+    for a in (impl.assignment() for impl in impls):
+        assert all(str(a[("dim_kind", (d,))]) not in ("PARALLEL", "VECTOR")
+                   for d in ("j_scan.0", "j_scan.1", "k.0"))
+    report = sample_and_evaluate(root, 12, random.Random(rng_seed),
+                                 lambda ps: two_threads.evaluate(ps, time_it=False))
+    assert report.verified == 12, report.failed[:3]
 
 
 def test_parallel_chunks_run_right_on_two_threads(two_threads: Evaluator) -> None:
@@ -123,6 +148,15 @@ def test_bad_chunk_counts_are_refused_in_one_line(chunks: object) -> None:
         partita.kernel("prefix_sum", n=48, chunks=chunks)
     message = str(err.value)
     assert "chunks" in message and "\n" not in message and "prefix_sum" in message
+
+
+@pytest.mark.parametrize("params", [{"chunks": 1, "first": "sum"},
+                                    {"chunks": 4, "first": "total"}, {"chunks": 4, "first": ""}])
+def test_a_bad_first_pass_is_refused_in_one_line(params: dict) -> None:
+    with pytest.raises(KernelError) as err:
+        partita.kernel("prefix_sum", n=48, **params)
+    message = str(err.value)
+    assert "first" in message and "\n" not in message and "prefix_sum" in message
 
 
 def test_the_tuner_tries_chunk_counts() -> None:

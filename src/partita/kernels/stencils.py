@@ -9,6 +9,7 @@ the updates depend on one another, and run in float64.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ CHUNK_TILES = (1, 2, 4)
 VECTOR_COLS = (1, 4, 8, 16)
 
 
-def prefix_sum(n: int, chunks: int = 1, dtype: str = "float32") -> Kernel:
+def prefix_sum(n: int, chunks: int = 1, first: str = "scan", dtype: str = "float32") -> Kernel:
     """``x[i + 1] += x[i]`` for ``i`` in ``[0, n)``: the running sum of ``x``'s ``n + 1``
     elements, in place (a first-order recurrence).
 
@@ -48,13 +49,36 @@ def prefix_sum(n: int, chunks: int = 1, dtype: str = "float32") -> Kernel:
 
     The result is the same running sum up to the order of the additions (``2 n - C`` adds,
     the array read and written twice, against ``n`` adds in one pass).
+
+    With ``first = "sum"`` (and C > 1), nest (a) only sums each chunk and nest (c) scans it
+    (the reduce-then-scan order of Merrill and Garland, "Single-pass parallel prefix scan
+    with decoupled look-back", §3):
+
+    (a) each chunk's total stored in its last element, ``x[c * L + L] = sum_j x[c * L + 1 +
+        j]`` over ``j < L``, as P partial sums (P the largest power of two up to
+        :data:`SUM_PARTIALS` that divides L: a vector of them) added up at the end: the chunk
+        is read, and only its last element written;
+    (b) as above;
+    (c) each chunk's running sum from its offset, ``x[c * L + 1 + j] += x[c * L + j]`` for
+        ``j < L - 1`` (the last element is final after (b)): a recurrence per chunk.
+
+    The array is read twice and written once, against twice each.
     """
     b = KernelBuilder("prefix_sum", dtype)
     size = b.size("n", n)
     x = b.array("x", None, [n + 1], role="inout")
     chunks = prefix_chunks(chunks, n)
+    if first not in PREFIX_FIRST:
+        raise KernelError(f"kernel 'prefix_sum': first must be one of {', '.join(PREFIX_FIRST)} "
+                          f"(what the first pass does with each chunk), got {first!r}")
+    if first == "sum" and chunks == 1:
+        raise KernelError("kernel 'prefix_sum': first=sum needs chunks > 1 (the chunks are "
+                          "what is summed first)")
     if chunks > 1:
-        _chunked_scan(b, x, n // chunks, chunks)
+        if first == "sum":
+            _summed_then_scanned(b, x, n // chunks, chunks)
+        else:
+            _chunked_scan(b, x, n // chunks, chunks)
         # Nests (a) and (c) each stream the whole array: each may be a parallel region.
         return b.build(parallel_regions="per_nest")
     i = b.dim("i", size, tiles=[COLS], divisible=False)
@@ -63,6 +87,10 @@ def prefix_sum(n: int, chunks: int = 1, dtype: str = "float32") -> Kernel:
     total = b.add(prev, here, dims=[i], name="sum")
     b.store(x, [Affine.of(i) + 1], total, name="st_x")
     return b.build()
+
+
+PREFIX_FIRST = ("scan", "sum")
+"""What the first pass of a chunked prefix sum does with each chunk (:func:`prefix_sum`)."""
 
 
 def prefix_chunks(chunks: int, n: int) -> int:
@@ -85,11 +113,7 @@ def _chunked_scan(b: KernelBuilder, x: Array, length: int, chunks: int) -> None:
     prev = b.load(x, [at + 1], name="ld_prev")
     here = b.load(x, [at + 2], name="ld_here")
     b.store(x, [at + 2], b.add(prev, here, dims=[c, j], name="sum"), name="st_x")
-    k = b.dim("k", chunks)
-    before = b.load(x, [Affine.of(k) * length], name="ld_total_prev")
-    total = b.load(x, [Affine.of(k) * length + length], name="ld_total")
-    b.store(x, [Affine.of(k) * length + length],
-            b.add(before, total, dims=[k], name="offsets"), name="st_total")
+    _totals_scan(b, x, length, chunks)
     c_add = b.dim("c_add", chunks, tiles=[CHUNK_TILES], divisible=False)
     j_add = b.dim("j_add", length - 1, tiles=[COLS, VECTOR_COLS], divisible=False)
     offset = b.load(x, [Affine.of(c_add) * length], name="ld_offset")
@@ -97,6 +121,58 @@ def _chunked_scan(b: KernelBuilder, x: Array, length: int, chunks: int) -> None:
     elem = b.load(x, [at_add], name="ld_elem")
     b.store(x, [at_add], b.add(elem, offset, dims=[c_add, j_add], name="shift"),
             name="st_elem")
+
+
+SUM_PARTIALS = 64
+"""The most partial sums of a chunk's total in the sum-first decomposition: a vector of
+them, unrolled (the search picks the vector and the unrolling among them)."""
+
+
+def _chunk_totals(b: KernelBuilder, x: Array, length: int, chunks: int) -> None:
+    """Nest (a) of the sum-first decomposition: each chunk's total into its last element."""
+    partials = math.gcd(length, SUM_PARTIALS)
+    c = b.dim("c", chunks, tiles=[CHUNK_TILES], divisible=False)
+    q = b.dim("q", length // partials, tiles=[COLS], divisible=False)
+    p = b.dim("p", partials, tiles=[COLS, VECTOR_COLS], divisible=False)
+    # The load, the partial sums' init and their final sum each have dims of their own,
+    # mapped to the accumulation's: the init runs before the reduction and the final sum
+    # after it, outside the vector of partial sums, and the load may go in either.
+    cx, qx, px = b.mapped_dim(c, "c_x"), b.mapped_dim(q, "q_x"), b.mapped_dim(p, "p_x")
+    c_init, p_init = b.mapped_dim(c, "c_init"), b.mapped_dim(p, "p_init")
+    elem = b.load(x, [Affine.of(cx) * length + Affine.of(qx) * partials + px + 1],
+                  dims=[cx, qx, px], name="ld_part")
+    init = b.mov(0.0, dims=[c_init, p_init], name="init_part")
+    part = b.add(b.value(elem, {cx: c, qx: q, px: p}),
+                 b.reduce(init, [q], {c_init: c, p_init: p}), dims=[c, p, q], name="part")
+    c_total, p_total = b.mapped_dim(c, "c_total"), b.mapped_dim(p, "p_total")
+    init_total = b.mov(0.0, dims=[c_total], name="init_total")
+    total = b.add(b.value(part, {c: c_total, p: p_total}), b.reduce(init_total, [p_total]),
+                  dims=[c_total, p_total], name="total")
+    b.store(x, [Affine.of(c_total) * length + length], b.value(total), dims=[c_total],
+            name="st_chunk_total")
+
+
+def _summed_then_scanned(b: KernelBuilder, x: Array, length: int, chunks: int) -> None:
+    """The three nests of :func:`prefix_sum` with ``first="sum"``: the chunks' totals, their
+    running sum, each chunk's running sum from its offset."""
+    _chunk_totals(b, x, length, chunks)
+    _totals_scan(b, x, length, chunks)
+    c = b.dim("c_scan", chunks, tiles=[CHUNK_TILES], divisible=False)
+    j = b.dim("j_scan", length - 1, tiles=[COLS], divisible=False)
+    at = Affine.of(c) * length + j
+    prev = b.load(x, [at], name="ld_scan_prev")
+    here = b.load(x, [at + 1], name="ld_scan_here")
+    b.store(x, [at + 1], b.add(prev, here, dims=[c, j], name="scan"), name="st_scan")
+
+
+def _totals_scan(b: KernelBuilder, x: Array, length: int, chunks: int) -> None:
+    """Nest (b) of :func:`prefix_sum`: the running sum of ``x[0]`` and the chunks' totals,
+    each in its chunk's last element."""
+    k = b.dim("k", chunks)
+    before = b.load(x, [Affine.of(k) * length], name="ld_total_prev")
+    total = b.load(x, [Affine.of(k) * length + length], name="ld_total")
+    b.store(x, [Affine.of(k) * length + length],
+            b.add(before, total, dims=[k], name="offsets"), name="st_total")
 
 
 def _neighbourhood(b: KernelBuilder, A: Array, dims: list[LogicalDim],
@@ -192,7 +268,9 @@ the running sums of several chunks (independent add chains) or vectorise across 
 def _prefix_sum_reassociations(params: dict[str, Any], cores: int) -> list[dict[str, Any]]:
     """The running sum in order, then :data:`REASSOCIATED_CHUNKS` chunks per core, each
     chunk at least 64 elements long (shorter, the sequential scan of the totals and the
-    second pass cost more than they save)."""
+    second pass cost more than they save). Not ``first="sum"``: its five nests are searched
+    more slowly than the scan's three (a 120 s tune of 2^26 elements in 8 chunks found
+    10.4 GB/s summed first, 15.5 GB/s scanned first), and a variant shares the budget."""
     n = params["n"]
     out = [{"chunks": 1}]
     for c in sorted({per * cores for per in REASSOCIATED_CHUNKS}):
@@ -205,7 +283,11 @@ register(KernelSpec(
     "prefix_sum", "x[i + 1] += x[i]: the running sum of x in place (a recurrence)",
     (ParamSpec("n", SIZE, 1 << 16, "additions (x has n + 1 elements)"),
      ParamSpec("chunks", "factor", 1, "contiguous chunks scanned apart, then offset "
-                                      "(for threads); 1 = one recurrence"), DTYPE32),
+                                      "(for threads); 1 = one recurrence"),
+     ParamSpec("first", "text", "scan", "with chunks, the first pass: scan (each chunk's "
+                                        "running sum, then its offset added) or sum (each "
+                                        "chunk's total, then its running sum from its offset: "
+                                        "x read twice, written once)"), DTYPE32),
     prefix_sum, _prefix_sum_ref,
     # The work and traffic of the running sum itself (n adds, x read and written once),
     # whatever the chunks: a chunked scan does 2 n - C adds and passes over x twice, and its
