@@ -611,6 +611,23 @@ def test_cpu_rates_from_a_description() -> None:
     assert r.issue_rates(16, 16) == (pytest.approx(2.0), pytest.approx(2.0), pytest.approx(1.0))
 
 
+def test_measured_load_rates_carry_a_margin_and_nominal_ones_do_not() -> None:
+    """A measured description's load rates are raised by LOAD_MARGIN (what a virtual core's
+    load ports give varies by the hour); a nominal one already counts the ports' full rate."""
+    import dataclasses
+
+    from partita.model.cpu import LOAD_MARGIN, cpu_rates
+    from partita.targets.cpu.description import CpuDescription
+
+    nominal = CpuDescription.nominal(AVX512_REFERENCE, frequency_ghz=3.0)
+    measured = dataclasses.replace(nominal, source="measured")
+    a, b = cpu_rates(nominal), cpu_rates(measured)
+    assert LOAD_MARGIN > 1
+    assert b.loads_per_cycle == pytest.approx(a.loads_per_cycle * LOAD_MARGIN)
+    assert b.scalar_loads_per_cycle == pytest.approx(a.scalar_loads_per_cycle * LOAD_MARGIN)
+    assert (b.stores_per_cycle, b.arith_per_cycle) == (a.stores_per_cycle, a.arith_per_cycle)
+
+
 def test_gpu_instructions_fill_lanes_only_through_threads() -> None:
     from partita.model.gpu import gpu_rates
     from partita.targets.gpu.device import H100
