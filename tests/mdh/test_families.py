@@ -158,3 +158,19 @@ def test_a_vector_of_channels_that_no_axis_lets_leave_the_image_loads_without_a_
     assert "( ?" not in program.source
     (m,) = evaluator.evaluate([program], time_it=False)
     assert m.ok, (m.status, m.reason)
+
+
+def test_a_register_tile_of_seven_pixels_is_offered_where_seven_divides_the_row(
+        evaluator: Evaluator) -> None:
+    """A 14-pixel output row is offered a register tile of 7 pixels (3 and 5 do not divide
+    it, a 12-pixel row gets 3 and 6), and implementations with that tile unrolled compute
+    the convolution."""
+    k = kernel("conv2d", n=1, h=9, w=16, c=4, k=8, r=3, s=3)
+    root = partita.space(k).root()
+    assert set(root.domain("size", "q.2")) == {1, 7, 14}
+    wide = partita.space(kernel("conv2d", n=1, h=9, w=14, c=4, k=8, r=3, s=3)).root()
+    assert {3, 6} <= set(wide.domain("size", "q.2"))
+    cand = root.restrict("size", ("q.2",), [7]).restrict("dim_kind", ("q.2",), ["UNROLL"])
+    report = sample_and_evaluate(cand, 3, random.Random(3),
+                                 lambda ps: evaluator.evaluate(ps, time_it=False))
+    assert report.verified == 3, report.failed[:2]
