@@ -46,7 +46,7 @@ LOAD_MARGIN = 1.4
 """Loads per cycle are charged at the best rate the L1 benchmark measured with this margin.
 On a 2-core virtual machine of an AMD EPYC (Zen 3, whose cores issue two 256-bit loads per
 cycle) that benchmark measured 1.26-1.48 loads per cycle at different hours of one day, while
-its FMA and store benchmarks ran at the cores' full rates; in a faster hour, a convolution
+the FMA benchmark ran at the cores' full rate; in a faster hour, a convolution
 whose bound charged 9 loads per 8 FMAs at 1.48 per cycle ran 1.393 ms, below its bound of
 1.695 ms (at least 1.8 loads per cycle). What a virtual core's load ports give varies with
 its neighbours; the bound must hold in the best hour, not in the one measured. (A nominal
