@@ -727,8 +727,8 @@ def row_stream_sketches(k: Kernel, lanes: int) -> list[Sketch]:
 def kernel_sketches(k: Kernel, lanes: int, cores: int = 1,
                     cache_bytes: int | None = None) -> list[Sketch]:
     """Every sketch that applies to ``k`` (contractions, partial sums, rows summed in
-    order, rows of a stencil sweep streamed), for vectors of ``lanes`` elements, ``cores`` threads and outputs larger than
-    ``cache_bytes`` streamed."""
+    order, rows of a stencil sweep streamed), for vectors of ``lanes`` elements, ``cores``
+    threads and outputs larger than ``cache_bytes`` streamed."""
     return (contraction_sketches(k, lanes, cores, cache_bytes)
             + partial_sum_sketches(k, lanes, cores) + row_chain_sketches(k, cores)
             + row_stream_sketches(k, lanes))
