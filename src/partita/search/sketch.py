@@ -696,13 +696,13 @@ def row_stream_sketches(k: Kernel, lanes: int) -> list[Sketch]:
     vector = counterpart(k, producer, contiguous)
     if vector is None or len(k.dims_of(vector)) < 2:
         return []
-    loads = [i.name for i in k.instructions if i.op == "load"]
     access = k.inst(store).access
     assert access is not None
-    if any(k.inst(x).access.array == access.array for x in loads):  # type: ignore[union-attr]
+    loads = [i for i in k.instructions if i.op == "load" and i.access is not None]
+    if any(x.access is not None and x.access.array == access.array for x in loads):
         return []  # updated in place: the order of its rows is the dependences' to decide
-    if any(k.element_stride(x, ld) not in (0, 1)
-           for x in loads if (ld := counterpart(k, x, vector)) is not None):
+    if any(k.element_stride(x.name, ld) not in (0, 1)
+           for x in loads if (ld := counterpart(k, x.name, vector)) is not None):
         return []  # a load across rows (a transpose) does not stream along them
     arr = k.array(access.array)
     row_logicals = []
