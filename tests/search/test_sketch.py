@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import partita
+from partita.codegen.c import print_c
 from partita.codegen.looptree import Node, loop_tree
 from partita.ir.kernel import Kernel
 from partita.model import Model, Rates
@@ -221,6 +222,28 @@ def test_row_streams_walk_whole_rows(evaluator: Evaluator, name: str, params: di
     report = sample_and_evaluate(cand, 3, random.Random(4),
                                  lambda ps: evaluator.evaluate(ps, time_it=False))
     assert report.verified == 3, report.failed[:2]
+
+
+@pytest.mark.parametrize(("name", "params", "buffer"), [
+    ("conv2d", {"n": 1, "h": 6, "w": 9, "c": 8, "k": 32, "r": 3, "s": 3, "pad": 1},
+     "tmp_ld_F_acc"),
+    ("matmul", {"m": 32, "n": 32, "k": 16, "transpose_b": 1}, "tmp_ld_b_acc")])
+def test_a_transposing_copy_keeps_the_vectors_of_its_buffer_contiguous(
+        evaluator: Evaluator, name: str, params: dict, buffer: str) -> None:
+    """A copy of an operand read across the vector dim (a conv's KRSC filter along K, B
+    transposed) stores it with that dim fastest: the micro-kernel loads whole vectors from
+    the buffer, never a vector gathered element by element."""
+    (cand,) = [c for n, c in sketch_candidates(_space(name, params), 16) if n == "packed"]
+    programs = []
+    for seed in range(3):
+        impl = random_implementation(cand, random.Random(seed))
+        assert impl is not None
+        program = print_c(impl, f"transposing_copy_{seed}")
+        assert f"load_v16f32(&{buffer}[" in program.source
+        assert f"(v16f32){{{buffer}[" not in program.source
+        programs.append(program)
+    for m in evaluator.evaluate(programs, time_it=False):
+        assert m.ok, (m.status, m.reason)
 
 
 @pytest.mark.parametrize(("name", "params", "lanes", "names"), matmul_cases())

@@ -304,17 +304,19 @@ class _Contraction:
         if p not in shape.strided and 1 in strides.values():
             chain = sorted(free, key=lambda d: (-strides[d], k.dim(d).level))
             out += [Decision("order", (a, b), (Order.OUT,)) for a, b in itertools.pairwise(chain)]
-            # The micro-kernel reads a vector of B, and the register tile's rows of A, at
-            # consecutive addresses; A in panels of the register tile's rows, so that the
-            # steps of the reduction follow one another too (in one block of rows, the step
-            # after is a whole block further: 22.3 against 16.2-18.4 ms on A transposed
-            # 1024^3).
-            layout = (layout_with_last(k, p, acc, shape.vector)
-                      if counterpart(k, p, shape.vector) is not None
-                      else layout_with_last(k, p, acc, shape.unrolled, panels=True))
-            if layout is not None:
-                out.append(Decision("layout", (temporary_name(p, acc),), (layout,)))
         along = counterpart(k, p, shape.vector)
+        # The micro-kernel reads a vector of B, and the register tile's rows of A, at
+        # consecutive addresses; A in panels of the register tile's rows, so that the steps
+        # of the reduction follow one another too (in one block of rows, the step after is a
+        # whole block further: 22.3 against 16.2-18.4 ms on A transposed 1024^3). B's buffer
+        # keeps its vectors contiguous even where the copy transposes (a conv's filter, KRSC,
+        # read along K): in another layout each vector of the micro-kernel is gathered from
+        # 8 lines (conv2d 14x14x128, a 60 s tune kept such a buffer at 29% of peak).
+        layout = (layout_with_last(k, p, acc, shape.vector) if along is not None
+                  else layout_with_last(k, p, acc, shape.unrolled, panels=True)
+                  if p not in shape.strided and 1 in strides.values() else None)
+        if layout is not None:
+            out.append(Decision("layout", (temporary_name(p, acc),), (layout,)))
         if along is not None and p not in shape.strided:
             # B's copy moves vectors (a transposing copy's are left to the search).
             out.append(Decision("dim_kind", (k.dims_of(along)[-1],), (CpuKind.VECTOR,)))
