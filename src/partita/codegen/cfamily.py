@@ -40,7 +40,7 @@ from partita.codegen.expr import (
 from partita.codegen.lanes import LanePartial, partial_lanes, print_lane_scope
 from partita.codegen.looptree import Node
 from partita.codegen.lower import LoweredPlan, Prefetch, Storage
-from partita.codegen.padded import padded_load
+from partita.codegen.padded import PaddingVersions, padded_load, print_versioned_padding
 from partita.codegen.promotion import print_promoted, promotion
 from partita.codegen.vector import broadcast, vector_type_name
 from partita.ir.checks import operand_dtype
@@ -51,6 +51,10 @@ from partita.space.candidate import Candidate
 from partita.space.nest import CommonKind
 from partita.space.temporaries import CommonPlace
 from partita.targets.cpu.space import MemSpace as CpuPlace
+
+OPERATORS = {"add": "{0} + {1}", "sub": "{0} - ({1})", "mul": "({0}) * ({1})",
+             "div": "({0}) / ({1})", "fma": "({0}) * ({1}) + {2}", "neg": "-({0})", "mov": "{0}"}
+"""The arithmetic that every C-family language writes with its operators."""
 
 
 class CFamilyPrinter:
@@ -65,6 +69,10 @@ class CFamilyPrinter:
 
     plan_class: type[LoweredPlan] = LoweredPlan
     """The lowering of the target (its storage rules, what it versions and promotes)."""
+
+    versions_padding = True
+    """Whether a loop whose padded loads test indices fixed outside it is printed twice
+    (:func:`~partita.codegen.padded.print_versioned_padding`)."""
 
     def __init__(self, cand: Candidate, entry: str) -> None:
         self.plan = self.plan_class(cand)
@@ -98,6 +106,7 @@ class CFamilyPrinter:
         self.open_partials: dict[str, LanePartial] = {}
         """The accumulations updating a partial vector where the printer is (inside the
         scope of a :class:`~partita.codegen.lanes.LanePartial`), by name."""
+        self.padding = PaddingVersions()
 
     def extent(self, logical: str) -> int | str:
         """A logical dimension's size: its value, or the C parameter of a dynamic size."""
@@ -301,6 +310,8 @@ class CFamilyPrinter:
                             if self.promoted is None else {})
                 if promoted:
                     print_promoted(self, node, env, indent, promoted)
+                elif self.versions_padding:
+                    print_versioned_padding(self, node, env, indent, self.print_loop)
                 else:
                     self.print_loop(node, env, indent)
             finally:
@@ -607,21 +618,9 @@ class CFamilyPrinter:
     def arith(self, inst: Instruction, ops: list[str], vt: str | None) -> str:
         c = inst.dtype.c_type
         a = ops
+        if inst.op in OPERATORS:
+            return OPERATORS[inst.op].format(*a)
         match inst.op:
-            case "add":
-                return f"{a[0]} + {a[1]}"
-            case "sub":
-                return f"{a[0]} - ({a[1]})"
-            case "mul":
-                return f"({a[0]}) * ({a[1]})"
-            case "div":
-                return f"({a[0]}) / ({a[1]})"
-            case "fma":
-                return f"({a[0]}) * ({a[1]}) + {a[2]}"
-            case "neg":
-                return f"-({a[0]})"
-            case "mov":
-                return a[0]
             case "cast":
                 return f"__builtin_convertvector({a[0]}, {vt})" if vt else f"({c})({a[0]})"
             case "lt" | "le" | "gt" | "ge" | "eq" | "ne":

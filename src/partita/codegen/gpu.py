@@ -71,6 +71,7 @@ class GpuPrinter(CFamilyPrinter):
     language = ""
     barrier_stmt = ""
     plan_class = GpuPlan
+    versions_padding = False  # keeps a kernel's code and its build time as they were
     plan: GpuPlan
 
     def __init__(self, cand: Candidate, entry: str) -> None:

@@ -6,10 +6,17 @@ that stay inside (the channels of one pixel) is loaded whole where the test pass
 it is gathered lane by lane, each lane tested on its own (at the image's border some lanes are
 inside and some are not), and on every axis that moves along the lanes, so that the lanes of a
 partial vector past the end of their dimension read nothing either.
+
+A loop whose padded loads test only indices fixed outside it (a convolution's loop over
+channels, under the pixel and the filter tap) is printed twice under one test of them all:
+without the tests where every index is inside (the image's interior), with them elsewhere.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from partita.codegen.expr import c_literal, fold_product, fold_sum
@@ -20,6 +27,70 @@ from partita.ir.operands import Instruction
 
 if TYPE_CHECKING:
     from partita.codegen.cfamily import CFamilyPrinter
+    from partita.codegen.looptree import Node
+
+
+@dataclass
+class PaddingVersions:
+    """Where the printer is with respect to the versions of loops over padded loads."""
+
+    tests: list[str] | None = None
+    """The tests the padded loads printed since the loop being versioned began (None: no
+    loop is collecting them)."""
+    inside: bool = False
+    """Printing the version where every test is known to pass: the loads test nothing."""
+    failed: frozenset[str] = field(default_factory=frozenset)
+    """The tests of the version whose other branch (some test fails) is being printed: an
+    inner loop with the same tests is not versioned again."""
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _fixed_outside(p: CFamilyPrinter, tests: list[str], env: dict[str, str]) -> bool:
+    """Whether every name in ``tests`` is an index fixed outside the loop (in ``env``) or a
+    size parameter: the tests then hold or fail for the whole loop."""
+    known = {name for value in env.values() for name in _NAME.findall(value)}
+    known |= {name for name, value in p.k.size_values.items() if value is None}
+    return all(name in known for t in tests for name in _NAME.findall(t))
+
+
+def print_versioned_padding(p: CFamilyPrinter, node: Node, env: dict[str, str], indent: int,
+                            print_loop: Callable[[Node, dict[str, str], int], None]) -> None:
+    """Loop ``node`` as ``print_loop`` prints it, or, where its padded loads test only
+    indices fixed outside it, ``if (every test passes) { the loop without them } else
+    { the loop }``. At the border of a 14x14 image, a 3x3 conv with its image read through
+    a padded view ran 0.69 ms where the same conv of an image padded by hand ran 0.43 ms:
+    a test and a branch for each of the micro-kernel's loads of the image."""
+    state = p.padding
+    if state.inside:
+        print_loop(node, env, indent)
+        return
+    start, outer = len(p.lines), state.tests
+    state.tests = []
+    try:
+        print_loop(node, env, indent)
+        tests = list(dict.fromkeys(state.tests))
+    finally:
+        state.tests = outer
+    if outer is not None:
+        outer.extend(tests)
+    if not tests or frozenset(tests) == state.failed or not _fixed_outside(p, tests, env):
+        return
+    del p.lines[start:]
+    p.emit(indent, f"if ({' && '.join(tests)}) {{")
+    state.inside = True
+    try:
+        print_loop(node, env, indent + 1)
+    finally:
+        state.inside = False
+    p.emit(indent, "} else {")
+    failed, state.failed = state.failed, frozenset(tests)
+    try:
+        print_loop(node, env, indent + 1)
+    finally:
+        state.failed = failed
+    p.emit(indent, "}")
 
 
 def _size_form(p: CFamilyPrinter, size: int | str) -> Form:
@@ -110,6 +181,8 @@ def padded_load(p: CFamilyPrinter, inst: Instruction, env: dict[str, str],
     # A static size is a number in the printed code; a dynamic one, the parameter of its name.
     extents = [p.k.static_size(x) or x for x in arr.shape]
     base, step = p.access_address(inst, env, lane_dims, clamped)
+    if p.padding.inside:  # the version where every test this load would print passes
+        return p.load(arr.name, base, step, inst.dtype, lanes)
     leaving = [axis for axis in range(len(axes))
                if _may_leave(p, inst, axis, env, lane_dims, clamped)]
     tested = [axis for axis, (_, lane) in enumerate(axes)
@@ -125,8 +198,10 @@ def padded_load(p: CFamilyPrinter, inst: Instruction, env: dict[str, str],
         # where no axis may leave the image (the lanes were the only reason to look).
         if not leaving:
             return p.load(arr.name, base, step, inst.dtype, lanes)
-        test = " && ".join(f"({axes[a][0]}) >= 0 && ({axes[a][0]}) < {extents[a]}"
-                            for a in leaving)
+        tests = [f"({axes[a][0]}) >= 0 && ({axes[a][0]}) < {extents[a]}" for a in leaving]
+        test = " && ".join(tests)
+        if p.padding.tests is not None:
+            p.padding.tests.extend(tests)
         vt = p.vtype(inst.dtype, lanes)
         return (f"({test} ? {p.load(arr.name, base, step, inst.dtype, lanes)} "
                 f": {broadcast(vt, fill)})")
@@ -137,6 +212,8 @@ def padded_load(p: CFamilyPrinter, inst: Instruction, env: dict[str, str],
             expr, lane = axes[axis]
             at = fold_sum([expr, str(n * lane)]) if n * lane >= 0 else f"{expr} - {-n * lane}"
             conds.append(f"({at}) >= 0 && ({at}) < {extents[axis]}")
+        if p.padding.tests is not None:
+            p.padding.tests.extend(conds)
         address = fold_sum([base, fold_product([n, step])]) if n else base
         values.append(f"({' && '.join(conds)} ? {p.load(arr.name, address, 0, inst.dtype, 1)} "
                       f": {fill})")
