@@ -21,8 +21,9 @@ from partita.tuning.generic_tiles import fastest_right, missing_tiles, tile_mapp
 from partita.tuning.generic_tune import Datasets, generic_kernel, replayed_winner
 
 FIXED = {"n": 1, "c": 4, "k": 8, "r": 3, "s": 3, "pad": 1}
-SIZES = {"h": 6, "w": 6}
-"""A 6x6 image: a static tune may tile its columns by 6, which the dynamic space lacks."""
+SIZES = {"h": 12, "w": 12}
+"""A 12x12 image: a static tune may tile its columns by 12, which the dynamic space lacks
+(it offers powers of two and the register divisors 3, 5, 6 and 7)."""
 
 
 @pytest.fixture(scope="module")
@@ -41,20 +42,20 @@ def test_a_missing_tile_maps_to_the_nearest_offered_below_and_above(dynamic: tup
     _, _, space = dynamic
     root = root_of(space)
     offered = root.domain("size", "q.2")
-    assert 6 not in offered and {4, 8} <= set(offered)
+    assert 12 not in offered and {3, 5, 6, 7, 8, 16} <= set(offered)
     kept = ["size", ["p.2"], [4]]
-    winner = [["size", ["q.2"], [6]], kept, ["dim_kind", ["q.2"], ["UNROLL"]]]
+    winner = [["size", ["q.2"], [12]], kept, ["dim_kind", ["q.2"], ["UNROLL"]]]
     assert [(i, d.args) for i, d, _ in missing_tiles(root, winner)] == [(0, ("q.2",))]
     below, above = tile_mappings(root, winner)
-    assert below.decisions == [["size", ["q.2"], [4]], kept, winner[2]]
-    assert above.decisions == [["size", ["q.2"], [8]], kept, winner[2]]
-    assert below.mapped == ["size(q.2) = 6 -> 4"] and above.mapped == ["size(q.2) = 6 -> 8"]
+    assert below.decisions == [["size", ["q.2"], [8]], kept, winner[2]]
+    assert above.decisions == [["size", ["q.2"], [16]], kept, winner[2]]
+    assert below.mapped == ["size(q.2) = 12 -> 8"] and above.mapped == ["size(q.2) = 12 -> 16"]
     # A set of sizes maps each of its own, and keeps agreeing with the final size.
-    kept_open = [["size", ["q.2"], [4, 6]], ["size", ["q.2"], [6]]]
+    kept_open = [["size", ["q.2"], [8, 12]], ["size", ["q.2"], [12]]]
     below, above = tile_mappings(root, kept_open)
-    assert below.decisions == [["size", ["q.2"], [4]], ["size", ["q.2"], [4]]]
-    assert above.decisions == [["size", ["q.2"], [4, 8]], ["size", ["q.2"], [8]]]
-    assert above.mapped == ["size(q.2) = 4|6 -> 4|8", "size(q.2) = 6 -> 8"]
+    assert below.decisions == [["size", ["q.2"], [8]], ["size", ["q.2"], [8]]]
+    assert above.decisions == [["size", ["q.2"], [8, 16]], ["size", ["q.2"], [16]]]
+    assert above.mapped == ["size(q.2) = 8|12 -> 8|16", "size(q.2) = 12 -> 16"]
     # Every tile offered: nothing to map. Past the largest tile: only the one below.
     assert tile_mappings(root, [kept]) == []
     beyond = tile_mappings(root, [["size", ["q.2"], [max(offered) + 1]]])
@@ -87,7 +88,7 @@ def test_the_fastest_right_program_is_kept(dynamic: tuple) -> None:
 
 @pytest.mark.slow
 def test_a_winner_with_a_missing_tile_becomes_a_right_replay(dynamic: tuple) -> None:
-    """A static winner with its columns tiled by 6 (the whole 6x6 image) and unrolled: its
+    """A static winner with its columns tiled by 12 (the whole 12x12 image): its
     replay over dynamic sizes, tiles mapped or not, computes the right output at its own
     size and at sizes it was not trained at."""
     fixed, dyn, space = dynamic
@@ -95,7 +96,7 @@ def test_a_winner_with_a_missing_tile_becomes_a_right_replay(dynamic: tuple) -> 
     static = library_kernel("conv2d", **fixed, **SIZES)
     root = get_target("cpu").space(static).root()
     assert isinstance(root, Candidate)
-    root = root.restrict("size", ["q.2"], [6])
+    root = root.restrict("size", ["q.2"], [12])
     assert isinstance(root, Candidate)
     winner = Winner(dict(SIZES), [d.to_json() for d in random_implementation(
         root, random.Random(3)).decisions], None)
@@ -104,7 +105,7 @@ def test_a_winner_with_a_missing_tile_becomes_a_right_replay(dynamic: tuple) -> 
     data = Datasets(dyn, "conv2d", fixed, [SIZES, *other], 0)
     leaf, _, dropped, _ = replayed_winner(dyn, plug, space, winner, 0, lambda s: data[0],
                                           0.005)
-    assert any(d.startswith("size(q.2) = 6") for d in dropped)
+    assert any(d.startswith("size(q.2) = 12") for d in dropped)
     version = Version("conv2d_alt", plug.print_program(leaf, "conv2d_alt").source, [], [])
     library = compile_versions(dyn, [version])
     ffi, fn = load_function(library, "conv2d_alt", declaration("conv2d_alt", signature(dyn)))

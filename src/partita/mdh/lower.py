@@ -58,9 +58,11 @@ def default_tiles(size: int | None, reduction: bool) -> tuple[tuple[int, ...], .
     """Tile sizes offered to the search: two levels for ``cc`` dimensions (a parallel or
     cache tile, then a register or vector tile, which may also be one of
     :data:`REGISTER_DIVISORS` that divides the size), one for ``pw`` and ``ps`` dimensions.
-    A dynamic extent (None) takes every option: the printed code runs the remainders."""
+    A dynamic extent (None) takes every option, the register divisors too (a version made
+    from a winner with 7-pixel tiles keeps them): the printed code runs the remainders."""
     if size is None:
-        return (REDUCTION_TILES,) if reduction else (OUTER_TILES, INNER_TILES)
+        return (REDUCTION_TILES,) if reduction else (
+            OUTER_TILES, tuple(sorted({*INNER_TILES, *REGISTER_DIVISORS})))
     if size == 1:
         return ()
     exact = divisible(size)
