@@ -1,8 +1,8 @@
 """Size-generic kernels: versions tuned at training sizes, one entry point over any size.
 
-:func:`tune_generic` tunes the static kernel at each training size (the budget split evenly,
-every evaluation in the records as with :func:`~partita.tuning.tune`), keeps the distinct
-winners, prints each over dynamic sizes, joins them in a C dispatcher
+:func:`tune_generic` tunes the static kernel at each training size (most of the budget,
+split evenly, every evaluation in the records as with :func:`~partita.tuning.tune`), keeps
+the distinct winners, prints each over dynamic sizes, joins them in a C dispatcher
 (:mod:`~partita.tuning.dispatch`) and tunes its thresholds on the training sizes with
 :func:`~partita.tuning.thresholds.tune_thresholds` (Munksgaard's thesis, "Futhark", ch. 7).
 
