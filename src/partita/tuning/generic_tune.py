@@ -161,8 +161,7 @@ def tune_generic(kernel_name: str, train: Sequence[Any], budget: float | str = 6
 
     ``train`` lists the training sizes: dicts of the dynamic sizes, or tuples of them in the
     kernel's parameter order. The static kernel is tuned at each (:data:`STATIC_SHARE` of
-    ``budget`` split evenly,
-    ``evaluations`` each if given; with the records in ``db``, as
+    ``budget`` split evenly, ``evaluations`` each if given; with the records in ``db``, as
     :func:`~partita.tuning.tune`, which returns a recorded best at once; ``tune_options``
     go to it too, e.g. ``search`` or ``model``); the distinct winners become versions over
     dynamic sizes, joined by a C dispatcher whose thresholds on the work are tuned on the
