@@ -312,9 +312,11 @@ class _Contraction:
         # keeps its vectors contiguous even where the copy transposes (a conv's filter, KRSC,
         # read along K): in another layout each vector of the micro-kernel is gathered from
         # 8 lines (conv2d 14x14x128, a 60 s tune kept such a buffer at 29% of peak).
-        layout = (layout_with_last(k, p, acc, shape.vector) if along is not None
-                  else layout_with_last(k, p, acc, shape.unrolled, panels=True)
-                  if p not in shape.strided and 1 in strides.values() else None)
+        layout = None
+        if along is not None:
+            layout = layout_with_last(k, p, acc, shape.vector)
+        elif p not in shape.strided and 1 in strides.values():
+            layout = layout_with_last(k, p, acc, shape.unrolled, panels=True)
         if layout is not None:
             out.append(Decision("layout", (temporary_name(p, acc),), (layout,)))
         if along is not None and p not in shape.strided:
@@ -700,11 +702,11 @@ def row_stream_sketches(k: Kernel, lanes: int) -> list[Sketch]:
         return []
     access = k.inst(store).access
     assert access is not None
-    loads = [i for i in k.instructions if i.op == "load" and i.access is not None]
-    if any(x.access is not None and x.access.array == access.array for x in loads):
+    loads = [(i.name, i.access) for i in k.instructions if i.op == "load" and i.access]
+    if any(read.array == access.array for _, read in loads):
         return []  # updated in place: the order of its rows is the dependences' to decide
-    if any(k.element_stride(x.name, ld) not in (0, 1)
-           for x in loads if (ld := counterpart(k, x.name, vector)) is not None):
+    if any(k.element_stride(name, ld) not in (0, 1)
+           for name, _ in loads if (ld := counterpart(k, name, vector)) is not None):
         return []  # a load across rows (a transpose) does not stream along them
     arr = k.array(access.array)
     row_logicals = []
